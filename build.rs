@@ -1,0 +1,12 @@
+//! Builds the eBPF programs with the nightly toolchain and bpf-linker, so that `cargo build`
+//! produces one `dxdp` binary with the object embedded.
+fn main() -> anyhow::Result<()> {
+    // aya-build reruns on changes to the program crate; the shared types live beside it.
+    println!("cargo:rerun-if-changed=ebpf/common");
+    let programs = aya_build::Package {
+        name: "dxdp-ebpf",
+        root_dir: "ebpf/programs",
+        ..Default::default()
+    };
+    aya_build::build_ebpf([programs], aya_build::Toolchain::default())
+}

@@ -1,0 +1,32 @@
+//! The pinned maps. Userspace owns their contents; the programs only read them and count.
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, DevMapHash, HashMap, PerCpuHashMap},
+};
+use dxdp_common::{
+    Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
+    Meta,
+};
+
+/// Managed host-side veths by ifindex, with the MAC their container may send from.
+#[map(name = "DXDP_ENDPOINTS")]
+pub static ENDPOINTS: HashMap<u32, Endpoint> = HashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
+
+/// (ingress ifindex, destination MAC) -> target host-side veth ifindex.
+#[map(name = "DXDP_LINKS")]
+pub static LINKS: HashMap<LinkKey, u32> = HashMap::pinned(DEFAULT_MAX_LINKS, 0);
+
+/// Live targets: the kernel deletes an entry itself when its device is unregistered, so a link
+/// to a dead veth falls back to the bridge instead of dropping or reaching a reused ifindex.
+#[map(name = "DXDP_TARGETS")]
+pub static TARGETS: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_ENDPOINTS, 0);
+
+#[map(name = "DXDP_COUNTERS")]
+pub static COUNTERS: PerCpuHashMap<u32, Counters> = PerCpuHashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
+
+/// Userspace bookkeeping kept beside the datapath so that pinned state is the only state.
+#[map(name = "DXDP_LINK_META")]
+pub static LINK_META: HashMap<LinkMetaKey, LinkMeta> = HashMap::pinned(DEFAULT_MAX_LINKS, 0);
+
+#[map(name = "DXDP_META")]
+pub static META: Array<Meta> = Array::pinned(1, 0);

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Brings a Debian 12 host to the state the dxdp build and test suite expect.
+# Idempotent: every step checks first, so a second run only costs a few seconds
+# and never touches the network when nothing is missing.
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+((EUID == 0)) || die "must run as root (apt, bpffs, dockerd and the privileged tests need it); try: sudo $0"
+
+# sudo's secure_path and bare CI shells drop ~/.cargo/bin, where rustup puts cargo.
+cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+if [[ -d $cargo_bin && :$PATH: != *:"$cargo_bin":* ]]; then
+    export PATH="$cargo_bin:$PATH"
+fi
+
+# --- apt packages -----------------------------------------------------------
+# llvm-22 (from bookworm-security) is what bpf-linker links against; iperf3,
+# iputils-ping and iproute2 are also copied into the test image by
+# build-test-image.sh; the rest are tools the tests and the demo drive.
+apt_packages=(
+    llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
+    docker.io docker-compose iptables
+    iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
+)
+# cc links every Rust binary; checked by command so a hand-installed compiler counts.
+command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+    if [[ $(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null) != ii* ]]; then
+        missing+=("$pkg")
+    fi
+done
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # needrestart would otherwise offer (or, configured so, perform) service
+    # restarts, e.g. of a dockerd that tests are using.
+    export NEEDRESTART_SUSPEND=1
+    # A fresh VM may still be running unattended-upgrades: wait for the lock
+    # instead of failing. stdin is /dev/null because CI may give us none.
+    apt_opts=(-q -y -o DPkg::Lock::Timeout=300)
+    apt-get "${apt_opts[@]}" update </dev/null >&2
+    apt-get "${apt_opts[@]}" install "${missing[@]}" </dev/null >&2
+else
+    log "apt packages present"
+fi
+
+# --- Rust toolchains ----------------------------------------------------------
+command -v rustup >/dev/null 2>&1 \
+    || die "rustup not found (looked in PATH and $cargo_bin); install it from https://rustup.rs first"
+
+# Returns 0 if component $2 is installed for toolchain $1. Output is captured
+# before grepping: with pipefail, `grep -q` exiting early can SIGPIPE rustup
+# and turn a match into a failure.
+has_component() {
+    local installed
+    installed=$(rustup component list --installed --toolchain "$1" 2>/dev/null) || return 1
+    grep -Eq "^$2(-|\$)" <<<"$installed"
+}
+
+# aya-build compiles ebpf/programs with nightly and -Z build-std, hence rust-src.
+# Checked via the toolchain list: `rustup run` may auto-install as a side effect.
+toolchains=$(rustup toolchain list)
+for tc in stable nightly; do
+    if ! grep -q "^$tc-" <<<"$toolchains"; then
+        log "installing toolchain $tc"
+        rustup toolchain install "$tc" --profile minimal >&2
+    fi
+done
+if ! has_component nightly rust-src; then
+    log "installing rust-src for nightly"
+    rustup component add rust-src --toolchain nightly >&2
+fi
+# scripts/test.sh runs cargo fmt --check and cargo clippy on stable.
+for comp in rustfmt clippy; do
+    if ! has_component stable "$comp"; then
+        log "installing $comp for stable"
+        rustup component add "$comp" --toolchain stable >&2
+    fi
+done
+log "rust toolchains ready"
+
+# --- bpf-linker ---------------------------------------------------------------
+# Built against the system LLVM 22 rather than the bundled one, which avoids a
+# multi-GB download and matches the LLVM rustc nightly emits bitcode for.
+if bpf-linker --version >/dev/null 2>&1; then
+    log "bpf-linker present ($(bpf-linker --version 2>&1))"
+else
+    log "installing bpf-linker (builds from source, ~1 min)"
+    PATH="/usr/lib/llvm-22/bin:$PATH" LLVM_SYS_221_PREFIX=/usr/lib/llvm-22 \
+        cargo +stable install --locked bpf-linker --version '^0.13' \
+        --no-default-features --features llvm-22 >&2
+    bpf-linker --version >/dev/null 2>&1 || die "bpf-linker installed but does not run"
+fi
+
+# --- bpffs --------------------------------------------------------------------
+# aya pins maps and links under /sys/fs/bpf; without bpffs pins silently land
+# on tmpfs or fail.
+if [[ $(stat -f -c %T /sys/fs/bpf 2>/dev/null || true) != bpf_fs ]]; then
+    log "mounting bpffs at /sys/fs/bpf"
+    mkdir -p /sys/fs/bpf
+    mount -t bpf bpf /sys/fs/bpf
+else
+    log "bpffs mounted"
+fi
+
+# --- dockerd ------------------------------------------------------------------
+# /usr/bin/docker is the 20.10 client matching the daemon's API 1.41; a newer
+# CLI earlier in PATH refuses to talk to it.
+docker_ok() { /usr/bin/docker info >/dev/null 2>&1; }
+if docker_ok; then
+    log "dockerd running"
+else
+    if [[ -d /run/systemd/system ]]; then
+        log "starting docker via systemd"
+        systemctl start docker
+    else
+        # No init system manages dockerd here (containers, CI sandboxes): run it
+        # detached so it outlives this script and the caller's process group.
+        log "starting dockerd (log: /var/log/dxdp-dockerd.log)"
+        setsid nohup dockerd </dev/null >/var/log/dxdp-dockerd.log 2>&1 &
+        disown
+    fi
+    for _ in $(seq 1 60); do
+        docker_ok && break
+        sleep 0.5
+    done
+    docker_ok || die "dockerd did not come up within 30 s; see /var/log/dxdp-dockerd.log"
+    log "dockerd up"
+fi
+
+log "done"

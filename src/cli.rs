@@ -1,0 +1,65 @@
+//! Command-line definitions; the doc comments are the help text.
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::endpoint::EndpointSpec;
+
+/// Accelerate container-to-container links on one host: frames between linked containers skip
+/// the Linux bridge through eBPF (TC redirect_peer or XDP devmap redirect).
+#[derive(Debug, Parser)]
+#[command(name = "dxdp", version, propagate_version = true)]
+pub struct Cli {
+    /// bpffs directory holding dxdp's pinned maps, programs and links.
+    #[arg(long, global = true, env = "DXDP_PIN_DIR", default_value = crate::datapath::DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Link two endpoints so their frames bypass the bridge in both directions.
+    Link(LinkArgs),
+    /// Remove the link between two endpoints; traffic goes back through the bridge.
+    Unlink(UnlinkArgs),
+    /// Show installed links and their counters.
+    Status(StatusArgs),
+    /// Remove every link, program, fix-up and pin dxdp made.
+    Cleanup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum DatapathArg {
+    /// tc where the kernel has bpf_redirect_peer, else xdp.
+    #[default]
+    Auto,
+    /// TCX ingress + bpf_redirect_peer (keeps GSO and checksum offload).
+    Tc,
+    /// Native XDP + devmap redirect (turns GRO on and tx checksum offload off in the containers).
+    Xdp,
+}
+
+/// Endpoints: netns:NAME[:IFACE] (a namespace under /run/netns), pid:PID[:IFACE], or a
+/// container name, ID prefix or compose service.
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    pub a: EndpointSpec,
+    pub b: EndpointSpec,
+    #[arg(long, value_enum, default_value_t)]
+    pub datapath: DatapathArg,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlinkArgs {
+    pub a: EndpointSpec,
+    pub b: EndpointSpec,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON for scripts instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,18 @@
+use std::{path::Path, process::ExitCode};
+
+use anyhow::Result;
+
+use crate::datapath::{Capacity, Datapath};
+
+pub fn run(pin_dir: &Path) -> Result<ExitCode> {
+    if !pin_dir.exists() {
+        println!("nothing to clean: {} does not exist", pin_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let removed = Datapath::open(pin_dir, Capacity::default())?.purge()?;
+    println!(
+        "removed {removed} link(s) and everything pinned at {}",
+        pin_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

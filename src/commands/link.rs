@@ -1,0 +1,58 @@
+use std::{path::Path, process::ExitCode};
+
+use anyhow::Result;
+
+use crate::{
+    cli::{DatapathArg, LinkArgs},
+    datapath::{Capacity, Datapath, Installed, Kind, LinkRequest, Origin},
+    endpoint::Endpoint,
+    netlink,
+    netns::NetnsPath,
+};
+
+pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
+    let host = netlink::interfaces(&NetnsPath::host())?;
+    let a = Endpoint::resolve_local(&args.a, &host)?;
+    let b = Endpoint::resolve_local(&args.b, &host)?;
+    let kind = choose(args.datapath);
+    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    datapath.collect_garbage(&host)?;
+    let network = a.bridge_name.clone();
+    let outcome = datapath.install(
+        &LinkRequest {
+            a: &a,
+            b: &b,
+            kind,
+            origin: Origin::Manual,
+            network: &network,
+        },
+        &host,
+    )?;
+    let verb = match outcome {
+        Installed::New => "linked",
+        Installed::AlreadyThere => "already linked",
+    };
+    println!(
+        "{verb} {} ({}) <-> {} ({}) on {} via {kind}",
+        a.label, a.host_ifname, b.label, b.host_ifname, a.bridge_name
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `auto` is tc: bpf_redirect_peer (5.10) and TCX (6.6) keep GSO and checksum offload, so it
+/// is never slower than the bridge; xdp only on kernels without them.
+pub fn choose(arg: DatapathArg) -> Kind {
+    match arg {
+        DatapathArg::Tc => Kind::Tc,
+        DatapathArg::Xdp => Kind::Xdp,
+        DatapathArg::Auto => {
+            if aya::util::KernelVersion::current()
+                .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
+            {
+                Kind::Tc
+            } else {
+                Kind::Xdp
+            }
+        }
+    }
+}

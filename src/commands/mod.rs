@@ -1,0 +1,20 @@
+//! One module per subcommand.
+mod cleanup;
+mod link;
+mod status;
+mod unlink;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command};
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Link(args) => link::run(&cli.pin_dir, args),
+        Command::Unlink(args) => unlink::run(&cli.pin_dir, args),
+        Command::Status(args) => status::run(&cli.pin_dir, args),
+        Command::Cleanup => cleanup::run(&cli.pin_dir),
+    }
+}

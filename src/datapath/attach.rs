@@ -1,0 +1,182 @@
+//! Loading the two programs once (pinned), attaching them to host veths through pinnable
+//! bpf_links, and recognising what is attached already — ours or someone else's.
+use anyhow::{Context, Result, anyhow, bail};
+use aya::{
+    Ebpf,
+    programs::{
+        LinkOrder, ProgramInfo, SchedClassifier, TcAttachType, Xdp, XdpMode, links::FdLink,
+        tc::TcAttachOptions,
+    },
+};
+use aya_obj::programs::xdp::XdpAttachType;
+use dxdp_common::names;
+
+use super::{
+    Kind,
+    pins::{self, Pins},
+    state::{Journal, Undo},
+};
+use crate::{endpoint::Endpoint, netlink::Interface};
+
+pub struct Programs<'p> {
+    pins: &'p Pins,
+    tc: SchedClassifier,
+    xdp: Xdp,
+    tc_id: u32,
+    xdp_id: u32,
+}
+
+impl<'p> Programs<'p> {
+    /// Adopts the pinned programs, loading and pinning them first if this is the first run.
+    pub fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
+        if !pins.prog(Kind::Tc).exists() {
+            let prog: &mut SchedClassifier = program(ebpf, names::TC_PROGRAM)?.try_into()?;
+            prog.load()
+                .context("the kernel refused dxdp's tc program")?;
+            prog.pin(pins.prog(Kind::Tc))?;
+        }
+        if !pins.prog(Kind::Xdp).exists() {
+            let prog: &mut Xdp = program(ebpf, names::XDP_PROGRAM)?.try_into()?;
+            prog.load()
+                .context("the kernel refused dxdp's xdp program")?;
+            prog.pin(pins.prog(Kind::Xdp))?;
+        }
+        let tc = SchedClassifier::from_pin(pins.prog(Kind::Tc))?;
+        let xdp = Xdp::from_pin(pins.prog(Kind::Xdp), XdpAttachType::Interface)?;
+        let tc_id = tc.info()?.id();
+        let xdp_id = xdp.info()?.id();
+        Ok(Self {
+            pins,
+            tc,
+            xdp,
+            tc_id,
+            xdp_id,
+        })
+    }
+
+    /// Is our program of `kind` attached to this host veth right now?
+    pub fn attached(&self, kind: Kind, ifname: &str, host: Option<&Interface>) -> Result<bool> {
+        match kind {
+            Kind::Tc => Ok(tcx_ingress(ifname)?.iter().any(|p| p.id() == self.tc_id)),
+            Kind::Xdp => Ok(host.and_then(|h| h.xdp_prog_id) == Some(self.xdp_id)),
+        }
+    }
+
+    /// Attaches `kind` to the endpoint's host veth unless ours is there already.
+    pub fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
+        let path = self.pins.link(kind, ep.host_ifindex);
+        let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+        let iface = host.iter().find(|i| i.index == ep.host_ifindex);
+        if self.attached(kind, &ep.host_ifname, iface)? && path.exists() {
+            return Ok(());
+        }
+        pins::remove_if_present(&path)?;
+        let link: FdLink = match kind {
+            Kind::Tc => {
+                // Last in the TCX chain: another tool's policy programs see the frame first,
+                // and ours passes with TCX_NEXT so later ones still do too.
+                let id = self
+                    .tc
+                    .attach_with_options(
+                        &ep.host_ifname,
+                        TcAttachType::Ingress,
+                        TcAttachOptions::TcxOrder(LinkOrder::last()),
+                    )
+                    .with_context(|| format!("cannot attach tc program to {}", ep.host_ifname))?;
+                self.tc.take_link(id)?.try_into().map_err(|_| {
+                    anyhow!(
+                        "{}: the kernel attached through netlink, which cannot be pinned; \
+                         dxdp needs TCX (Linux 6.6+)",
+                        ep.host_ifname
+                    )
+                })?
+            }
+            Kind::Xdp => {
+                let id = self
+                    .xdp
+                    .attach_to_if_index(ep.host_ifindex, XdpMode::Driver)
+                    .with_context(|| {
+                        format!("cannot attach native XDP program to {}", ep.host_ifname)
+                    })?;
+                self.xdp.take_link(id)?.try_into().map_err(|_| {
+                    anyhow!(
+                        "{}: XDP was attached through netlink, which cannot be pinned; dxdp \
+                         needs bpf_link XDP attach (Linux 5.9+)",
+                        ep.host_ifname
+                    )
+                })?
+            }
+        };
+        link.pin(&path)
+            .with_context(|| format!("cannot pin {}", path.display()))?;
+        undo.push(Undo::LinkPin(path));
+        Ok(())
+    }
+
+    /// Removes attachment pins whose interface is no longer managed or no longer carries our
+    /// program (its device was destroyed, which detached the link).
+    pub fn drop_stale_pins(&self, managed: &[u32], host: &[Interface]) -> Result<usize> {
+        let mut dropped = 0;
+        for (kind, ifindex, path) in pins::link_pins(self.pins)? {
+            let iface = host.iter().find(|i| i.index == ifindex);
+            let live = managed.contains(&ifindex)
+                && match iface {
+                    Some(i) => self.attached(kind, &i.name, Some(i)).unwrap_or(false),
+                    None => false,
+                };
+            if !live {
+                pins::remove_if_present(&path)?;
+                dropped += 1;
+            }
+        }
+        Ok(dropped)
+    }
+}
+
+/// Refuses to touch a veth where another tool's XDP program sits: XDP has one slot per device
+/// and replacing it would silently break that tool.
+pub fn check_foreign(
+    kind: Kind,
+    ep: &Endpoint,
+    host: &[Interface],
+    programs: &Programs,
+) -> Result<()> {
+    if kind != Kind::Xdp {
+        return Ok(());
+    }
+    let Some(iface) = host.iter().find(|i| i.index == ep.host_ifindex) else {
+        bail!("{}: host veth {} vanished", ep.label, ep.host_ifname);
+    };
+    match iface.xdp_prog_id {
+        Some(id) if id != programs.xdp_id => bail!(
+            "{} ({}) already has XDP program {} attached by another tool; dxdp never replaces \
+             it. Detach it, or link with --datapath tc",
+            ep.host_ifname,
+            ep.label,
+            describe_program(id)
+        ),
+        _ => Ok(()),
+    }
+}
+
+pub fn describe_program(id: u32) -> String {
+    let name = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| p.id() == id)
+        .and_then(|p| p.name_as_str().map(str::to_owned));
+    match name {
+        Some(name) if !name.is_empty() => format!("id {id} \"{name}\""),
+        _ => format!("id {id}"),
+    }
+}
+
+fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {
+    Ok(SchedClassifier::query_tcx(ifname, TcAttachType::Ingress)
+        .with_context(|| format!("cannot query TCX programs on {ifname}"))?
+        .1)
+}
+
+fn program<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<&'e mut aya::programs::Program> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object lacks program {name}"))
+}

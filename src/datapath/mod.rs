@@ -1,0 +1,461 @@
+//! The only code that talks to the kernel's BPF objects: loading and adopting the pinned maps and
+//! programs, attaching them, and keeping the maps consistent with the links that exist.
+mod attach;
+mod fixups;
+mod pins;
+mod state;
+
+use std::{
+    fmt,
+    fs::File,
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result, bail};
+use aya::{Ebpf, EbpfLoader};
+use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NAME_LEN};
+use nix::fcntl::{Flock, FlockArg};
+use tracing::{info, warn};
+
+pub use pins::Pins;
+pub use state::Capacity;
+
+use crate::{endpoint::Endpoint, netlink::Interface};
+
+/// The eBPF object built from `ebpf/programs` by build.rs.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dxdp-ebpf"));
+
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/dxdp";
+
+/// How a link's frames bypass the bridge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// TCX ingress + `bpf_redirect_peer`: keeps GSO and checksum offload.
+    Tc,
+    /// Native XDP + devmap redirect: needs GRO on and tx checksum offload off in the containers.
+    Xdp,
+}
+
+impl Kind {
+    pub const fn code(self) -> u8 {
+        match self {
+            Kind::Tc => DATAPATH_TC,
+            Kind::Xdp => DATAPATH_XDP,
+        }
+    }
+
+    pub const fn from_code(code: u8) -> Option<Self> {
+        match code {
+            DATAPATH_TC => Some(Kind::Tc),
+            DATAPATH_XDP => Some(Kind::Xdp),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Tc => "tc",
+            Kind::Xdp => "xdp",
+        })
+    }
+}
+
+impl FromStr for Kind {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "tc" => Ok(Kind::Tc),
+            "xdp" => Ok(Kind::Xdp),
+            _ => bail!("unknown datapath {s:?}; use tc or xdp"),
+        }
+    }
+}
+
+/// Who made a link: `watch` leaves links made by hand alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    Manual,
+    Watch,
+}
+
+impl Origin {
+    const fn code(self) -> u8 {
+        match self {
+            Origin::Manual => dxdp_common::ORIGIN_MANUAL,
+            Origin::Watch => dxdp_common::ORIGIN_WATCH,
+        }
+    }
+
+    const fn from_code(code: u8) -> Self {
+        if code == dxdp_common::ORIGIN_WATCH {
+            Origin::Watch
+        } else {
+            Origin::Manual
+        }
+    }
+}
+
+/// A link as the pinned state records it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LinkRecord {
+    pub low_ifindex: u32,
+    pub high_ifindex: u32,
+    pub low_name: String,
+    pub high_name: String,
+    pub network: String,
+    pub datapath: Kind,
+    pub origin: Origin,
+    pub created_unix_secs: u64,
+}
+
+impl LinkRecord {
+    pub fn involves(&self, ifindex: u32) -> bool {
+        self.low_ifindex == ifindex || self.high_ifindex == ifindex
+    }
+}
+
+/// Sum over CPUs of one managed interface's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct InterfaceCounters {
+    pub redirected_packets: u64,
+    pub redirected_bytes: u64,
+    pub passed_packets: u64,
+    pub passed_bytes: u64,
+    pub fallback_packets: u64,
+    pub spoofed_packets: u64,
+}
+
+impl From<Counters> for InterfaceCounters {
+    fn from(c: Counters) -> Self {
+        Self {
+            redirected_packets: c.redirected_packets,
+            redirected_bytes: c.redirected_bytes,
+            passed_packets: c.passed_packets,
+            passed_bytes: c.passed_bytes,
+            fallback_packets: c.fallback_packets,
+            spoofed_packets: c.spoofed_packets,
+        }
+    }
+}
+
+/// What a link request asks for.
+pub struct LinkRequest<'a> {
+    pub a: &'a Endpoint,
+    pub b: &'a Endpoint,
+    pub kind: Kind,
+    pub origin: Origin,
+    pub network: &'a str,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Installed {
+    New,
+    AlreadyThere,
+}
+
+/// The pinned datapath, opened under an exclusive lock so that concurrent `dxdp` processes
+/// apply their changes one at a time.
+pub struct Datapath {
+    ebpf: Ebpf,
+    pins: Pins,
+    _lock: Flock<File>,
+}
+
+impl Datapath {
+    /// Opens (creating on first use) the pinned state under `root`.
+    pub fn open(root: &Path, capacity: Capacity) -> Result<Self> {
+        let pins = Pins::new(root);
+        pins.prepare()?;
+        let dir = File::open(root).with_context(|| format!("cannot open {}", root.display()))?;
+        let lock = Flock::lock(dir, FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .with_context(|| format!("cannot lock {}", root.display()))?;
+        state::check_abi(&pins)?;
+        let mut loader = EbpfLoader::new();
+        loader.default_map_pin_directory(pins.maps());
+        capacity.apply(&mut loader);
+        let mut ebpf = loader.load(OBJECT).with_context(|| {
+            format!(
+                "cannot load dxdp's eBPF object with maps pinned in {}",
+                pins.maps().display()
+            )
+        })?;
+        state::stamp_abi(&mut ebpf)?;
+        Ok(Self {
+            ebpf,
+            pins,
+            _lock: lock,
+        })
+    }
+
+    pub fn pin_root(&self) -> &Path {
+        self.pins.root()
+    }
+
+    /// Installs both directions of a link, or nothing: every step taken is undone on failure.
+    pub fn install(&mut self, req: &LinkRequest<'_>, host: &[Interface]) -> Result<Installed> {
+        let LinkRequest { a, b, kind, .. } = *req;
+        if a.host_ifindex == b.host_ifindex {
+            bail!("cannot link {} to itself", a.label);
+        }
+        if a.bridge_ifindex != b.bridge_ifindex {
+            bail!(
+                "{} hangs on bridge {} and {} on bridge {}: dxdp only links endpoints of one bridge",
+                a.label,
+                a.bridge_name,
+                b.label,
+                b.bridge_name
+            );
+        }
+        if a.mac == b.mac {
+            bail!(
+                "{} and {} share the MAC address {}: the bridge could not tell them apart either",
+                a.label,
+                b.label,
+                crate::netlink::format_mac(&a.mac)
+            );
+        }
+        let mut maps = state::Maps::new(&mut self.ebpf)?;
+        for ep in [a, b] {
+            match maps.endpoint(ep.host_ifindex)? {
+                Some(rec) if state::same_endpoint(&rec, ep) => {
+                    let existing = Kind::from_code(rec.datapath);
+                    if existing != Some(kind) {
+                        bail!(
+                            "{} ({}) already uses the {} datapath; a veth takes one datapath, \
+                             so link with --datapath {} or unlink its other links first",
+                            ep.label,
+                            ep.host_ifname,
+                            existing.map_or("unknown".to_owned(), |k| k.to_string()),
+                            existing.map_or("tc".to_owned(), |k| k.to_string()),
+                        );
+                    }
+                }
+                Some(_) => {
+                    // The ifindex was reused by a new veth: nothing recorded for it is valid.
+                    warn!(
+                        ifindex = ep.host_ifindex,
+                        "purging stale state of a reused ifindex"
+                    );
+                    maps.purge_interface(ep.host_ifindex)?;
+                    pins::remove_link_pins(&self.pins, ep.host_ifindex)?;
+                }
+                None => {}
+            }
+        }
+        let meta_key = meta_key(a.host_ifindex, b.host_ifindex);
+        let already =
+            maps.link_meta(&meta_key)?.is_some() && maps.has_link(a, b)? && maps.has_link(b, a)?;
+        let mut programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
+        for ep in [a, b] {
+            attach::check_foreign(kind, ep, host, &programs)?;
+        }
+        let mut undo = state::Journal::default();
+        let result = (|| -> Result<()> {
+            let mut maps = state::Maps::new(&mut self.ebpf)?;
+            for ep in [a, b] {
+                if maps.endpoint(ep.host_ifindex)?.is_none() {
+                    let fixups = match kind {
+                        Kind::Xdp => fixups::apply(ep, &mut undo)?,
+                        Kind::Tc => 0,
+                    };
+                    maps.add_endpoint(ep, kind, fixups, &mut undo)?;
+                }
+            }
+            maps.add_direction(a, b, &mut undo)?;
+            maps.add_direction(b, a, &mut undo)?;
+            maps.set_link_meta(meta_key, link_meta(req, &meta_key), &mut undo)?;
+            for ep in [a, b] {
+                programs.attach(kind, ep, &mut undo)?;
+            }
+            Ok(())
+        })();
+        if let Err(err) = result {
+            undo.roll_back(&mut self.ebpf);
+            return Err(err);
+        }
+        undo.commit();
+        if already {
+            Ok(Installed::AlreadyThere)
+        } else {
+            info!(a = %a.label, b = %b.label, network = req.network, datapath = %kind, "link added");
+            Ok(Installed::New)
+        }
+    }
+
+    /// Removes a link; an interface left without links loses its program and its fix-ups.
+    pub fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<Option<LinkRecord>> {
+        let key = meta_key(low_ifindex, high_ifindex);
+        let mut maps = state::Maps::new(&mut self.ebpf)?;
+        let record = maps.link_meta(&key)?.map(|m| to_record(&key, &m));
+        maps.remove_link(low_ifindex, high_ifindex)?;
+        let mut unused = Vec::new();
+        for ifindex in [low_ifindex, high_ifindex] {
+            if !maps.interface_in_use(ifindex)? {
+                unused.push(ifindex);
+            }
+        }
+        for ifindex in unused {
+            self.release_interface(ifindex)?;
+        }
+        if let Some(rec) = &record {
+            info!(a = %rec.low_name, b = %rec.high_name, network = %rec.network, datapath = %rec.datapath, "link removed");
+        }
+        Ok(record)
+    }
+
+    fn release_interface(&mut self, ifindex: u32) -> Result<()> {
+        let mut maps = state::Maps::new(&mut self.ebpf)?;
+        let record = maps.endpoint(ifindex)?;
+        pins::remove_link_pins(&self.pins, ifindex)?;
+        maps.purge_interface(ifindex)?;
+        if let Some(rec) = record
+            && rec.fixups != 0
+            && let Err(err) = fixups::restore(&rec)
+        {
+            warn!(ifindex, "could not undo fix-ups: {err:#}");
+        }
+        Ok(())
+    }
+
+    /// Every link in the pinned state.
+    pub fn links(&mut self) -> Result<Vec<LinkRecord>> {
+        let maps = state::Maps::new(&mut self.ebpf)?;
+        let mut links: Vec<_> = maps
+            .all_link_meta()?
+            .iter()
+            .map(|(k, m)| to_record(k, m))
+            .collect();
+        links.sort_by(|x, y| (&x.low_name, &x.high_name).cmp(&(&y.low_name, &y.high_name)));
+        Ok(links)
+    }
+
+    pub fn counters(&mut self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
+        state::Maps::new(&mut self.ebpf)?.counters(ifindex)
+    }
+
+    /// Managed interfaces: host ifindex and datapath.
+    pub fn interfaces(&mut self) -> Result<Vec<(u32, Kind)>> {
+        state::Maps::new(&mut self.ebpf)?.managed()
+    }
+
+    /// Drops whatever refers to interfaces that no longer exist in the host namespace: links to
+    /// a destroyed veth, its counters, its dead program attachment pins.
+    pub fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
+        let mut maps = state::Maps::new(&mut self.ebpf)?;
+        let mut purged = 0;
+        for (ifindex, _) in maps.managed()? {
+            if !host.iter().any(|i| i.index == ifindex && i.is_veth()) {
+                maps.purge_interface(ifindex)?;
+                pins::remove_link_pins(&self.pins, ifindex)?;
+                purged += 1;
+            }
+        }
+        maps.drop_dangling()?;
+        let managed: Vec<u32> = maps.managed()?.into_iter().map(|(i, _)| i).collect();
+        let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
+        purged += programs.drop_stale_pins(&managed, host)?;
+        Ok(purged)
+    }
+
+    /// Removes every link, program, fix-up and pin dxdp made under this root.
+    pub fn purge(mut self) -> Result<usize> {
+        let links = self.links()?;
+        for link in &links {
+            self.remove(link.low_ifindex, link.high_ifindex)?;
+        }
+        for (ifindex, _) in self.interfaces()? {
+            self.release_interface(ifindex)?;
+        }
+        let root = self.pins.root().to_path_buf();
+        drop(self);
+        pins::remove_all(&root)?;
+        Ok(links.len())
+    }
+}
+
+fn meta_key(x: u32, y: u32) -> LinkMetaKey {
+    LinkMetaKey {
+        low_ifindex: x.min(y),
+        high_ifindex: x.max(y),
+    }
+}
+
+fn link_meta(req: &LinkRequest<'_>, key: &LinkMetaKey) -> LinkMeta {
+    let (low, high) = if req.a.host_ifindex == key.low_ifindex {
+        (req.a, req.b)
+    } else {
+        (req.b, req.a)
+    };
+    LinkMeta {
+        datapath: req.kind.code(),
+        origin: req.origin.code(),
+        _pad: [0; 6],
+        created_unix_secs: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        low_name: fixed_name(&low.label),
+        high_name: fixed_name(&high.label),
+        network: fixed_name(req.network),
+    }
+}
+
+fn to_record(key: &LinkMetaKey, meta: &LinkMeta) -> LinkRecord {
+    LinkRecord {
+        low_ifindex: key.low_ifindex,
+        high_ifindex: key.high_ifindex,
+        low_name: unfixed_name(&meta.low_name),
+        high_name: unfixed_name(&meta.high_name),
+        network: unfixed_name(&meta.network),
+        datapath: Kind::from_code(meta.datapath).unwrap_or(Kind::Tc),
+        origin: Origin::from_code(meta.origin),
+        created_unix_secs: meta.created_unix_secs,
+    }
+}
+
+/// Truncates on a character boundary so the stored name stays valid UTF-8.
+fn fixed_name(name: &str) -> [u8; NAME_LEN] {
+    let mut out = [0u8; NAME_LEN];
+    let mut end = name.len().min(NAME_LEN);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    out[..end].copy_from_slice(&name.as_bytes()[..end]);
+    out
+}
+
+fn unfixed_name(raw: &[u8; NAME_LEN]) -> String {
+    let end = raw.iter().position(|b| *b == 0).unwrap_or(NAME_LEN);
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+/// The pin root from `--pin-dir` or `DXDP_PIN_DIR`.
+pub fn pin_root(flag: Option<PathBuf>) -> PathBuf {
+    flag.unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_DIR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_truncate_on_char_boundaries() {
+        assert_eq!(unfixed_name(&fixed_name("web-1")), "web-1");
+        let long = "é".repeat(40); // 80 bytes
+        let back = unfixed_name(&fixed_name(&long));
+        assert!(back.len() <= NAME_LEN && long.starts_with(&back));
+    }
+
+    #[test]
+    fn meta_key_is_order_independent() {
+        assert_eq!(meta_key(7, 3), meta_key(3, 7));
+        assert_eq!(meta_key(7, 3).low_ifindex, 3);
+    }
+}

@@ -1,0 +1,136 @@
+//! Where dxdp keeps its state on bpffs:
+//! `ROOT/maps/DXDP_*`, `ROOT/progs/{dxdp_tc,dxdp_xdp}`, `ROOT/links/{tc,xdp}-IFINDEX`.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use dxdp_common::names;
+
+use super::Kind;
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+pub struct Pins {
+    root: PathBuf,
+}
+
+impl Pins {
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn maps(&self) -> PathBuf {
+        self.root.join("maps")
+    }
+
+    pub fn progs(&self) -> PathBuf {
+        self.root.join("progs")
+    }
+
+    pub fn links(&self) -> PathBuf {
+        self.root.join("links")
+    }
+
+    pub fn prog(&self, kind: Kind) -> PathBuf {
+        self.progs().join(match kind {
+            Kind::Tc => names::TC_PROGRAM,
+            Kind::Xdp => names::XDP_PROGRAM,
+        })
+    }
+
+    pub fn link(&self, kind: Kind, ifindex: u32) -> PathBuf {
+        self.links().join(format!("{kind}-{ifindex}"))
+    }
+
+    /// Checks the root is on bpffs and creates the directories.
+    pub fn prepare(&self) -> Result<()> {
+        let parent = self.root.parent().unwrap_or(Path::new("/"));
+        let probe = if self.root.exists() {
+            self.root.as_path()
+        } else {
+            parent
+        };
+        let fs = nix::sys::statfs::statfs(probe).with_context(|| {
+            format!(
+                "pin directory {}: {} is not there; mount bpffs with `mount -t bpf bpf /sys/fs/bpf`",
+                self.root.display(),
+                probe.display()
+            )
+        })?;
+        if fs.filesystem_type().0 as i64 != BPF_FS_MAGIC {
+            bail!(
+                "pin directory {}: {} is not on a BPF filesystem; mount it with \
+                 `mount -t bpf bpf /sys/fs/bpf` or choose a --pin-dir under a bpffs mount",
+                self.root.display(),
+                probe.display()
+            );
+        }
+        for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Pinned attachments of `ifindex`, by parsing `KIND-IFINDEX` file names.
+pub fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
+    let mut out = Vec::new();
+    let dir = pins.links();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some((kind, ifindex)) = name.split_once('-')
+            && let (Ok(kind), Ok(ifindex)) = (kind.parse::<Kind>(), ifindex.parse::<u32>())
+        {
+            out.push((kind, ifindex, entry.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// Unpinning the last reference to a bpf_link detaches its program.
+pub fn remove_link_pins(pins: &Pins, ifindex: u32) -> Result<()> {
+    for kind in [Kind::Tc, Kind::Xdp] {
+        remove_if_present(&pins.link(kind, ifindex))?;
+    }
+    Ok(())
+}
+
+pub fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot unpin {}", path.display())),
+    }
+}
+
+/// Removes the whole pin tree; bpffs has no recursive unlink, so walk it.
+pub fn remove_all(root: &Path) -> Result<()> {
+    if !root.exists() {
+        return Ok(());
+    }
+    for sub in ["links", "progs", "maps"] {
+        let dir = root.join(sub);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                remove_if_present(&entry.path())?;
+            }
+        }
+        if dir.exists() {
+            std::fs::remove_dir(&dir)
+                .with_context(|| format!("cannot remove {}", dir.display()))?;
+        }
+    }
+    std::fs::remove_dir(root).with_context(|| format!("cannot remove {}", root.display()))
+}

@@ -1,0 +1,402 @@
+//! Typed access to the pinned maps, and the journal that makes a multi-step change all-or-nothing.
+use anyhow::{Context, Result, anyhow, bail};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+};
+use dxdp_common::{
+    ABI_VERSION, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec,
+    LinkKey, LinkMeta, LinkMetaKey, Meta, names,
+};
+use tracing::warn;
+
+use super::{InterfaceCounters, Kind, fixups, pins};
+use crate::{endpoint::Endpoint, netns::NetnsPath};
+
+/// Map sizes for a pin directory made from scratch; existing pinned maps keep their size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    pub max_endpoints: u32,
+    pub max_links: u32,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Self {
+            max_endpoints: DEFAULT_MAX_ENDPOINTS,
+            max_links: DEFAULT_MAX_LINKS,
+        }
+    }
+}
+
+impl Capacity {
+    pub(super) fn apply(self, loader: &mut EbpfLoader<'_>) {
+        for name in [names::ENDPOINTS, names::TARGETS, names::COUNTERS] {
+            loader.map_max_entries(name, self.max_endpoints);
+        }
+        // A link takes two directed entries.
+        loader.map_max_entries(names::LINKS, self.max_links.saturating_mul(2));
+        loader.map_max_entries(names::LINK_META, self.max_links);
+    }
+}
+
+/// Refuses a pin directory written by a dxdp whose map layout differs from ours, before the
+/// loader tries to reuse maps whose keys and values it would misread.
+pub(super) fn check_abi(pins: &super::Pins) -> Result<()> {
+    let path = pins.maps().join(names::META);
+    if !path.exists() {
+        return Ok(());
+    }
+    let data =
+        MapData::from_pin(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let meta: Array<_, Meta> = Array::try_from(aya::maps::Map::Array(data))?;
+    let found = meta.get(&0, 0)?.abi_version;
+    if found != 0 && found != ABI_VERSION {
+        bail!(
+            "{} was written by a dxdp with state layout {found}, this one uses {ABI_VERSION}; \
+             remove it with that version's `dxdp cleanup` (or `rm -r {}`) and link again",
+            pins.root().display(),
+            pins.root().display()
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn stamp_abi(ebpf: &mut Ebpf) -> Result<()> {
+    let map = ebpf
+        .map_mut(names::META)
+        .ok_or_else(|| anyhow!("eBPF object lacks {}", names::META))?;
+    let mut meta: Array<_, Meta> = Array::try_from(map)?;
+    if meta.get(&0, 0)?.abi_version == 0 {
+        meta.set(
+            0,
+            Meta {
+                abi_version: ABI_VERSION,
+                _reserved: 0,
+            },
+            0,
+        )?;
+    }
+    Ok(())
+}
+
+/// Same container interface as recorded, not a new veth that inherited the ifindex.
+pub fn same_endpoint(rec: &EndpointRec, ep: &Endpoint) -> bool {
+    rec.netns_ino == ep.netns_ino && rec.peer_ifindex == ep.ifindex && rec.mac == ep.mac
+}
+
+pub struct Maps<'a> {
+    endpoints: HashMap<&'a mut MapData, u32, EndpointRec>,
+    links: HashMap<&'a mut MapData, LinkKey, u32>,
+    targets: DevMapHash<&'a mut MapData>,
+    counters: PerCpuHashMap<&'a mut MapData, u32, Counters>,
+    link_meta: HashMap<&'a mut MapData, LinkMetaKey, LinkMeta>,
+}
+
+fn missing(name: &str) -> anyhow::Error {
+    anyhow!("eBPF object lacks map {name}")
+}
+
+impl<'a> Maps<'a> {
+    pub fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
+        let [endpoints, links, targets, counters, link_meta] = ebpf.maps_disjoint_mut([
+            names::ENDPOINTS,
+            names::LINKS,
+            names::TARGETS,
+            names::COUNTERS,
+            names::LINK_META,
+        ]);
+        Ok(Self {
+            endpoints: HashMap::try_from(endpoints.ok_or_else(|| missing(names::ENDPOINTS))?)?,
+            links: HashMap::try_from(links.ok_or_else(|| missing(names::LINKS))?)?,
+            targets: DevMapHash::try_from(targets.ok_or_else(|| missing(names::TARGETS))?)?,
+            counters: PerCpuHashMap::try_from(counters.ok_or_else(|| missing(names::COUNTERS))?)?,
+            link_meta: HashMap::try_from(link_meta.ok_or_else(|| missing(names::LINK_META))?)?,
+        })
+    }
+
+    pub fn endpoint(&self, ifindex: u32) -> Result<Option<EndpointRec>> {
+        absent_is_none(self.endpoints.get(&ifindex, 0))
+    }
+
+    pub fn managed(&self) -> Result<Vec<(u32, Kind)>> {
+        let mut out = Vec::new();
+        for item in self.endpoints.iter() {
+            let (ifindex, rec) = item?;
+            out.push((ifindex, Kind::from_code(rec.datapath).unwrap_or(Kind::Tc)));
+        }
+        Ok(out)
+    }
+
+    pub fn link_meta(&self, key: &LinkMetaKey) -> Result<Option<LinkMeta>> {
+        absent_is_none(self.link_meta.get(key, 0))
+    }
+
+    pub fn all_link_meta(&self) -> Result<Vec<(LinkMetaKey, LinkMeta)>> {
+        Ok(self.link_meta.iter().collect::<Result<_, _>>()?)
+    }
+
+    pub fn has_link(&self, from: &Endpoint, to: &Endpoint) -> Result<bool> {
+        let key = LinkKey::new(from.host_ifindex, to.mac);
+        Ok(absent_is_none(self.links.get(&key, 0))? == Some(to.host_ifindex))
+    }
+
+    pub fn counters(&self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
+        let Some(per_cpu) = absent_is_none(self.counters.get(&ifindex, 0))? else {
+            return Ok(None);
+        };
+        let sum = per_cpu.iter().fold(Counters::default(), |mut acc, c| {
+            acc.redirected_packets += c.redirected_packets;
+            acc.redirected_bytes += c.redirected_bytes;
+            acc.passed_packets += c.passed_packets;
+            acc.passed_bytes += c.passed_bytes;
+            acc.fallback_packets += c.fallback_packets;
+            acc.spoofed_packets += c.spoofed_packets;
+            acc
+        });
+        Ok(Some(sum.into()))
+    }
+
+    pub fn add_endpoint(
+        &mut self,
+        ep: &Endpoint,
+        kind: Kind,
+        fixups: u8,
+        undo: &mut Journal,
+    ) -> Result<()> {
+        let ifindex = ep.host_ifindex;
+        let rec = EndpointRec {
+            netns_ino: ep.netns_ino,
+            peer_ifindex: ep.ifindex,
+            mac: ep.mac,
+            datapath: kind.code(),
+            fixups,
+            _reserved: 0,
+        };
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+        let zero = PerCpuValues::try_from(vec![Counters::default(); cpus])?;
+        undo.push(Undo::Endpoint(ifindex));
+        self.counters
+            .insert(ifindex, zero, 0)
+            .map_err(|e| full(e, names::COUNTERS, &ep.label))?;
+        self.targets
+            .insert(ifindex, ifindex, None, 0)
+            .with_context(|| format!("cannot add {} to {}", ep.host_ifname, names::TARGETS))?;
+        self.endpoints
+            .insert(ifindex, rec, 0)
+            .map_err(|e| full(e, names::ENDPOINTS, &ep.label))
+    }
+
+    pub fn add_direction(
+        &mut self,
+        from: &Endpoint,
+        to: &Endpoint,
+        undo: &mut Journal,
+    ) -> Result<()> {
+        let key = LinkKey::new(from.host_ifindex, to.mac);
+        if absent_is_none(self.links.get(&key, 0))?.is_none() {
+            undo.push(Undo::Direction(key));
+        }
+        self.links
+            .insert(key, to.host_ifindex, 0)
+            .map_err(|e| full(e, names::LINKS, &from.label))
+    }
+
+    pub fn set_link_meta(
+        &mut self,
+        key: LinkMetaKey,
+        meta: LinkMeta,
+        undo: &mut Journal,
+    ) -> Result<()> {
+        match self.link_meta(&key)? {
+            // Re-linking by hand or by the watch keeps the original record and its origin.
+            Some(_) => Ok(()),
+            None => {
+                undo.push(Undo::Meta(key));
+                self.link_meta
+                    .insert(key, meta, 0)
+                    .map_err(|e| full(e, names::LINK_META, "link"))
+            }
+        }
+    }
+
+    /// Removes both directions and the record of the link between two host ifindexes.
+    pub fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
+        let doomed: Vec<LinkKey> = self
+            .links
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, target)| {
+                (k.ingress_ifindex == x && *target == y) || (k.ingress_ifindex == y && *target == x)
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in doomed {
+            ignore_absent(self.links.remove(&key))?;
+        }
+        ignore_absent(self.link_meta.remove(&super::meta_key(x, y)))
+    }
+
+    pub fn interface_in_use(&self, ifindex: u32) -> Result<bool> {
+        for item in self.links.iter() {
+            let (k, target) = item?;
+            if k.ingress_ifindex == ifindex || target == ifindex {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Forgets an interface and every link that touches it.
+    pub fn purge_interface(&mut self, ifindex: u32) -> Result<()> {
+        let doomed: Vec<_> = self
+            .links
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, target)| k.ingress_ifindex == ifindex || *target == ifindex)
+            .map(|(k, _)| k)
+            .collect();
+        for key in doomed {
+            ignore_absent(self.links.remove(&key))?;
+        }
+        let metas: Vec<_> = self
+            .link_meta
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.low_ifindex == ifindex || k.high_ifindex == ifindex)
+            .collect();
+        for key in metas {
+            ignore_absent(self.link_meta.remove(&key))?;
+        }
+        ignore_absent(self.endpoints.remove(&ifindex))?;
+        ignore_absent(self.counters.remove(&ifindex))?;
+        ignore_absent(self.targets.remove(ifindex))
+    }
+
+    /// Drops entries that refer to an interface no longer managed.
+    pub fn drop_dangling(&mut self) -> Result<()> {
+        let managed: Vec<u32> = self.managed()?.into_iter().map(|(i, _)| i).collect();
+        let is_managed = |i: u32| managed.contains(&i);
+        let links: Vec<_> = self
+            .links
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, t)| !is_managed(k.ingress_ifindex) || !is_managed(*t))
+            .map(|(k, _)| k)
+            .collect();
+        for key in links {
+            ignore_absent(self.links.remove(&key))?;
+        }
+        let metas: Vec<_> = self
+            .link_meta
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !is_managed(k.low_ifindex) || !is_managed(k.high_ifindex))
+            .collect();
+        for key in metas {
+            ignore_absent(self.link_meta.remove(&key))?;
+        }
+        let targets: Vec<_> = self
+            .targets
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|i| !is_managed(*i))
+            .collect();
+        for ifindex in targets {
+            ignore_absent(self.targets.remove(ifindex))?;
+        }
+        let counters: Vec<_> = self
+            .counters
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|i| !is_managed(*i))
+            .collect();
+        for ifindex in counters {
+            ignore_absent(self.counters.remove(&ifindex))?;
+        }
+        Ok(())
+    }
+}
+
+fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(MapError::KeyNotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn ignore_absent(result: Result<(), MapError>) -> Result<()> {
+    absent_is_none(result).map(|_| ())
+}
+
+/// A full map says E2BIG; name the map and the way out.
+fn full(err: MapError, map: &str, what: &str) -> anyhow::Error {
+    if let MapError::SyscallError(ref sys) = err
+        && sys.io_error.raw_os_error() == Some(libc::E2BIG)
+    {
+        return anyhow!(
+            "cannot add {what}: map {map} is full; raise --max-links/--max-endpoints on a fresh \
+             pin directory or remove unused links"
+        );
+    }
+    anyhow::Error::new(err).context(format!("cannot add {what} to {map}"))
+}
+
+/// One step to take back if a change fails halfway.
+pub enum Undo {
+    Endpoint(u32),
+    Direction(LinkKey),
+    Meta(LinkMetaKey),
+    LinkPin(std::path::PathBuf),
+    Fixups {
+        netns: NetnsPath,
+        ifname: String,
+        changed: u8,
+    },
+}
+
+/// Steps taken so far, undone in reverse order unless committed.
+#[derive(Default)]
+pub struct Journal(Vec<Undo>);
+
+impl Journal {
+    pub fn push(&mut self, step: Undo) {
+        self.0.push(step);
+    }
+
+    pub fn commit(&mut self) {
+        self.0.clear();
+    }
+
+    pub fn roll_back(&mut self, ebpf: &mut Ebpf) {
+        let steps: Vec<_> = self.0.drain(..).rev().collect();
+        let mut maps = match Maps::new(ebpf) {
+            Ok(maps) => maps,
+            Err(e) => {
+                warn!("cannot roll back: {e:#}");
+                return;
+            }
+        };
+        for step in steps {
+            let result = match step {
+                Undo::Endpoint(ifindex) => {
+                    let _ = maps.endpoints.remove(&ifindex);
+                    let _ = maps.counters.remove(&ifindex);
+                    ignore_absent(maps.targets.remove(ifindex))
+                }
+                Undo::Direction(key) => ignore_absent(maps.links.remove(&key)),
+                Undo::Meta(key) => ignore_absent(maps.link_meta.remove(&key)),
+                Undo::LinkPin(path) => pins::remove_if_present(&path),
+                Undo::Fixups {
+                    netns,
+                    ifname,
+                    changed,
+                } => fixups::revert(&netns, &ifname, changed),
+            };
+            if let Err(e) = result {
+                warn!("roll back step failed: {e:#}");
+            }
+        }
+    }
+}

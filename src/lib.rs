@@ -1,0 +1,10 @@
+//! dxdp: container-to-container links on one host that bypass the Linux bridge with eBPF.
+pub mod cli;
+pub mod commands;
+pub mod datapath;
+pub mod endpoint;
+pub mod ethtool;
+pub mod labels;
+pub mod netlink;
+pub mod netns;
+pub mod plan;

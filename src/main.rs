@@ -1,0 +1,24 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use dxdp::{cli::Cli, commands};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DXDP_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match commands::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("dxdp: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Interfaces as rtnetlink reports them in one namespace.
+//!
+//! sysfs keeps showing the namespace it was mounted in even after `setns`, so everything about
+//! interfaces inside a container is read through rtnetlink on a thread inside that namespace.
+use anyhow::{Context, Result};
+use futures::TryStreamExt;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkXdp};
+
+use crate::netns::NetnsPath;
+
+pub type MacAddr = [u8; 6];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interface {
+    pub index: u32,
+    pub name: String,
+    pub mac: Option<MacAddr>,
+    /// `veth`, `bridge`, … as the kernel names the link kind.
+    pub kind: Option<String>,
+    /// IFLA_LINK: for a veth, its peer's ifindex (in the peer's namespace).
+    pub peer_index: Option<u32>,
+    /// Set when the peer lives in another namespace.
+    pub peer_netnsid: Option<i32>,
+    /// ifindex of the bridge (or other master) this interface is enslaved to.
+    pub master: Option<u32>,
+    /// Id of the XDP program attached in any mode, if one is.
+    pub xdp_prog_id: Option<u32>,
+    pub up: bool,
+}
+
+impl Interface {
+    pub fn is_veth(&self) -> bool {
+        self.kind.as_deref() == Some("veth")
+    }
+
+    pub fn is_bridge(&self) -> bool {
+        self.kind.as_deref() == Some("bridge")
+    }
+}
+
+/// All interfaces of the namespace at `netns`.
+pub fn interfaces(netns: &NetnsPath) -> Result<Vec<Interface>> {
+    netns
+        .run(list_here)
+        .with_context(|| format!("cannot list interfaces in {netns}"))
+}
+
+fn list_here() -> Result<Vec<Interface>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    runtime.block_on(async {
+        let (connection, handle, _) = rtnetlink::new_connection()?;
+        let driver = tokio::spawn(connection);
+        let links: Vec<_> = handle.link().get().execute().try_collect().await?;
+        driver.abort();
+        Ok(links.into_iter().map(to_interface).collect())
+    })
+}
+
+fn to_interface(msg: netlink_packet_route::link::LinkMessage) -> Interface {
+    let mut iface = Interface {
+        index: msg.header.index,
+        name: String::new(),
+        mac: None,
+        kind: None,
+        peer_index: None,
+        peer_netnsid: None,
+        master: None,
+        xdp_prog_id: None,
+        up: msg.header.flags.contains(LinkFlags::Up),
+    };
+    for attr in msg.attributes {
+        match attr {
+            LinkAttribute::IfName(name) => iface.name = name,
+            LinkAttribute::Address(addr) => iface.mac = addr.try_into().ok(),
+            LinkAttribute::Link(index) => iface.peer_index = Some(index),
+            LinkAttribute::LinkNetNsId(id) => iface.peer_netnsid = Some(id),
+            LinkAttribute::Controller(index) => iface.master = Some(index),
+            LinkAttribute::LinkInfo(infos) => {
+                iface.kind = infos.into_iter().find_map(|info| match info {
+                    LinkInfo::Kind(kind) => Some(kind_name(&kind)),
+                    _ => None,
+                })
+            }
+            LinkAttribute::Xdp(xdp) => {
+                iface.xdp_prog_id = xdp.into_iter().find_map(|x| match x {
+                    LinkXdp::ProgId(id) if id != 0 => Some(id),
+                    _ => None,
+                })
+            }
+            _ => {}
+        }
+    }
+    iface
+}
+
+fn kind_name(kind: &InfoKind) -> String {
+    match kind {
+        InfoKind::Veth => "veth".into(),
+        InfoKind::Bridge => "bridge".into(),
+        other => other.to_string(),
+    }
+}
+
+pub fn format_mac(mac: &MacAddr) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}

@@ -1,0 +1,89 @@
+//! Running code inside another network namespace.
+//!
+//! `setns` switches only the calling thread, and an async runtime moves tasks between threads, so
+//! every excursion gets a fresh OS thread that enters the namespace, does its work and exits.
+//! Nothing else ever runs on that thread, so it never has to switch back.
+use std::{
+    fs::File,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result, anyhow};
+use nix::sched::{CloneFlags, setns};
+
+/// Where a network namespace can be opened: a named one under /run/netns or a process's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetnsPath(PathBuf);
+
+impl NetnsPath {
+    pub fn named(name: &str) -> Self {
+        Self(Path::new("/run/netns").join(name))
+    }
+
+    pub fn of_pid(pid: u32) -> Self {
+        Self(PathBuf::from(format!("/proc/{pid}/ns/net")))
+    }
+
+    pub fn host() -> Self {
+        Self(PathBuf::from("/proc/self/ns/net"))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// The namespace's inode: equal inodes mean the same namespace.
+    pub fn inode(&self) -> Result<u64> {
+        let meta = std::fs::metadata(&self.0)
+            .with_context(|| format!("network namespace {} is not there", self.0.display()))?;
+        Ok(meta.ino())
+    }
+
+    /// Runs `work` on a dedicated thread inside this namespace and returns its result.
+    pub fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T> + Send + 'static,
+    {
+        let path = self.0.clone();
+        let ns = File::open(&path)
+            .with_context(|| format!("cannot open network namespace {}", path.display()))?;
+        std::thread::Builder::new()
+            .name("dxdp-netns".into())
+            .spawn(move || {
+                setns(&ns, CloneFlags::CLONE_NEWNET).with_context(|| {
+                    format!("cannot enter network namespace {}", path.display())
+                })?;
+                work()
+            })
+            .context("cannot spawn a thread to enter a network namespace")?
+            .join()
+            .map_err(|_| anyhow!("thread inside network namespace panicked"))?
+    }
+}
+
+impl std::fmt::Display for NetnsPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.display().fmt(f)
+    }
+}
+
+/// Finds a way into the namespace with inode `ino`: a named namespace or any process inside it.
+/// Used to undo fix-ups when only the pinned state remembers where a container lived.
+pub fn find_by_inode(ino: u64) -> Option<NetnsPath> {
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| NetnsPath(entry.path()));
+    let procs = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .map(|entry| NetnsPath(entry.path().join("ns/net")));
+    named
+        .chain(procs)
+        .find(|ns| ns.inode().is_ok_and(|i| i == ino))
+}

@@ -1,0 +1,1007 @@
+//! From a snapshot of containers to the set of links dxdp should hold.
+//!
+//! Which pairs are asked for:
+//! - A container with `dxdp.enable=true` asks for each of its `dxdp.peers`. A peer name is first
+//!   looked up as a compose service of the asker's own compose project (a scaled service yields
+//!   every replica), and only if no such service exists as a container name (any project).
+//!   Naming one's own service links the other replicas; the asker itself is skipped silently.
+//! - Every pair of enabled containers sharing a `dxdp.group` is asked for. A group is scoped to
+//!   the compose project (`com.docker.compose.project`) of the container; containers outside
+//!   compose share one global scope. So `web` in project `a`, `web` in project `b` and a plain
+//!   `web` are three separate groups; to link across scopes, use `dxdp.peers`.
+//!
+//! Which asked-for pairs become a link (either side asking is enough):
+//! - Both running; a pair with a stopped side is skipped without a diagnostic, the next
+//!   snapshot will see it start.
+//! - The named side need not be enabled, but `dxdp.enable=false` is an opt-out that wins, and a
+//!   container whose `dxdp.*` labels are malformed is left out of every link, to be safe.
+//! - If both sides set `dxdp.network` they must agree, and only that network counts.
+//! - Stated datapaths must agree; one stated datapath beats `auto`.
+//! - Among the networks both containers are on, only `bridge` networks with inter-container
+//!   traffic allowed (icc) qualify, and the first by name is used: one link per pair at most.
+//!   Unqualified networks are reported only when they leave the pair with no link.
+//!
+//! The result depends only on the set of containers, never on their order: containers are
+//! walked by id, and diagnostics are sorted. Ids are unique in Docker; a snapshot repeating an
+//! id cannot be trusted, so every container with that id is left out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use crate::labels::{self, DatapathChoice, OptIn, Policy};
+
+pub const COMPOSE_PROJECT: &str = "com.docker.compose.project";
+pub const COMPOSE_SERVICE: &str = "com.docker.compose.service";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerView {
+    pub id: String,
+    /// Without the leading `/` (one is tolerated and stripped).
+    pub name: String,
+    pub running: bool,
+    pub labels: HashMap<String, String>,
+    /// When `None`, read from the `com.docker.compose.project` label.
+    pub compose_project: Option<String>,
+    /// When `None`, read from the `com.docker.compose.service` label.
+    pub compose_service: Option<String>,
+    pub networks: Vec<NetworkView>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkView {
+    pub id: String,
+    pub name: String,
+    pub driver: String,
+    /// False when `com.docker.network.bridge.enable_icc=false`.
+    pub icc: bool,
+}
+
+/// Normalised so that `a < b`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct DesiredLink {
+    pub a: String,
+    pub b: String,
+    pub network_id: String,
+    pub datapath: DatapathChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Info,
+    Warn,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Diagnostic {
+    /// Name of the container whose labels the message is about (the asker, for a pair).
+    pub container: String,
+    pub level: Level,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub links: BTreeSet<DesiredLink>,
+    /// Sorted, without duplicates.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+enum Status {
+    Invalid,
+    Absent,
+    OptedOut,
+    Enabled(Policy),
+}
+
+struct Node<'a> {
+    view: &'a ContainerView,
+    name: &'a str,
+    project: Option<&'a str>,
+    service: Option<&'a str>,
+    status: Status,
+}
+
+impl Node<'_> {
+    fn policy(&self) -> Option<&Policy> {
+        match &self.status {
+            Status::Enabled(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Diags(Vec<Diagnostic>);
+
+impl Diags {
+    fn push(&mut self, container: &str, level: Level, message: String) {
+        self.0.push(Diagnostic {
+            container: container.to_owned(),
+            level,
+            message,
+        });
+    }
+}
+
+pub fn plan(containers: &[ContainerView]) -> Plan {
+    let mut diags = Diags::default();
+    let nodes = nodes(containers, &mut diags);
+    let mut links = BTreeSet::new();
+    for ((i, j), asker) in requests(&nodes, &mut diags) {
+        if let Some(link) = evaluate(&nodes[i], &nodes[j], &nodes[asker], &mut diags) {
+            links.insert(link);
+        }
+    }
+    let mut diagnostics = diags.0;
+    diagnostics.sort();
+    diagnostics.dedup();
+    Plan { links, diagnostics }
+}
+
+/// Sorted by id, so that indices into the result are order independent.
+fn nodes<'a>(containers: &'a [ContainerView], diags: &mut Diags) -> Vec<Node<'a>> {
+    let mut by_id: BTreeMap<&str, Vec<&ContainerView>> = BTreeMap::new();
+    for c in containers {
+        by_id.entry(c.id.as_str()).or_default().push(c);
+    }
+    let mut out = Vec::with_capacity(by_id.len());
+    for (id, views) in by_id {
+        let [view] = views[..] else {
+            for v in views {
+                diags.push(
+                    labels::normalize_name(&v.name),
+                    Level::Warn,
+                    format!("container id {id} appears more than once in the snapshot; it is left out of every link"),
+                );
+            }
+            continue;
+        };
+        let name = labels::normalize_name(&view.name);
+        let from_labels = |field: &'a Option<String>, key: &str| {
+            field
+                .as_deref()
+                .or_else(|| view.labels.get(key).map(String::as_str))
+                .filter(|s| !s.is_empty())
+        };
+        let status = match labels::parse(&view.labels) {
+            Err(errors) => {
+                for e in errors {
+                    diags.push(
+                        name,
+                        Level::Warn,
+                        format!("{e}; until fixed, this container is left out of every link"),
+                    );
+                }
+                Status::Invalid
+            }
+            Ok(OptIn::Absent { ignored }) => {
+                // Warn, not Info: labels that say what to link but do nothing are surely a slip.
+                if !ignored.is_empty() {
+                    diags.push(
+                        name,
+                        Level::Warn,
+                        format!(
+                            "{} ignored because not enabled; add dxdp.enable=true to opt in",
+                            ignored.join(", ")
+                        ),
+                    );
+                }
+                Status::Absent
+            }
+            Ok(OptIn::OptedOut { ignored }) => {
+                if !ignored.is_empty() {
+                    diags.push(
+                        name,
+                        Level::Info,
+                        format!(
+                            "{} ignored because not enabled (dxdp.enable=false)",
+                            ignored.join(", ")
+                        ),
+                    );
+                }
+                Status::OptedOut
+            }
+            Ok(OptIn::Enabled(policy)) => Status::Enabled(policy),
+        };
+        out.push(Node {
+            view,
+            name,
+            project: from_labels(&view.compose_project, COMPOSE_PROJECT),
+            service: from_labels(&view.compose_service, COMPOSE_SERVICE),
+            status,
+        });
+    }
+    out
+}
+
+/// Pairs `(i, j)` with `i < j`, each mapped to the lowest-indexed container that asked for it.
+fn requests(nodes: &[Node], diags: &mut Diags) -> BTreeMap<(usize, usize), usize> {
+    let mut out = BTreeMap::new();
+    let mut ask = |x: usize, y: usize, asker: usize| {
+        out.entry((x.min(y), x.max(y)))
+            .and_modify(|a: &mut usize| *a = (*a).min(asker))
+            .or_insert(asker);
+    };
+    let mut groups: BTreeMap<(Option<&str>, &str), Vec<usize>> = BTreeMap::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let Some(policy) = node.policy() else {
+            continue;
+        };
+        if !node.view.running {
+            continue;
+        }
+        for peer in &policy.peers {
+            let found = resolve(nodes, node, peer);
+            if found.is_empty() {
+                let scope = match node.project {
+                    Some(p) => format!("service of compose project {p} or "),
+                    None => String::new(),
+                };
+                diags.push(
+                    node.name,
+                    Level::Info,
+                    format!("dxdp.peers names {peer}, which matches no {scope}container yet; the link is made once it exists"),
+                );
+            } else if found == [i] {
+                diags.push(
+                    node.name,
+                    Level::Warn,
+                    format!("dxdp.peers names {peer}, which is this container itself; a container cannot link to itself"),
+                );
+            }
+            for j in found.into_iter().filter(|&j| j != i) {
+                ask(i, j, i);
+            }
+        }
+        for group in &policy.groups {
+            groups.entry((node.project, group)).or_default().push(i);
+        }
+    }
+    for members in groups.values() {
+        for (k, &x) in members.iter().enumerate() {
+            for &y in &members[k + 1..] {
+                ask(x, y, x);
+            }
+        }
+    }
+    out
+}
+
+fn resolve(nodes: &[Node], from: &Node, peer: &str) -> Vec<usize> {
+    let matching = |pred: &dyn Fn(&Node) -> bool| -> Vec<usize> {
+        (0..nodes.len()).filter(|&k| pred(&nodes[k])).collect()
+    };
+    if let Some(project) = from.project {
+        let replicas = matching(&|n| n.project == Some(project) && n.service == Some(peer));
+        if !replicas.is_empty() {
+            return replicas;
+        }
+    }
+    matching(&|n| n.name == peer)
+}
+
+fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<DesiredLink> {
+    if !a.view.running || !b.view.running {
+        return None;
+    }
+    let mut refuse = |level: Level, why: String| {
+        diags.push(
+            asker.name,
+            level,
+            format!("no link between {} and {}: {why}", a.name, b.name),
+        );
+    };
+    for n in [a, b] {
+        match n.status {
+            Status::Invalid => {
+                refuse(Level::Info, format!("{} has malformed dxdp labels", n.name));
+                return None;
+            }
+            Status::OptedOut => {
+                refuse(
+                    Level::Info,
+                    format!("{} opted out with dxdp.enable=false", n.name),
+                );
+                return None;
+            }
+            Status::Absent | Status::Enabled(_) => {}
+        }
+    }
+    let (pa, pb) = (a.policy(), b.policy());
+
+    let wanted = match (
+        pa.and_then(|p| p.network.as_deref()),
+        pb.and_then(|p| p.network.as_deref()),
+    ) {
+        (Some(x), Some(y)) if x != y => {
+            refuse(
+                Level::Warn,
+                format!(
+                    "{} sets dxdp.network={x} but {} sets dxdp.network={y}; make them agree or drop one",
+                    a.name, b.name
+                ),
+            );
+            return None;
+        }
+        (x, y) => x.or(y),
+    };
+
+    let (da, db) = (
+        pa.map_or(DatapathChoice::Auto, |p| p.datapath),
+        pb.map_or(DatapathChoice::Auto, |p| p.datapath),
+    );
+    let Some(datapath) = da.merge(db) else {
+        refuse(
+            Level::Warn,
+            format!(
+                "{} sets dxdp.datapath={da} but {} sets dxdp.datapath={db}; make them agree or set one to auto",
+                a.name, b.name
+            ),
+        );
+        return None;
+    };
+
+    let b_nets: BTreeSet<&str> = b.view.networks.iter().map(|n| n.id.as_str()).collect();
+    let mut shared: Vec<&NetworkView> = a
+        .view
+        .networks
+        .iter()
+        .filter(|n| b_nets.contains(n.id.as_str()))
+        .filter(|n| wanted.is_none_or(|w| n.name == w))
+        .collect();
+    shared.sort_by(|x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
+    shared.dedup_by(|x, y| x.id == y.id);
+
+    if let Some(net) = shared.iter().find(|n| n.driver == "bridge" && n.icc) {
+        return Some(DesiredLink {
+            a: a.view.id.clone(),
+            b: b.view.id.clone(),
+            network_id: net.id.clone(),
+            datapath,
+        });
+    }
+    match wanted {
+        _ if !shared.is_empty() => {}
+        Some(w) => refuse(
+            Level::Warn,
+            format!("they do not share network {w}, which dxdp.network names"),
+        ),
+        None => refuse(
+            Level::Warn,
+            "they share no network; connect both to one bridge network".to_owned(),
+        ),
+    }
+    for net in shared {
+        if net.driver != "bridge" {
+            refuse(
+                Level::Warn,
+                format!(
+                    "network {} has driver {}; dxdp accelerates bridge networks only",
+                    net.name, net.driver
+                ),
+            );
+        } else {
+            refuse(
+                Level::Warn,
+                format!(
+                    "Docker disables inter-container traffic on network {} (enable_icc=false); dxdp never opens a path Docker closes",
+                    net.name
+                ),
+            );
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::labels::{DATAPATH, ENABLE, GROUP, NETWORK, PEERS};
+    use proptest::prelude::*;
+
+    fn net(name: &str, driver: &str, icc: bool) -> NetworkView {
+        NetworkView {
+            id: format!("nid-{name}"),
+            name: name.to_owned(),
+            driver: driver.to_owned(),
+            icc,
+        }
+    }
+
+    fn bridge(name: &str) -> NetworkView {
+        net(name, "bridge", true)
+    }
+
+    /// Running, on bridge network `n1`, id `id-NAME`.
+    fn c(name: &str, labels: &[(&str, &str)]) -> ContainerView {
+        ContainerView {
+            id: format!("id-{name}"),
+            name: name.to_owned(),
+            running: true,
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            compose_project: None,
+            compose_service: None,
+            networks: vec![bridge("n1")],
+        }
+    }
+
+    fn on(mut view: ContainerView, networks: Vec<NetworkView>) -> ContainerView {
+        view.networks = networks;
+        view
+    }
+
+    fn compose(mut view: ContainerView, project: &str, service: &str) -> ContainerView {
+        view.compose_project = Some(project.to_owned());
+        view.compose_service = Some(service.to_owned());
+        view
+    }
+
+    fn en<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut l = vec![(ENABLE, "true")];
+        l.extend_from_slice(extra);
+        l
+    }
+
+    /// Links as sorted "x-y" name pairs (ids minus the `id-` prefix).
+    fn pairs(p: &Plan) -> Vec<String> {
+        p.links
+            .iter()
+            .map(|l| format!("{}-{}", &l.a[3..], &l.b[3..]))
+            .collect()
+    }
+
+    fn has(p: &Plan, container: &str, level: Level, needle: &str) -> bool {
+        p.diagnostics
+            .iter()
+            .any(|d| d.container == container && d.level == level && d.message.contains(needle))
+    }
+
+    #[track_caller]
+    fn assert_diag(p: &Plan, container: &str, level: Level, needle: &str) {
+        assert!(
+            has(p, container, level, needle),
+            "no {level:?} diagnostic on {container} containing {needle:?} in {:#?}",
+            p.diagnostics
+        );
+    }
+
+    #[test]
+    fn empty_snapshot() {
+        assert_eq!(plan(&[]), Plan::default());
+    }
+
+    #[test]
+    fn peers_by_name() {
+        let p = plan(&[c("a", &en(&[(PEERS, "/b")])), c("b", &[]), c("x", &[])]);
+        assert_eq!(pairs(&p), ["a-b"]);
+        let link = p.links.first().cloned();
+        assert_eq!(
+            link,
+            Some(DesiredLink {
+                a: "id-a".into(),
+                b: "id-b".into(),
+                network_id: "nid-n1".into(),
+                datapath: DatapathChoice::Auto,
+            })
+        );
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    }
+
+    #[test]
+    fn link_is_normalised_whoever_asks() {
+        let p = plan(&[c("b", &en(&[(PEERS, "a")])), c("a", &[])]);
+        assert_eq!(pairs(&p), ["a-b"]);
+    }
+
+    #[test]
+    fn mutual_peers_give_one_link() {
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &en(&[(PEERS, "a")]))]);
+        assert_eq!(pairs(&p), ["a-b"]);
+    }
+
+    #[test]
+    fn opt_in_missing_asks_for_nothing() {
+        let p = plan(&[c("a", &[(PEERS, "b")]), c("b", &[])]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "dxdp.peers ignored because not enabled",
+        );
+    }
+
+    #[test]
+    fn unknown_key_excludes_container() {
+        let p = plan(&[
+            c("a", &en(&[(PEERS, "b"), ("dxdp.peer", "b")])),
+            c("b", &[]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "dxdp.peer=\"b\": unknown dxdp label key",
+        );
+        assert_diag(&p, "a", Level::Warn, "left out of every link");
+    }
+
+    #[test]
+    fn empty_peer_excludes_container() {
+        let p = plan(&[c("a", &en(&[(PEERS, "b,,c")])), c("b", &[]), c("c", &[])]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "empty peer name");
+    }
+
+    #[test]
+    fn oversized_value_excludes_container() {
+        let big = "b,".repeat(600);
+        let p = plan(&[c("a", &en(&[(PEERS, &big)])), c("b", &[])]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "oversized");
+    }
+
+    #[test]
+    fn bad_datapath_excludes_container() {
+        let p = plan(&[
+            c("a", &en(&[(PEERS, "b"), (DATAPATH, "fast")])),
+            c("b", &[]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "unknown datapath");
+    }
+
+    #[test]
+    fn malformed_peer_is_never_linked() {
+        // b did not opt in, but its broken labels still exclude it, even from a's request.
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(DATAPATH, "fast")])]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "b", Level::Warn, "unknown datapath");
+        assert_diag(&p, "a", Level::Info, "b has malformed dxdp labels");
+    }
+
+    #[test]
+    fn malformed_group_member_is_left_out() {
+        let p = plan(&[
+            c("a", &en(&[(GROUP, "g")])),
+            c("b", &en(&[(GROUP, "g")])),
+            c("c", &en(&[(GROUP, "g"), (NETWORK, "bad name")])),
+        ]);
+        assert_eq!(pairs(&p), ["a-b"]);
+    }
+
+    #[test]
+    fn peers_by_compose_service_within_project() {
+        let p = plan(&[
+            compose(c("p1-app-1", &en(&[(PEERS, "db")])), "p1", "app"),
+            compose(c("p1-db-1", &[]), "p1", "db"),
+            compose(c("p1-db-2", &[]), "p1", "db"),
+            compose(c("p2-db-1", &[]), "p2", "db"),
+        ]);
+        assert_eq!(pairs(&p), ["p1-app-1-p1-db-1", "p1-app-1-p1-db-2"]);
+    }
+
+    #[test]
+    fn compose_service_not_resolved_across_projects() {
+        let p = plan(&[
+            compose(c("p1-app-1", &en(&[(PEERS, "db")])), "p1", "app"),
+            compose(c("p2-db-1", &[]), "p2", "db"),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "p1-app-1",
+            Level::Info,
+            "matches no service of compose project p1 or container yet",
+        );
+    }
+
+    #[test]
+    fn compose_falls_back_to_container_name_in_any_project() {
+        let p = plan(&[
+            compose(c("p1-app-1", &en(&[(PEERS, "p2-db-1")])), "p1", "app"),
+            compose(c("p2-db-1", &[]), "p2", "db"),
+        ]);
+        assert_eq!(pairs(&p), ["p1-app-1-p2-db-1"]);
+    }
+
+    #[test]
+    fn compose_fields_read_from_labels_when_missing() {
+        let p = plan(&[
+            c(
+                "x1",
+                &en(&[
+                    (PEERS, "db"),
+                    (COMPOSE_PROJECT, "p"),
+                    (COMPOSE_SERVICE, "app"),
+                ]),
+            ),
+            c("x2", &[(COMPOSE_PROJECT, "p"), (COMPOSE_SERVICE, "db")]),
+        ]);
+        assert_eq!(pairs(&p), ["x1-x2"]);
+    }
+
+    #[test]
+    fn own_service_links_other_replicas() {
+        let p = plan(&[
+            compose(c("w1", &en(&[(PEERS, "web")])), "p", "web"),
+            compose(c("w2", &[]), "p", "web"),
+            compose(c("w3", &[]), "p", "web"),
+        ]);
+        assert_eq!(pairs(&p), ["w1-w2", "w1-w3"]);
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    }
+
+    #[test]
+    fn group_mesh_of_four_is_six_links() {
+        let p = plan(&[
+            c("a", &en(&[(GROUP, "g")])),
+            c("b", &en(&[(GROUP, "g,h")])),
+            c("c", &en(&[(GROUP, "g")])),
+            c("d", &en(&[(GROUP, "g")])),
+        ]);
+        assert_eq!(pairs(&p), ["a-b", "a-c", "a-d", "b-c", "b-d", "c-d"]);
+    }
+
+    #[test]
+    fn groups_scoped_per_project() {
+        let p = plan(&[
+            compose(c("a1", &en(&[(GROUP, "web")])), "a", "s1"),
+            compose(c("a2", &en(&[(GROUP, "web")])), "a", "s2"),
+            compose(c("b1", &en(&[(GROUP, "web")])), "b", "s1"),
+            compose(c("b2", &en(&[(GROUP, "web")])), "b", "s2"),
+            c("g1", &en(&[(GROUP, "web")])),
+            c("g2", &en(&[(GROUP, "web")])),
+        ]);
+        assert_eq!(pairs(&p), ["a1-a2", "b1-b2", "g1-g2"]);
+    }
+
+    #[test]
+    fn unlabeled_container_linked_only_when_named() {
+        let p = plan(&[c("a", &en(&[(GROUP, "g")])), c("b", &[]), c("c", &[])]);
+        assert!(p.links.is_empty());
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+        // Naming it from a container that did not opt in is not enough either.
+        let p = plan(&[c("a", &[(ENABLE, "false"), (PEERS, "b")]), c("b", &[])]);
+        assert!(p.links.is_empty());
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), c("c", &[])]);
+        assert_eq!(pairs(&p), ["a-b"]);
+    }
+
+    #[test]
+    fn explicit_enable_false_blocks() {
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(ENABLE, "false")])]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Info, "b opted out with dxdp.enable=false");
+        let p = plan(&[
+            c("a", &en(&[(PEERS, "b")])),
+            c("b", &[(ENABLE, "false"), (PEERS, "a")]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "b",
+            Level::Info,
+            "dxdp.peers ignored because not enabled",
+        );
+    }
+
+    #[test]
+    fn stopped_container() {
+        let mut b = c("b", &[]);
+        b.running = false;
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), b]);
+        assert!(p.links.is_empty());
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+
+        let mut a = c("a", &en(&[(PEERS, "b,nowhere"), (GROUP, "g")]));
+        a.running = false;
+        let p = plan(&[a, c("b", &[]), c("c", &en(&[(GROUP, "g")]))]);
+        assert!(p.links.is_empty());
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    }
+
+    #[test]
+    fn self_link() {
+        let p = plan(&[c("a", &en(&[(PEERS, "a")]))]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "this container itself");
+    }
+
+    #[test]
+    fn unknown_peer_is_info() {
+        let p = plan(&[c("a", &en(&[(PEERS, "later")]))]);
+        assert!(p.links.is_empty());
+        assert_eq!(
+            p.diagnostics,
+            [Diagnostic {
+                container: "a".into(),
+                level: Level::Info,
+                message: "dxdp.peers names later, which matches no container yet; the link is made once it exists".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn no_shared_network() {
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), vec![bridge("n1")]),
+            on(c("b", &[]), vec![bridge("n2")]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "no link between a and b: they share no network",
+        );
+    }
+
+    #[test]
+    fn macvlan_network() {
+        let mv = net("lan", "macvlan", true);
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), vec![mv.clone()]),
+            on(c("b", &[]), vec![mv.clone()]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "network lan has driver macvlan");
+        // With a bridge also shared, the bridge is used and the macvlan is not reported.
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), vec![mv.clone(), bridge("z")]),
+            on(c("b", &[]), vec![bridge("z"), mv]),
+        ]);
+        assert_eq!(
+            p.links.first().map(|l| l.network_id.as_str()),
+            Some("nid-z")
+        );
+        assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    }
+
+    #[test]
+    fn icc_disabled() {
+        let closed = net("secure", "bridge", false);
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), vec![closed.clone()]),
+            on(c("b", &[]), vec![closed]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "Docker disables inter-container traffic on network secure (enable_icc=false); dxdp never opens a path Docker closes",
+        );
+    }
+
+    #[test]
+    fn first_qualifying_network_by_name() {
+        let nets = vec![
+            bridge("zeta"),
+            net("alpha", "bridge", false),
+            bridge("beta"),
+        ];
+        let mut rev = nets.clone();
+        rev.reverse();
+        let p = plan(&[on(c("a", &en(&[(PEERS, "b")])), nets), on(c("b", &[]), rev)]);
+        assert_eq!(p.links.len(), 1);
+        assert_eq!(
+            p.links.first().map(|l| l.network_id.as_str()),
+            Some("nid-beta")
+        );
+    }
+
+    #[test]
+    fn network_label_narrows() {
+        let nets = vec![bridge("front"), bridge("back")];
+        let p = plan(&[
+            on(
+                c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
+                nets.clone(),
+            ),
+            on(c("b", &[]), nets.clone()),
+        ]);
+        assert_eq!(
+            p.links.first().map(|l| l.network_id.as_str()),
+            Some("nid-front")
+        );
+
+        // Set on the named side only, and that side did not opt in: its labels do not count.
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), nets.clone()),
+            on(c("b", &[(NETWORK, "front")]), nets.clone()),
+        ]);
+        assert_eq!(
+            p.links.first().map(|l| l.network_id.as_str()),
+            Some("nid-back")
+        );
+
+        // Set on the enabled peer side: it counts.
+        let p = plan(&[
+            on(c("a", &en(&[(PEERS, "b")])), nets.clone()),
+            on(c("b", &en(&[(NETWORK, "front")])), nets.clone()),
+        ]);
+        assert_eq!(
+            p.links.first().map(|l| l.network_id.as_str()),
+            Some("nid-front")
+        );
+
+        // Narrowed to a network they do not share.
+        let p = plan(&[
+            on(
+                c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
+                vec![bridge("back")],
+            ),
+            on(c("b", &[]), nets.clone()),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "they do not share network front, which dxdp.network names",
+        );
+
+        // Narrowed to an unusable network: no fallback to another one.
+        let lan = net("lan", "ipvlan", true);
+        let p = plan(&[
+            on(
+                c("a", &en(&[(PEERS, "b"), (NETWORK, "lan")])),
+                vec![lan.clone(), bridge("back")],
+            ),
+            on(c("b", &[]), vec![lan, bridge("back")]),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "a", Level::Warn, "network lan has driver ipvlan");
+    }
+
+    #[test]
+    fn conflicting_networks() {
+        let nets = vec![bridge("front"), bridge("back")];
+        let p = plan(&[
+            on(
+                c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
+                nets.clone(),
+            ),
+            on(c("b", &en(&[(NETWORK, "back")])), nets),
+        ]);
+        assert!(p.links.is_empty());
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "a sets dxdp.network=front but b sets dxdp.network=back",
+        );
+    }
+
+    #[test]
+    fn datapath_resolution() {
+        let dp = |x: &str, y: &str| {
+            let p = plan(&[
+                c("a", &en(&[(PEERS, "b"), (DATAPATH, x)])),
+                c("b", &en(&[(DATAPATH, y)])),
+            ]);
+            (p.links.first().map(|l| l.datapath), p)
+        };
+        assert_eq!(dp("auto", "auto").0, Some(DatapathChoice::Auto));
+        assert_eq!(dp("auto", "tc").0, Some(DatapathChoice::Tc));
+        assert_eq!(dp("xdp", "auto").0, Some(DatapathChoice::Xdp));
+        assert_eq!(dp("xdp", "xdp").0, Some(DatapathChoice::Xdp));
+        let (link, p) = dp("tc", "xdp");
+        assert_eq!(link, None);
+        assert_diag(
+            &p,
+            "a",
+            Level::Warn,
+            "a sets dxdp.datapath=tc but b sets dxdp.datapath=xdp",
+        );
+    }
+
+    #[test]
+    fn duplicate_ids_are_left_out() {
+        let mut twin = c("b2", &[]);
+        twin.id = "id-b".into();
+        let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), twin]);
+        assert!(p.links.is_empty());
+        assert_diag(&p, "b", Level::Warn, "appears more than once");
+        assert_diag(&p, "b2", Level::Warn, "appears more than once");
+    }
+
+    #[test]
+    fn order_independence_reversed() {
+        let mut input = vec![
+            compose(
+                c("a1", &en(&[(GROUP, "web"), (PEERS, "db,ghost")])),
+                "a",
+                "web",
+            ),
+            compose(c("a2", &en(&[(GROUP, "web")])), "a", "web"),
+            compose(c("adb", &[]), "a", "db"),
+            c("x", &en(&[(PEERS, "y"), (DATAPATH, "tc")])),
+            c("y", &en(&[(PEERS, "x"), (DATAPATH, "xdp")])),
+            on(
+                c("z", &en(&[(PEERS, "x")])),
+                vec![bridge("n1"), bridge("n0")],
+            ),
+        ];
+        let forward = plan(&input);
+        input.reverse();
+        assert_eq!(plan(&input), forward);
+        assert_eq!(pairs(&forward), ["a1-a2", "a1-adb", "x-z"]);
+    }
+
+    fn arb_container(i: usize) -> impl Strategy<Value = ContainerView> {
+        let names: Vec<String> = (0..8).map(|k| format!("c{k}")).collect();
+        let pools = [
+            bridge("n1"),
+            bridge("n2"),
+            net("n3", "bridge", false),
+            net("n4", "macvlan", true),
+        ];
+        (
+            prop::option::of(prop::sample::select(vec!["true", "false", "nope"])),
+            prop::sample::subsequence(names, 0..3),
+            prop::sample::subsequence(vec!["g", "h"], 0..=2),
+            prop::sample::select(vec![None, Some("tc"), Some("xdp"), Some("auto")]),
+            prop::option::weighted(0.2, prop::sample::select(vec!["n1", "n2"])),
+            prop::option::of((
+                prop::sample::select(vec!["p", "q"]),
+                prop::sample::select(vec!["s", "t"]),
+            )),
+            prop::sample::subsequence(pools.to_vec(), 0..=4),
+            prop::bool::weighted(0.85),
+        )
+            .prop_map(
+                move |(enable, peers, groups, dp, network, proj, nets, running)| {
+                    let mut l: Vec<(&str, String)> = Vec::new();
+                    if let Some(e) = enable {
+                        l.push((ENABLE, e.to_owned()));
+                    }
+                    if !peers.is_empty() {
+                        l.push((PEERS, peers.join(",")));
+                    }
+                    if !groups.is_empty() {
+                        l.push((GROUP, groups.join(",")));
+                    }
+                    if let Some(d) = dp {
+                        l.push((DATAPATH, d.to_owned()));
+                    }
+                    if let Some(n) = network {
+                        l.push((NETWORK, n.to_owned()));
+                    }
+                    let pairs: Vec<(&str, &str)> =
+                        l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    let mut view = on(c(&format!("c{i}"), &pairs), nets);
+                    view.running = running;
+                    if let Some((p, s)) = proj {
+                        view = compose(view, p, s);
+                    }
+                    view
+                },
+            )
+    }
+
+    fn arb_snapshot() -> impl Strategy<Value = Vec<ContainerView>> {
+        (1usize..=8).prop_flat_map(|n| (0..n).map(arb_container).collect::<Vec<_>>())
+    }
+
+    proptest! {
+        #[test]
+        fn order_independence_shuffled(
+            (input, shuffled) in arb_snapshot()
+                .prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle()))
+        ) {
+            let expected = plan(&input);
+            prop_assert_eq!(plan(&shuffled), expected.clone());
+            for l in &expected.links {
+                prop_assert!(l.a < l.b);
+            }
+        }
+    }
+}
