@@ -28,6 +28,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Remove every link, program, fix-up and pin dxdp made.
     Cleanup,
+    /// Follow Docker and keep the links that container labels ask for.
+    Watch(WatchArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -62,4 +64,25 @@ pub struct StatusArgs {
     /// Print JSON for scripts instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Labels: dxdp.enable=true opts a container in; dxdp.peers=NAME[,NAME...] and
+/// dxdp.group=NAME link it; dxdp.datapath=auto|tc|xdp and dxdp.network=NAME refine the link.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Seconds between full resyncs, which heal any missed event.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub resync: u64,
+    /// On exit, remove the links this watch made (by default they stay and keep working).
+    #[arg(long)]
+    pub cleanup: bool,
+    /// Reconcile once and exit.
+    #[arg(long)]
+    pub once: bool,
+}
+
+impl Command {
+    pub fn is_daemon(&self) -> bool {
+        matches!(self, Command::Watch(_))
+    }
 }

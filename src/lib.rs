@@ -2,9 +2,11 @@
 pub mod cli;
 pub mod commands;
 pub mod datapath;
+pub mod docker;
 pub mod endpoint;
 pub mod ethtool;
 pub mod labels;
 pub mod netlink;
 pub mod netns;
 pub mod plan;
+pub mod reconcile;

@@ -5,10 +5,16 @@ use dxdp::{cli::Cli, commands};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A one-shot command prints its outcome itself; the daemon reports through its log.
+    let default_level = if cli.command.is_daemon() {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DXDP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_target(false)

@@ -343,9 +343,32 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
         return None;
     };
 
-    let b_nets: BTreeSet<&str> = b.view.networks.iter().map(|n| n.id.as_str()).collect();
+    match choose_network(a.view, b.view, wanted) {
+        Ok(net) => Some(DesiredLink {
+            a: a.view.id.clone(),
+            b: b.view.id.clone(),
+            network_id: net.id.clone(),
+            datapath,
+        }),
+        Err(reasons) => {
+            for why in reasons {
+                refuse(Level::Warn, why);
+            }
+            None
+        }
+    }
+}
+
+/// The network a link between `a` and `b` uses: among the networks both are on (only `wanted`,
+/// if given), the first by name that is a `bridge` network with inter-container traffic
+/// allowed. Otherwise every reason there is none, each ready to show a user.
+pub fn choose_network<'v>(
+    a: &'v ContainerView,
+    b: &ContainerView,
+    wanted: Option<&str>,
+) -> Result<&'v NetworkView, Vec<String>> {
+    let b_nets: BTreeSet<&str> = b.networks.iter().map(|n| n.id.as_str()).collect();
     let mut shared: Vec<&NetworkView> = a
-        .view
         .networks
         .iter()
         .filter(|n| b_nets.contains(n.id.as_str()))
@@ -355,44 +378,32 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
     shared.dedup_by(|x, y| x.id == y.id);
 
     if let Some(net) = shared.iter().find(|n| n.driver == "bridge" && n.icc) {
-        return Some(DesiredLink {
-            a: a.view.id.clone(),
-            b: b.view.id.clone(),
-            network_id: net.id.clone(),
-            datapath,
-        });
+        return Ok(net);
     }
+    let mut reasons = Vec::new();
     match wanted {
         _ if !shared.is_empty() => {}
-        Some(w) => refuse(
-            Level::Warn,
-            format!("they do not share network {w}, which dxdp.network names"),
-        ),
-        None => refuse(
-            Level::Warn,
-            "they share no network; connect both to one bridge network".to_owned(),
-        ),
+        Some(w) => reasons.push(format!(
+            "they do not share network {w}, which dxdp.network names"
+        )),
+        None => {
+            reasons.push("they share no network; connect both to one bridge network".to_owned())
+        }
     }
     for net in shared {
         if net.driver != "bridge" {
-            refuse(
-                Level::Warn,
-                format!(
-                    "network {} has driver {}; dxdp accelerates bridge networks only",
-                    net.name, net.driver
-                ),
-            );
+            reasons.push(format!(
+                "network {} has driver {}; dxdp accelerates bridge networks only",
+                net.name, net.driver
+            ));
         } else {
-            refuse(
-                Level::Warn,
-                format!(
-                    "Docker disables inter-container traffic on network {} (enable_icc=false); dxdp never opens a path Docker closes",
-                    net.name
-                ),
-            );
+            reasons.push(format!(
+                "Docker disables inter-container traffic on network {} (enable_icc=false); dxdp never opens a path Docker closes",
+                net.name
+            ));
         }
     }
-    None
+    Err(reasons)
 }
 
 #[cfg(test)]

@@ -2,22 +2,20 @@ use std::{path::Path, process::ExitCode};
 
 use anyhow::Result;
 
+use super::resolve::{Pair, resolve_pair};
 use crate::{
     cli::{DatapathArg, LinkArgs},
     datapath::{Capacity, Datapath, Installed, Kind, LinkRequest, Origin},
-    endpoint::Endpoint,
     netlink,
     netns::NetnsPath,
 };
 
 pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let a = Endpoint::resolve_local(&args.a, &host)?;
-    let b = Endpoint::resolve_local(&args.b, &host)?;
+    let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
     let kind = choose(args.datapath);
     let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
     datapath.collect_garbage(&host)?;
-    let network = a.bridge_name.clone();
     let outcome = datapath.install(
         &LinkRequest {
             a: &a,
@@ -33,7 +31,7 @@ pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
         Installed::AlreadyThere => "already linked",
     };
     println!(
-        "{verb} {} ({}) <-> {} ({}) on {} via {kind}",
+        "{verb} {} ({}) <-> {} ({}) on {network} ({}) via {kind}",
         a.label, a.host_ifname, b.label, b.host_ifname, a.bridge_name
     );
     Ok(ExitCode::SUCCESS)

@@ -1,8 +1,10 @@
 //! One module per subcommand.
 mod cleanup;
 mod link;
+mod resolve;
 mod status;
 mod unlink;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -16,5 +18,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Unlink(args) => unlink::run(&cli.pin_dir, args),
         Command::Status(args) => status::run(&cli.pin_dir, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir),
+        Command::Watch(args) => watch::run(&cli.pin_dir, args),
     }
 }

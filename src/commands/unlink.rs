@@ -2,10 +2,11 @@ use std::{path::Path, process::ExitCode};
 
 use anyhow::{Result, bail};
 
+use super::resolve::resolve_pair;
 use crate::{
     cli::UnlinkArgs,
     datapath::{Capacity, Datapath},
-    endpoint::{Endpoint, EndpointSpec},
+    endpoint::EndpointSpec,
     netlink::{self, Interface},
     netns::NetnsPath,
 };
@@ -23,21 +24,16 @@ pub fn run(pin_dir: &Path, args: UnlinkArgs) -> Result<ExitCode> {
     let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
     let links = datapath.links()?;
     // An endpoint that is gone can still be named as it was linked.
-    let find = |spec: &EndpointSpec| -> Option<u32> {
-        host_ifindex(spec, &host).or_else(|| {
-            let label = spec.to_string();
-            links.iter().find_map(|l| {
-                if l.low_name == label {
-                    Some(l.low_ifindex)
-                } else if l.high_name == label {
-                    Some(l.high_ifindex)
-                } else {
-                    None
-                }
+    let by_name = || {
+        let (a, b) = (args.a.to_string(), args.b.to_string());
+        links
+            .iter()
+            .find(|l| {
+                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
             })
-        })
+            .map(|l| (l.low_ifindex, l.high_ifindex))
     };
-    let (Some(x), Some(y)) = (find(&args.a), find(&args.b)) else {
+    let Some((x, y)) = resolved(&args.a, &args.b, &host).or_else(by_name) else {
         bail!(
             "no link between {} and {}; see `dxdp status`",
             args.a,
@@ -58,8 +54,9 @@ pub fn run(pin_dir: &Path, args: UnlinkArgs) -> Result<ExitCode> {
     }
 }
 
-fn host_ifindex(spec: &EndpointSpec, host: &[Interface]) -> Option<u32> {
-    Endpoint::resolve_local(spec, host)
+/// The host ifindexes of both endpoints, when they can still be resolved.
+fn resolved(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> Option<(u32, u32)> {
+    resolve_pair(a, b, host)
         .ok()
-        .map(|ep| ep.host_ifindex)
+        .map(|p| (p.a.host_ifindex, p.b.host_ifindex))
 }

@@ -322,6 +322,10 @@ fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
     match result {
         Ok(v) => Ok(Some(v)),
         Err(MapError::KeyNotFound) => Ok(None),
+        // Deletes report a missing key as a plain ENOENT.
+        Err(MapError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::ENOENT) => {
+            Ok(None)
+        }
         Err(e) => Err(e.into()),
     }
 }

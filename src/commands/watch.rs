@@ -1,0 +1,255 @@
+//! `dxdp watch`: level-triggered reconciliation of labeled containers against pinned links.
+//! Docker events only say "look again"; the periodic resync heals whatever an event missed.
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result};
+use futures::{FutureExt, StreamExt};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{debug, info, warn};
+
+use super::{link::choose, resolve::runtime};
+use crate::{
+    cli::{DatapathArg, WatchArgs},
+    datapath::{Capacity, Datapath, LinkRequest, Origin},
+    docker::{Container, Docker, endpoint_on},
+    labels::DatapathChoice,
+    netlink,
+    netns::NetnsPath,
+    plan::{self, Diagnostic, Level},
+    reconcile::{Wanted, diff},
+};
+
+/// Container and network actions that can change which links should exist.
+const RELEVANT: &[&str] = &[
+    "start",
+    "restart",
+    "die",
+    "stop",
+    "kill",
+    "destroy",
+    "rename",
+    "connect",
+    "disconnect",
+    "pause",
+    "unpause",
+    "update",
+    "create",
+];
+
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub fn run(pin_dir: &Path, args: WatchArgs) -> Result<ExitCode> {
+    let pin_dir = pin_dir.to_path_buf();
+    runtime()?.block_on(watch(pin_dir, args))
+}
+
+async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut reported = BTreeSet::new();
+    let mut backoff = Duration::from_secs(1);
+    info!(pin_dir = %pin_dir.display(), resync_secs = args.resync, "dxdp watch starting");
+    loop {
+        let docker = match Docker::connect().await {
+            Ok(docker) => docker,
+            Err(err) => {
+                // Links keep working without dockerd (live-restore keeps containers running).
+                warn!("{err:#}; retrying in {}s", backoff.as_secs());
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = sigterm.recv() => return finish(&pin_dir, args.cleanup).await,
+                    _ = sigint.recv() => return finish(&pin_dir, args.cleanup).await,
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = Duration::from_secs(1);
+        // Events since just before the listing are replayed, so a container started between
+        // the listing and the stream's first poll is not missed.
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs().saturating_sub(1));
+        let mut events = Box::pin(docker.events_since(since));
+        reconcile_logged(&docker, &pin_dir, &mut reported).await;
+        if args.once {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let mut resync = tokio::time::interval(Duration::from_secs(args.resync));
+        resync.tick().await;
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(action)) => {
+                        if !is_relevant(&action) {
+                            continue;
+                        }
+                        debug!(action, "docker event");
+                        // A burst (compose up) becomes one reconcile.
+                        while let Some(Some(Ok(_))) = events.next().now_or_never() {}
+                        reconcile_logged(&docker, &pin_dir, &mut reported).await;
+                    }
+                    Some(Err(err)) => {
+                        warn!("docker event stream failed: {err:#}; reconnecting");
+                        break;
+                    }
+                    None => {
+                        warn!("docker event stream ended; reconnecting");
+                        break;
+                    }
+                },
+                _ = resync.tick() => {
+                    // A stream can stall silently; a failing ping means reconnect.
+                    if let Err(err) = docker.ping().await {
+                        warn!("dockerd does not answer: {err:#}; reconnecting");
+                        break;
+                    }
+                    reconcile_logged(&docker, &pin_dir, &mut reported).await;
+                }
+                _ = sigterm.recv() => return finish(&pin_dir, args.cleanup).await,
+                _ = sigint.recv() => return finish(&pin_dir, args.cleanup).await,
+            }
+        }
+    }
+}
+
+fn is_relevant(action: &str) -> bool {
+    let verb = action.split(':').next().unwrap_or(action).trim();
+    RELEVANT.contains(&verb)
+}
+
+async fn finish(pin_dir: &Path, cleanup: bool) -> Result<ExitCode> {
+    if !cleanup {
+        info!("dxdp watch stopping; links stay in place");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pin_dir = pin_dir.to_path_buf();
+    let removed = tokio::task::spawn_blocking(move || -> Result<usize> {
+        let mut datapath = Datapath::open(&pin_dir, Capacity::default())?;
+        let mut removed = 0;
+        for link in datapath.links()? {
+            if link.origin == Origin::Watch {
+                datapath.remove(link.low_ifindex, link.high_ifindex)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    })
+    .await??;
+    info!(removed, "dxdp watch stopping; removed the links it made");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn reconcile_logged(docker: &Docker, pin_dir: &Path, reported: &mut BTreeSet<Diagnostic>) {
+    let started = Instant::now();
+    match reconcile(docker, pin_dir, reported).await {
+        Ok(outcome) => debug!(
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            containers = outcome.containers,
+            links = outcome.links,
+            "reconciled"
+        ),
+        Err(err) => warn!("reconcile failed: {err:#}"),
+    }
+}
+
+struct Outcome {
+    containers: usize,
+    links: usize,
+}
+
+async fn reconcile(
+    docker: &Docker,
+    pin_dir: &Path,
+    reported: &mut BTreeSet<Diagnostic>,
+) -> Result<Outcome> {
+    let containers = docker.running().await?;
+    let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
+    let plan = plan::plan(&views);
+    report_new(&plan.diagnostics, reported);
+    let pin_dir = pin_dir.to_path_buf();
+    let count = containers.len();
+    let links = tokio::task::spawn_blocking(move || apply(&pin_dir, &containers, &plan.links))
+        .await
+        .context("reconcile task panicked")??;
+    Ok(Outcome {
+        containers: count,
+        links,
+    })
+}
+
+/// Logs each diagnostic once while it holds, so a resync does not repeat them every time.
+fn report_new(diagnostics: &[Diagnostic], reported: &mut BTreeSet<Diagnostic>) {
+    let current: BTreeSet<Diagnostic> = diagnostics.iter().cloned().collect();
+    for d in current.difference(reported) {
+        match d.level {
+            Level::Warn => warn!(container = %d.container, "{}", d.message),
+            Level::Info => info!(container = %d.container, "{}", d.message),
+        }
+    }
+    *reported = current;
+}
+
+fn apply(
+    pin_dir: &Path,
+    containers: &[Container],
+    links: &BTreeSet<plan::DesiredLink>,
+) -> Result<usize> {
+    let host = netlink::interfaces(&NetnsPath::host())?;
+    let by_id: HashMap<&str, &Container> =
+        containers.iter().map(|c| (c.view.id.as_str(), c)).collect();
+    let mut requests = Vec::new();
+    for link in links {
+        let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
+            continue;
+        };
+        let endpoints = endpoint_on(a, &link.network_id, &host)
+            .and_then(|ea| Ok((ea, endpoint_on(b, &link.network_id, &host)?)));
+        match endpoints {
+            Ok((ea, eb)) => {
+                let network = a
+                    .attachment(&link.network_id)
+                    .map(|att| att.network.name.clone())
+                    .unwrap_or_default();
+                let kind = choose(match link.datapath {
+                    DatapathChoice::Auto => DatapathArg::Auto,
+                    DatapathChoice::Tc => DatapathArg::Tc,
+                    DatapathChoice::Xdp => DatapathArg::Xdp,
+                });
+                requests.push((ea, eb, kind, network));
+            }
+            // A container that just stopped or is still starting: the next event catches up.
+            Err(err) => debug!(a = %a.view.name, b = %b.view.name, "not linkable yet: {err:#}"),
+        }
+    }
+    let wanted: Vec<Wanted> = requests
+        .iter()
+        .map(|(a, b, kind, _)| Wanted::new(a.host_ifindex, b.host_ifindex, *kind))
+        .collect();
+    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    datapath.collect_garbage(&host)?;
+    let changes = diff(&wanted, &datapath.links()?);
+    for (low, high) in changes.remove {
+        datapath.remove(low, high)?;
+    }
+    for i in changes.add {
+        let (a, b, kind, network) = &requests[i];
+        let request = LinkRequest {
+            a,
+            b,
+            kind: *kind,
+            origin: Origin::Watch,
+            network,
+        };
+        // One link that cannot be made (full map, foreign program) must not stop the others.
+        if let Err(err) = datapath.install(&request, &host) {
+            warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
+        }
+    }
+    Ok(datapath.links()?.len())
+}

@@ -1,0 +1,312 @@
+use std::collections::HashMap;
+
+use anyhow::{Context, Result, anyhow, bail};
+use bollard::{
+    errors::Error as DockerError,
+    models::{ContainerInspectResponse, ContainerStateStatusEnum},
+    query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder},
+};
+use futures::{Stream, StreamExt};
+use tracing::debug;
+
+use crate::{
+    netlink::MacAddr,
+    plan::{COMPOSE_PROJECT, COMPOSE_SERVICE, ContainerView, NetworkView},
+};
+
+const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
+
+/// A dockerd connection with the API version negotiated, so Debian's 20.10 (API 1.41) works as
+/// well as current engines.
+#[derive(Clone)]
+pub struct Docker {
+    client: bollard::Docker,
+}
+
+/// A container as dxdp sees it: the planner's view plus what netns inspection needs.
+#[derive(Clone, Debug)]
+pub struct Container {
+    pub view: ContainerView,
+    pub pid: Option<u32>,
+    pub status: String,
+    pub network_mode: String,
+    pub attachments: Vec<NetworkAttachment>,
+}
+
+#[derive(Clone, Debug)]
+pub struct NetworkAttachment {
+    pub network: NetworkView,
+    /// The Linux bridge carrying a `bridge` network (docker0, br-<id>).
+    pub bridge: Option<String>,
+    pub mac: Option<MacAddr>,
+}
+
+impl Docker {
+    /// Connects through DOCKER_HOST or /var/run/docker.sock.
+    pub async fn connect() -> Result<Self> {
+        let client = bollard::Docker::connect_with_defaults()
+            .context("cannot reach dockerd (DOCKER_HOST or /var/run/docker.sock)")?
+            .negotiate_version()
+            .await
+            .context(
+                "cannot reach dockerd: is it running? (DOCKER_HOST or /var/run/docker.sock)",
+            )?;
+        let version = client.client_version();
+        debug!(api = %format!("{}.{}", version.major_version, version.minor_version), "connected to dockerd");
+        Ok(Self { client })
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        self.client.ping().await?;
+        Ok(())
+    }
+
+    /// Container and network events from `since` (unix seconds) on: they are all that can
+    /// change a link.
+    pub fn events_since(&self, since: u64) -> impl Stream<Item = Result<String>> + use<> {
+        let filters = HashMap::from([("type", vec!["container", "network"])]);
+        let options = EventsOptionsBuilder::new()
+            .since(&since.to_string())
+            .filters(&filters)
+            .build();
+        self.client.events(Some(options)).map(|event| {
+            let event = event?;
+            Ok(event.action.unwrap_or_default())
+        })
+    }
+
+    /// Every running container, inspected.
+    pub async fn running(&self) -> Result<Vec<Container>> {
+        let options = ListContainersOptionsBuilder::new().all(false).build();
+        let summaries = self
+            .client
+            .list_containers(Some(options))
+            .await
+            .context("cannot list containers")?;
+        let mut networks = NetworkCache::default();
+        let mut out = Vec::new();
+        for id in summaries.into_iter().filter_map(|s| s.id) {
+            match self.client.inspect_container(&id, None).await {
+                Ok(inspect) => out.push(self.to_container(inspect, &mut networks).await?),
+                // Gone between list and inspect: the next event brings it up to date.
+                Err(e) if not_found(&e) => {}
+                Err(e) => return Err(e).context(format!("cannot inspect container {id}")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A container by name, ID or unique ID prefix, or compose service name.
+    pub async fn find(&self, reference: &str) -> Result<Container> {
+        let mut networks = NetworkCache::default();
+        match self.client.inspect_container(reference, None).await {
+            Ok(inspect) => return self.to_container(inspect, &mut networks).await,
+            Err(e) if not_found(&e) => {}
+            Err(e) => return Err(e).context(format!("cannot inspect container {reference}")),
+        }
+        let filters = HashMap::from([("label", vec![format!("{COMPOSE_SERVICE}={reference}")])]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let found = self.client.list_containers(Some(options)).await?;
+        match found.as_slice() {
+            [] => bail!(
+                "no container named {reference}: no container has that name, ID prefix or \
+                 compose service; check `docker ps -a`"
+            ),
+            [one] => {
+                let id = one.id.clone().unwrap_or_default();
+                let inspect = self.client.inspect_container(&id, None).await?;
+                self.to_container(inspect, &mut networks).await
+            }
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .filter_map(|s| s.names.as_ref()?.first().cloned())
+                    .map(|n| n.trim_start_matches('/').to_owned())
+                    .collect();
+                bail!(
+                    "compose service {reference} has several containers ({}); name one",
+                    names.join(", ")
+                )
+            }
+        }
+    }
+
+    async fn to_container(
+        &self,
+        inspect: ContainerInspectResponse,
+        networks: &mut NetworkCache,
+    ) -> Result<Container> {
+        let id = inspect.id.clone().unwrap_or_default();
+        let name = inspect
+            .name
+            .clone()
+            .unwrap_or_default()
+            .trim_start_matches('/')
+            .to_owned();
+        let state = inspect.state.clone().unwrap_or_default();
+        let running = state.running.unwrap_or(false);
+        let status = state
+            .status
+            .unwrap_or(ContainerStateStatusEnum::EMPTY)
+            .to_string();
+        let pid = state
+            .pid
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0);
+        let labels = inspect
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        let network_mode = inspect
+            .host_config
+            .as_ref()
+            .and_then(|h| h.network_mode.clone())
+            .unwrap_or_default();
+        let mut attachments = Vec::new();
+        let settings = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default();
+        for (net_name, endpoint) in settings {
+            let Some(net_id) = endpoint.network_id.filter(|i| !i.is_empty()) else {
+                continue;
+            };
+            let (network, bridge) = networks.get(&self.client, &net_id, &net_name).await?;
+            attachments.push(NetworkAttachment {
+                network,
+                bridge,
+                mac: endpoint.mac_address.as_deref().and_then(parse_mac),
+            });
+        }
+        attachments.sort_by(|x, y| x.network.name.cmp(&y.network.name));
+        let view = ContainerView {
+            id,
+            name,
+            running,
+            compose_project: labels.get(COMPOSE_PROJECT).cloned(),
+            compose_service: labels.get(COMPOSE_SERVICE).cloned(),
+            labels,
+            networks: attachments.iter().map(|a| a.network.clone()).collect(),
+        };
+        Ok(Container {
+            view,
+            pid,
+            status,
+            network_mode,
+            attachments,
+        })
+    }
+}
+
+/// Networks looked up once per snapshot.
+#[derive(Default)]
+struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
+
+impl NetworkCache {
+    async fn get(
+        &mut self,
+        client: &bollard::Docker,
+        id: &str,
+        name: &str,
+    ) -> Result<(NetworkView, Option<String>)> {
+        if let Some(hit) = self.0.get(id) {
+            return Ok(hit.clone());
+        }
+        let inspect = client
+            .inspect_network(id, None)
+            .await
+            .with_context(|| format!("cannot inspect network {name}"))?;
+        let options = inspect.options.unwrap_or_default();
+        let driver = inspect.driver.unwrap_or_default();
+        let bridge = (driver == "bridge").then(|| {
+            options
+                .get(BRIDGE_NAME_OPTION)
+                .cloned()
+                .unwrap_or_else(|| format!("br-{}", &id[..id.len().min(12)]))
+        });
+        let view = NetworkView {
+            id: id.to_owned(),
+            name: inspect.name.unwrap_or_else(|| name.to_owned()),
+            driver,
+            icc: options.get(ICC_OPTION).is_none_or(|v| v != "false"),
+        };
+        self.0.insert(id.to_owned(), (view.clone(), bridge.clone()));
+        Ok((view, bridge))
+    }
+}
+
+fn not_found(e: &DockerError) -> bool {
+    matches!(
+        e,
+        DockerError::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+fn parse_mac(s: &str) -> Option<MacAddr> {
+    let bytes: Vec<u8> = s
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    bytes.try_into().ok()
+}
+
+impl Container {
+    /// Why this container cannot be linked at all, if it cannot.
+    pub fn unlinkable(&self) -> Option<String> {
+        let name = &self.view.name;
+        if !self.view.running {
+            return Some(format!(
+                "container {name} is not running (status {}); start it first",
+                self.status
+            ));
+        }
+        let mode = self.network_mode.as_str();
+        if mode == "host" || mode == "none" || mode.starts_with("container:") {
+            return Some(format!(
+                "container {name} uses network mode {mode}; dxdp links containers attached to \
+                 bridge networks"
+            ));
+        }
+        if self.pid.is_none() {
+            return Some(format!("container {name} has no process to inspect"));
+        }
+        None
+    }
+
+    pub fn attachment(&self, network_id: &str) -> Result<&NetworkAttachment> {
+        self.attachments
+            .iter()
+            .find(|a| a.network.id == network_id)
+            .ok_or_else(|| {
+                anyhow!(
+                    "container {} is not on network {network_id}",
+                    self.view.name
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_mac;
+
+    #[test]
+    fn parses_docker_macs() {
+        assert_eq!(
+            parse_mac("02:42:ac:11:00:02"),
+            Some([2, 0x42, 0xac, 0x11, 0, 2])
+        );
+        assert_eq!(parse_mac(""), None);
+        assert_eq!(parse_mac("02:42:ac:11:00"), None);
+        assert_eq!(parse_mac("zz:42:ac:11:00:02"), None);
+    }
+}

@@ -1,0 +1,7 @@
+//! What dxdp needs from dockerd: running containers with their labels and networks, resolved
+//! by name, ID prefix or compose service, and a stream of "something changed" signals.
+mod client;
+mod endpoints;
+
+pub use client::{Container, Docker, NetworkAttachment};
+pub use endpoints::{container_endpoints, endpoint_on};
