@@ -30,6 +30,15 @@ pub enum Command {
     Cleanup,
     /// Follow Docker and keep the links that container labels ask for.
     Watch(WatchArgs),
+    /// Check that this host can run dxdp, with a fix for each problem.
+    Doctor,
+    /// Print shell completions.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff).
+    Man,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]

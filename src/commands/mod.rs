@@ -1,5 +1,7 @@
 //! One module per subcommand.
 mod cleanup;
+mod docs;
+mod doctor;
 mod link;
 mod resolve;
 mod status;
@@ -19,5 +21,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status(args) => status::run(&cli.pin_dir, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir),
         Command::Watch(args) => watch::run(&cli.pin_dir, args),
+        Command::Doctor => doctor::run(&cli.pin_dir),
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man => docs::man(),
     }
 }

@@ -113,6 +113,19 @@ impl<'p> Programs<'p> {
         Ok(())
     }
 
+    /// Programs of other tools on a veth: TCX ingress ones beside ours, or an XDP program.
+    pub fn foreign_on(&self, iface: &Interface) -> Result<Vec<String>> {
+        let mut out: Vec<String> = tcx_ingress(&iface.name)?
+            .iter()
+            .filter(|p| p.id() != self.tc_id)
+            .map(|p| format!("tcx ingress {}", describe_program(p.id())))
+            .collect();
+        if let Some(id) = iface.xdp_prog_id.filter(|id| *id != self.xdp_id) {
+            out.push(format!("xdp {}", describe_program(id)));
+        }
+        Ok(out)
+    }
+
     /// Removes attachment pins whose interface is no longer managed or no longer carries our
     /// program (its device was destroyed, which detached the link).
     pub fn drop_stale_pins(&self, managed: &[u32], host: &[Interface]) -> Result<usize> {

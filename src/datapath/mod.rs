@@ -346,6 +346,21 @@ impl Datapath {
         state::Maps::new(&mut self.ebpf)?.managed()
     }
 
+    /// Other tools' programs on managed veths, as (veth name, description).
+    pub fn foreign_programs(&mut self, host: &[Interface]) -> Result<Vec<(String, String)>> {
+        let managed = self.interfaces()?;
+        let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
+        let mut out = Vec::new();
+        for (ifindex, _) in managed {
+            if let Some(iface) = host.iter().find(|i| i.index == ifindex) {
+                for description in programs.foreign_on(iface)? {
+                    out.push((iface.name.clone(), description));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Drops whatever refers to interfaces that no longer exist in the host namespace: links to
     /// a destroyed veth, its counters, its dead program attachment pins.
     pub fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
@@ -359,7 +374,18 @@ impl Datapath {
             }
         }
         maps.drop_dangling()?;
-        let managed: Vec<u32> = maps.managed()?.into_iter().map(|(i, _)| i).collect();
+        // The survivor of a link whose other end died keeps no program it does not need.
+        let mut orphans = Vec::new();
+        for (ifindex, _) in maps.managed()? {
+            if !maps.interface_in_use(ifindex)? {
+                orphans.push(ifindex);
+            }
+        }
+        for ifindex in orphans {
+            self.release_interface(ifindex)?;
+            purged += 1;
+        }
+        let managed: Vec<u32> = self.interfaces()?.into_iter().map(|(i, _)| i).collect();
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
         purged += programs.drop_stale_pins(&managed, host)?;
         Ok(purged)

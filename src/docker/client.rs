@@ -57,6 +57,12 @@ impl Docker {
         Ok(Self { client })
     }
 
+    /// The negotiated API version, e.g. "1.41".
+    pub fn api_version(&self) -> String {
+        let v = self.client.client_version();
+        format!("{}.{}", v.major_version, v.minor_version)
+    }
+
     pub async fn ping(&self) -> Result<()> {
         self.client.ping().await?;
         Ok(())

@@ -1,0 +1,224 @@
+//! `dxdp doctor`: every precondition, checked, with what to do about a failure.
+use std::{fmt, path::Path, process::ExitCode};
+
+use anyhow::Result;
+use aya::util::KernelVersion;
+
+use crate::{
+    datapath::{Capacity, Datapath, Kind},
+    netlink,
+    netns::NetnsPath,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Verdict {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Ok => " ok ",
+            Verdict::Warn => "warn",
+            Verdict::Fail => "FAIL",
+        })
+    }
+}
+
+struct Check {
+    verdict: Verdict,
+    what: String,
+    fix: Option<String>,
+}
+
+fn check(verdict: Verdict, what: impl Into<String>, fix: Option<&str>) -> Check {
+    Check {
+        verdict,
+        what: what.into(),
+        fix: fix.map(str::to_owned),
+    }
+}
+
+pub fn run(pin_dir: &Path) -> Result<ExitCode> {
+    let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir), br_netfilter()];
+    checks.push(docker());
+    checks.extend(programs(pin_dir));
+    let worst = checks
+        .iter()
+        .map(|c| c.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok);
+    for c in &checks {
+        println!("[{}] {}", c.verdict, c.what);
+        if let Some(fix) = &c.fix {
+            println!("       fix: {fix}");
+        }
+    }
+    Ok(if worst == Verdict::Fail {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn kernel() -> Check {
+    match KernelVersion::current() {
+        Ok(v) if v >= KernelVersion::new(6, 6, 0) => check(
+            Verdict::Ok,
+            format!("kernel {v}: TCX, bpf_redirect_peer, native XDP on veth"),
+            None,
+        ),
+        Ok(v) if v >= KernelVersion::new(5, 10, 0) => check(
+            Verdict::Warn,
+            format!("kernel {v}: no TCX (6.6), so only the xdp datapath can be pinned"),
+            Some("use --datapath xdp, or upgrade to Linux 6.6 or later"),
+        ),
+        Ok(v) => check(
+            Verdict::Fail,
+            format!("kernel {v} is too old for dxdp"),
+            Some("Linux 5.10 at least, 6.6 or later for the tc datapath"),
+        ),
+        Err(e) => check(
+            Verdict::Fail,
+            format!("cannot read the kernel version: {e}"),
+            None,
+        ),
+    }
+}
+
+/// Effective capabilities from /proc/self/status.
+fn capabilities() -> Check {
+    const NEEDED: [(u32, &str); 3] = [
+        (39, "CAP_BPF"),
+        (12, "CAP_NET_ADMIN"),
+        (21, "CAP_SYS_ADMIN"),
+    ];
+    let eff = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    let missing: Vec<&str> = NEEDED
+        .iter()
+        .filter(|(bit, _)| eff & (1 << bit) == 0)
+        .map(|(_, name)| *name)
+        .collect();
+    if missing.is_empty() {
+        check(
+            Verdict::Ok,
+            "capabilities: CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN",
+            None,
+        )
+    } else {
+        check(
+            Verdict::Fail,
+            format!("missing capabilities: {}", missing.join(", ")),
+            Some("run as root, or grant them (the systemd unit in packaging/ does)"),
+        )
+    }
+}
+
+fn bpffs(pin_dir: &Path) -> Check {
+    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+    let probe = pin_dir.parent().unwrap_or(Path::new("/sys/fs/bpf"));
+    match nix::sys::statfs::statfs(probe) {
+        Ok(fs) if fs.filesystem_type().0 as i64 == BPF_FS_MAGIC => check(
+            Verdict::Ok,
+            format!("bpffs mounted at {}", probe.display()),
+            None,
+        ),
+        _ => check(
+            Verdict::Fail,
+            format!("{} is not a bpffs mount", probe.display()),
+            Some("mount -t bpf bpf /sys/fs/bpf"),
+        ),
+    }
+}
+
+fn br_netfilter() -> Check {
+    let on = std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        .is_ok_and(|v| v.trim() == "1");
+    if on {
+        check(
+            Verdict::Warn,
+            "br_netfilter is on: iptables sees bridged traffic, but not frames of linked pairs",
+            Some("link only containers whose traffic no iptables rule needs to see"),
+        )
+    } else {
+        check(
+            Verdict::Ok,
+            "br_netfilter off: no bridge netfilter hooks to skip",
+            None,
+        )
+    }
+}
+
+fn docker() -> Check {
+    let probe = async {
+        let docker = crate::docker::Docker::connect().await?;
+        docker.ping().await?;
+        Ok::<_, anyhow::Error>(docker.api_version())
+    };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(probe));
+    match result {
+        Ok(api) => check(Verdict::Ok, format!("dockerd reachable, API {api}"), None),
+        Err(e) => check(
+            Verdict::Warn,
+            format!("dockerd not reachable: {e:#}"),
+            Some("start dockerd (watch and container names need it; netns: endpoints do not)"),
+        ),
+    }
+}
+
+/// The pinned state opens, and no other tool's program sits on a managed veth.
+fn programs(pin_dir: &Path) -> Vec<Check> {
+    if !pin_dir.exists() {
+        return vec![check(
+            Verdict::Ok,
+            format!("no pinned state at {} yet", pin_dir.display()),
+            None,
+        )];
+    }
+    let mut datapath = match Datapath::open(pin_dir, Capacity::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            return vec![check(
+                Verdict::Fail,
+                format!("pinned state at {}: {e:#}", pin_dir.display()),
+                Some("dxdp cleanup, then link again"),
+            )];
+        }
+    };
+    let host = netlink::interfaces(&NetnsPath::host()).unwrap_or_default();
+    let mut out = vec![];
+    let managed = datapath.interfaces().unwrap_or_default();
+    let foreign = datapath.foreign_programs(&host).unwrap_or_default();
+    for (ifname, description) in &foreign {
+        out.push(check(
+            Verdict::Warn,
+            format!("{ifname}: another tool's program is attached: {description}"),
+            Some("check that it does not conflict with dxdp's redirect"),
+        ));
+    }
+    let links = datapath.links().map(|l| l.len()).unwrap_or(0);
+    let xdp = managed.iter().filter(|(_, k)| *k == Kind::Xdp).count();
+    out.push(check(
+        Verdict::Ok,
+        format!(
+            "pinned state at {}: {links} link(s), {} managed veth(s) ({xdp} xdp)",
+            pin_dir.display(),
+            managed.len()
+        ),
+        None,
+    ));
+    out
+}
