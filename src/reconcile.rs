@@ -78,6 +78,8 @@ mod tests {
             datapath: kind,
             origin,
             created_unix_secs: 0,
+            low_to_high: Default::default(),
+            high_to_low: Default::default(),
         }
     }
 

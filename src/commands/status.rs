@@ -60,17 +60,19 @@ fn print_table(status: &Status) {
         return;
     }
     println!(
-        "{:<24} {:<24} {:<16} {:<4} {:<6}",
-        "ENDPOINT A", "ENDPOINT B", "NETWORK", "PATH", "ORIGIN"
+        "{:<20} {:<20} {:<16} {:<4} {:<6} {:>12} {:>12}",
+        "ENDPOINT A", "ENDPOINT B", "NETWORK", "PATH", "ORIGIN", "A->B PKTS", "B->A PKTS"
     );
     for l in &status.links {
         println!(
-            "{:<24} {:<24} {:<16} {:<4} {:<6}",
+            "{:<20} {:<20} {:<16} {:<4} {:<6} {:>12} {:>12}",
             l.low_name,
             l.high_name,
             l.network,
             l.datapath.to_string(),
-            format!("{:?}", l.origin).to_lowercase()
+            format!("{:?}", l.origin).to_lowercase(),
+            l.low_to_high.packets,
+            l.high_to_low.packets
         );
     }
     println!();

@@ -113,6 +113,15 @@ pub struct LinkRecord {
     pub datapath: Kind,
     pub origin: Origin,
     pub created_unix_secs: u64,
+    /// Frames redirected from the low to the high endpoint, and back.
+    pub low_to_high: Traffic,
+    pub high_to_low: Traffic,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Traffic {
+    pub packets: u64,
+    pub bytes: u64,
 }
 
 impl LinkRecord {
@@ -328,10 +337,24 @@ impl Datapath {
     /// Every link in the pinned state.
     pub fn links(&mut self) -> Result<Vec<LinkRecord>> {
         let maps = state::Maps::new(&mut self.ebpf)?;
+        let directions = maps.directions()?;
+        let traffic = |from: u32, to: u32| {
+            directions
+                .iter()
+                .filter(|(k, t)| k.ingress_ifindex == from && t.target_ifindex == to)
+                .fold(Traffic::default(), |acc, (_, t)| Traffic {
+                    packets: acc.packets + t.packets,
+                    bytes: acc.bytes + t.bytes,
+                })
+        };
         let mut links: Vec<_> = maps
             .all_link_meta()?
             .iter()
-            .map(|(k, m)| to_record(k, m))
+            .map(|(k, m)| LinkRecord {
+                low_to_high: traffic(k.low_ifindex, k.high_ifindex),
+                high_to_low: traffic(k.high_ifindex, k.low_ifindex),
+                ..to_record(k, m)
+            })
             .collect();
         links.sort_by(|x, y| (&x.low_name, &x.high_name).cmp(&(&y.low_name, &y.high_name)));
         Ok(links)
@@ -443,6 +466,8 @@ fn to_record(key: &LinkMetaKey, meta: &LinkMeta) -> LinkRecord {
         datapath: Kind::from_code(meta.datapath).unwrap_or(Kind::Tc),
         origin: Origin::from_code(meta.origin),
         created_unix_secs: meta.created_unix_secs,
+        low_to_high: Traffic::default(),
+        high_to_low: Traffic::default(),
     }
 }
 

@@ -6,7 +6,7 @@ use aya::{
 };
 use dxdp_common::{
     ABI_VERSION, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec,
-    LinkKey, LinkMeta, LinkMetaKey, Meta, names,
+    LinkKey, LinkMeta, LinkMetaKey, LinkTarget, Meta, names,
 };
 use tracing::warn;
 
@@ -87,7 +87,7 @@ pub fn same_endpoint(rec: &EndpointRec, ep: &Endpoint) -> bool {
 
 pub struct Maps<'a> {
     endpoints: HashMap<&'a mut MapData, u32, EndpointRec>,
-    links: HashMap<&'a mut MapData, LinkKey, u32>,
+    links: PerCpuHashMap<&'a mut MapData, LinkKey, LinkTarget>,
     targets: DevMapHash<&'a mut MapData>,
     counters: PerCpuHashMap<&'a mut MapData, u32, Counters>,
     link_meta: HashMap<&'a mut MapData, LinkMetaKey, LinkMeta>,
@@ -108,7 +108,7 @@ impl<'a> Maps<'a> {
         ]);
         Ok(Self {
             endpoints: HashMap::try_from(endpoints.ok_or_else(|| missing(names::ENDPOINTS))?)?,
-            links: HashMap::try_from(links.ok_or_else(|| missing(names::LINKS))?)?,
+            links: PerCpuHashMap::try_from(links.ok_or_else(|| missing(names::LINKS))?)?,
             targets: DevMapHash::try_from(targets.ok_or_else(|| missing(names::TARGETS))?)?,
             counters: PerCpuHashMap::try_from(counters.ok_or_else(|| missing(names::COUNTERS))?)?,
             link_meta: HashMap::try_from(link_meta.ok_or_else(|| missing(names::LINK_META))?)?,
@@ -137,8 +137,28 @@ impl<'a> Maps<'a> {
     }
 
     pub fn has_link(&self, from: &Endpoint, to: &Endpoint) -> Result<bool> {
-        let key = LinkKey::new(from.host_ifindex, to.mac);
-        Ok(absent_is_none(self.links.get(&key, 0))? == Some(to.host_ifindex))
+        Ok(self.target(&LinkKey::new(from.host_ifindex, to.mac))? == Some(to.host_ifindex))
+    }
+
+    fn target(&self, key: &LinkKey) -> Result<Option<u32>> {
+        Ok(absent_is_none(self.links.get(key, 0))?
+            .and_then(|per_cpu| per_cpu.iter().next().map(|t| t.target_ifindex)))
+    }
+
+    /// Every directed link with its target and its traffic summed over CPUs.
+    pub fn directions(&self) -> Result<Vec<(LinkKey, LinkTarget)>> {
+        let mut out = Vec::new();
+        for item in self.links.iter() {
+            let (key, per_cpu) = item?;
+            let mut sum = LinkTarget::default();
+            for t in per_cpu.iter() {
+                sum.target_ifindex = t.target_ifindex;
+                sum.packets += t.packets;
+                sum.bytes += t.bytes;
+            }
+            out.push((key, sum));
+        }
+        Ok(out)
     }
 
     pub fn counters(&self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
@@ -194,11 +214,16 @@ impl<'a> Maps<'a> {
         undo: &mut Journal,
     ) -> Result<()> {
         let key = LinkKey::new(from.host_ifindex, to.mac);
-        if absent_is_none(self.links.get(&key, 0))?.is_none() {
-            undo.push(Undo::Direction(key));
+        match self.target(&key)? {
+            // Rewriting it would zero its counters.
+            Some(target) if target == to.host_ifindex => return Ok(()),
+            Some(_) => {}
+            None => undo.push(Undo::Direction(key)),
         }
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+        let value = PerCpuValues::try_from(vec![LinkTarget::new(to.host_ifindex); cpus])?;
         self.links
-            .insert(key, to.host_ifindex, 0)
+            .insert(key, value, 0)
             .map_err(|e| full(e, names::LINKS, &from.label))
     }
 
@@ -223,11 +248,11 @@ impl<'a> Maps<'a> {
     /// Removes both directions and the record of the link between two host ifindexes.
     pub fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
         let doomed: Vec<LinkKey> = self
-            .links
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(k, target)| {
-                (k.ingress_ifindex == x && *target == y) || (k.ingress_ifindex == y && *target == x)
+            .directions()?
+            .into_iter()
+            .filter(|(k, t)| {
+                let target = t.target_ifindex;
+                (k.ingress_ifindex == x && target == y) || (k.ingress_ifindex == y && target == x)
             })
             .map(|(k, _)| k)
             .collect();
@@ -238,22 +263,18 @@ impl<'a> Maps<'a> {
     }
 
     pub fn interface_in_use(&self, ifindex: u32) -> Result<bool> {
-        for item in self.links.iter() {
-            let (k, target) = item?;
-            if k.ingress_ifindex == ifindex || target == ifindex {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        Ok(self
+            .directions()?
+            .iter()
+            .any(|(k, t)| k.ingress_ifindex == ifindex || t.target_ifindex == ifindex))
     }
 
     /// Forgets an interface and every link that touches it.
     pub fn purge_interface(&mut self, ifindex: u32) -> Result<()> {
         let doomed: Vec<_> = self
-            .links
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(k, target)| k.ingress_ifindex == ifindex || *target == ifindex)
+            .directions()?
+            .into_iter()
+            .filter(|(k, t)| k.ingress_ifindex == ifindex || t.target_ifindex == ifindex)
             .map(|(k, _)| k)
             .collect();
         for key in doomed {
@@ -278,10 +299,9 @@ impl<'a> Maps<'a> {
         let managed: Vec<u32> = self.managed()?.into_iter().map(|(i, _)| i).collect();
         let is_managed = |i: u32| managed.contains(&i);
         let links: Vec<_> = self
-            .links
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(k, t)| !is_managed(k.ingress_ifindex) || !is_managed(*t))
+            .directions()?
+            .into_iter()
+            .filter(|(k, t)| !is_managed(k.ingress_ifindex) || !is_managed(t.target_ifindex))
             .map(|(k, _)| k)
             .collect();
         for key in links {

@@ -45,6 +45,28 @@ impl LinkKey {
     }
 }
 
+/// Where a directed link leads, and how much it carried (per CPU: the map is per-CPU, so the
+/// one lookup that finds the target also finds this CPU's counters).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkTarget {
+    pub target_ifindex: u32,
+    pub _pad: u32,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl LinkTarget {
+    pub const fn new(target_ifindex: u32) -> Self {
+        Self {
+            target_ifindex,
+            _pad: 0,
+            packets: 0,
+            bytes: 0,
+        }
+    }
+}
+
 /// Datapath of a managed interface, stored in [`Endpoint::datapath`].
 pub const DATAPATH_TC: u8 = 1;
 pub const DATAPATH_XDP: u8 = 2;
@@ -119,6 +141,7 @@ pub struct Meta {
 
 const _: () = {
     assert!(core::mem::size_of::<LinkKey>() == 12);
+    assert!(core::mem::size_of::<LinkTarget>() == 24);
     assert!(core::mem::size_of::<Endpoint>() == 24);
     assert!(core::mem::size_of::<Counters>() == 48);
     assert!(core::mem::size_of::<LinkMetaKey>() == 8);
@@ -130,6 +153,7 @@ const _: () = {
 mod pod {
     // SAFETY: all of these are repr(C), Copy, and have no implicit padding (asserted above).
     unsafe impl aya::Pod for super::LinkKey {}
+    unsafe impl aya::Pod for super::LinkTarget {}
     unsafe impl aya::Pod for super::Endpoint {}
     unsafe impl aya::Pod for super::Counters {}
     unsafe impl aya::Pod for super::LinkMetaKey {}

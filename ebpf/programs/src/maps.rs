@@ -5,16 +5,16 @@ use aya_ebpf::{
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
-    Meta,
+    LinkTarget, Meta,
 };
 
 /// Managed host-side veths by ifindex, with the MAC their container may send from.
 #[map(name = "DXDP_ENDPOINTS")]
 pub static ENDPOINTS: HashMap<u32, Endpoint> = HashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
 
-/// (ingress ifindex, destination MAC) -> target host-side veth ifindex.
+/// (ingress ifindex, destination MAC) -> target host-side veth ifindex and per-CPU counters.
 #[map(name = "DXDP_LINKS")]
-pub static LINKS: HashMap<LinkKey, u32> = HashMap::pinned(DEFAULT_MAX_LINKS, 0);
+pub static LINKS: PerCpuHashMap<LinkKey, LinkTarget> = PerCpuHashMap::pinned(DEFAULT_MAX_LINKS, 0);
 
 /// Live targets: the kernel deletes an entry itself when its device is unregistered, so a link
 /// to a dead veth falls back to the bridge instead of dropping or reaching a reused ifindex.

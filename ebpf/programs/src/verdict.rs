@@ -32,11 +32,19 @@ pub fn decide(ingress_ifindex: u32, frame: &Frame, len: u64) -> Verdict {
                 // Broadcast and multicast belong to the bridge.
                 Outcome::Passed
             } else {
-                // SAFETY: as above.
-                match unsafe { LINKS.get(&LinkKey::new(ingress_ifindex, dst)) } {
+                match LINKS.get_ptr_mut(&LinkKey::new(ingress_ifindex, dst)) {
                     None => Outcome::Passed,
-                    Some(&target) if TARGETS.get_ifindex(target).is_none() => Outcome::Fallback,
-                    Some(&target) => Outcome::Redirected(target),
+                    Some(link) => {
+                        // SAFETY: this CPU's copy of the value; nothing else writes it now.
+                        let link = unsafe { &mut *link };
+                        if TARGETS.get_ifindex(link.target_ifindex).is_none() {
+                            Outcome::Fallback
+                        } else {
+                            link.packets += 1;
+                            link.bytes += len;
+                            Outcome::Redirected(link.target_ifindex)
+                        }
+                    }
                 }
             }
         }

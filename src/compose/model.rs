@@ -1,0 +1,216 @@
+//! The parts of a compose file that decide what dxdp labels mean; everything else is skipped.
+//!
+//! Hand-written visitors instead of `#[serde(untagged)]`: compose allows two shapes for labels,
+//! service networks and `external`, and an untagged enum would replace the parser's
+//! "line L, column C" with "did not match any variant".
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct ComposeFile {
+    /// Top-level project name (compose specification; docker-compose 1.x rejects it).
+    pub name: Option<String>,
+    /// `None` when the key is missing, which makes the file no compose file dxdp can check.
+    pub services: Option<BTreeMap<String, Service>>,
+    /// A network may be declared with no body (`front:`), hence the inner `Option`.
+    pub networks: Option<BTreeMap<String, Option<NetworkDef>>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Service {
+    pub labels: Option<Labels>,
+    pub networks: Option<ServiceNetworks>,
+    pub network_mode: Option<String>,
+    pub container_name: Option<String>,
+    /// File format 2.x.
+    pub scale: Option<Scalar>,
+    /// File format 3.x.
+    pub deploy: Option<Deploy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Deploy {
+    pub replicas: Option<Scalar>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct NetworkDef {
+    pub name: Option<String>,
+    pub external: Option<External>,
+    pub driver: Option<String>,
+    pub driver_opts: Option<BTreeMap<String, Scalar>>,
+}
+
+/// `external: true` or the older `external: {name: NAME}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum External {
+    Flag(bool),
+    Named(Option<String>),
+}
+
+/// A YAML scalar as compose passes it on: label values and options may be written unquoted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar {
+    Text(String),
+    Bool(bool),
+    /// In the spelling Rust prints, which for label values dxdp reads is never in doubt.
+    Number(String),
+    Null,
+}
+
+impl Scalar {
+    /// The string Docker ends up with. Null becomes empty, as docker-compose passes `key:`
+    /// with no value as an empty label.
+    pub fn to_text(&self) -> String {
+        match self {
+            Self::Text(s) | Self::Number(s) => s.clone(),
+            Self::Bool(b) => b.to_string(),
+            Self::Null => String::new(),
+        }
+    }
+
+    /// `Some(n)` for a literal count; `None` for anything else, such as `${REPLICAS}`.
+    pub fn as_count(&self) -> Option<u64> {
+        match self {
+            Self::Text(s) | Self::Number(s) => s.trim().parse().ok(),
+            Self::Bool(_) | Self::Null => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string, number, boolean or null")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Labels in written order. The list form can repeat a key, which the checker reports, so this
+/// is not a map.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Labels(pub Vec<(String, Scalar)>);
+
+impl<'de> Deserialize<'de> for Labels {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Labels;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of labels or a list of KEY=VALUE strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, Scalar>()? {
+                    out.push((k, v));
+                }
+                Ok(Labels(out))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Labels, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    // docker-compose splits at the first `=`; a bare key is an empty label.
+                    let (k, v) = item.split_once('=').unwrap_or((&item, ""));
+                    out.push((k.to_owned(), Scalar::Text(v.to_owned())));
+                }
+                Ok(Labels(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The compose keys of the networks a service joins, in written order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceNetworks(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for ServiceNetworks {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ServiceNetworks;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of network names or a map keyed by network name")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ServiceNetworks, A::Error> {
+                let mut out = Vec::new();
+                // Aliases, addresses and priorities do not change which networks are shared.
+                while let Some((k, IgnoredAny)) = map.next_entry::<String, IgnoredAny>()? {
+                    out.push(k);
+                }
+                Ok(ServiceNetworks(out))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ServiceNetworks, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = seq.next_element::<String>()? {
+                    out.push(k);
+                }
+                Ok(ServiceNetworks(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for External {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Legacy {
+            name: Option<String>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = External;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("true, false or a map with a name")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<External, E> {
+                Ok(External::Flag(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<External, A::Error> {
+                let legacy = Legacy::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(External::Named(legacy.name))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
