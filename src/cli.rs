@@ -30,6 +30,16 @@ pub enum Command {
     Cleanup,
     /// Follow Docker and keep the links that container labels ask for.
     Watch(WatchArgs),
+    /// Measure a pair over the bridge, each datapath and loopback, and put its link back.
+    ///
+    /// Runs the host's iperf3 and ping inside both endpoints' namespaces (containers need no
+    /// tools), interleaving the configurations round by round, and prints `median (min–max)`
+    /// per metric. Each datapath links the pair only while it is measured; the link found at
+    /// the start (or its absence) is restored afterwards, also after an error or Ctrl-C.
+    /// Refuses a pair that carries other traffic or whose endpoints are on different bridges.
+    Bench(BenchArgs),
+    /// Check the dxdp labels of compose files without Docker: every problem, one per line.
+    ComposeCheck(ComposeCheckArgs),
     /// Check that this host can run dxdp, with a fix for each problem.
     Doctor,
     /// Print shell completions.
@@ -88,6 +98,57 @@ pub struct WatchArgs {
     /// Reconcile once and exit.
     #[arg(long)]
     pub once: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9477) at /metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Each file is checked on its own, as one compose project. Exit status: 0 \
+    without errors (warnings allowed), 1 with errors, 2 when a file cannot be read or parsed."
+)]
+pub struct ComposeCheckArgs {
+    /// Compose files (docker-compose.yml, ...).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Let dxdp.peers name containers outside the file: a name that matches no service or
+    /// container_name is then a warning, not an error.
+    #[arg(long)]
+    pub allow_external: bool,
+    /// Compose project name, so that dxdp.network=PROJECT_NETWORK can be checked exactly
+    /// (otherwise the file's top-level `name:`).
+    #[arg(long, short = 'p', env = "COMPOSE_PROJECT_NAME")]
+    pub project_name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Client side: netns:NAME[:IFACE], pid:PID[:IFACE] or a container.
+    pub a: EndpointSpec,
+    /// Server side; the bench targets the IPv4 address of its interface.
+    pub b: EndpointSpec,
+    /// Rounds over all configurations; the table shows the median and the range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Seconds per iperf3 test (and 200 pings per second for the RTT).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub seconds: u32,
+    /// Configurations to measure, comma-separated (default: all).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "CONFIG,...")]
+    pub only: Vec<crate::bench::Config>,
+    /// One round of 1 s tests: a smoke test, not a measurement.
+    #[arg(long, conflicts_with_all = ["rounds", "seconds"])]
+    pub quick: bool,
+    /// TCP and UDP port of the iperf3 server inside the namespaces.
+    #[arg(long, default_value_t = 5299, value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: u16,
+    /// Also write every sample, median, range and ratio as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write an SVG bar chart, normalised to the bridge, to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
 }
 
 impl Command {

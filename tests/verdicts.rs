@@ -15,7 +15,7 @@
 
 use std::{
     fs, io,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::atomic::{AtomicU32, Ordering},
 };
 
@@ -25,16 +25,21 @@ use aya::{
     programs::{ProgramError, SchedClassifier, Xdp},
 };
 use dxdp::datapath::OBJECT;
-use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, MacAddr, names};
+use dxdp_common::{
+    Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, LinkTarget, MacAddr, names,
+};
 
-/// tc: `TC_ACT_UNSPEC`, which TCX reads as "next": the frame goes on to the bridge.
-const TC_PASS: u32 = -1i32 as u32;
+/// tc: `TC_ACT_UNSPEC` (-1), which TCX reads as "next": the frame goes on to the bridge.
+const TC_ACT_UNSPEC: u32 = -1i32 as u32;
 /// tc: what `bpf_redirect_peer` returns once it has recorded the target.
 const TC_ACT_REDIRECT: u32 = 7;
 const XDP_PASS: u32 = 2;
 const XDP_REDIRECT: u32 = 4;
 
 const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+/// Local experimental EtherType 1.
+const ETH_P_LOCAL: u16 = 0x88b5;
 
 /// The container behind `ingress`: the only source MAC its veth may redirect.
 const MAC_A: MacAddr = [0x02, 0x42, 0xac, 0x11, 0x00, 0x0a];
@@ -71,7 +76,7 @@ impl Prog {
 
     fn pass(self) -> u32 {
         match self {
-            Prog::Tc => TC_PASS,
+            Prog::Tc => TC_ACT_UNSPEC,
             Prog::Xdp => XDP_PASS,
         }
     }
@@ -162,10 +167,13 @@ fn create_veth_pair() -> Net {
     let index = |name| {
         nix::net::if_::if_nametoindex(name).unwrap_or_else(|e| panic!("no ifindex for {name}: {e}"))
     };
-    Net {
+    let net = Net {
         ingress: index("ingress"),
         target: index("target"),
-    }
+    };
+    // Neither is loopback, which test-run would use for a context without an ifindex.
+    assert!(net.ingress > 1 && net.target > 1, "{net:?}");
+    net
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,7 +199,7 @@ impl PinDir {
     }
 }
 
-fn remove_dir(path: &PathBuf) {
+fn remove_dir(path: &Path) {
     match fs::remove_dir_all(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -244,7 +252,7 @@ impl Datapath {
     fn add_endpoint(&mut self, ifindex: u32, mac: MacAddr) {
         let endpoint = Endpoint {
             netns_ino: 0,
-            peer_ifindex: 2,
+            peer_ifindex: 0,
             mac,
             datapath: self.prog.datapath(),
             fixups: 0,
@@ -252,15 +260,27 @@ impl Datapath {
         };
         let mut endpoints: HashMap<_, u32, Endpoint> = self.map_mut(names::ENDPOINTS);
         endpoints.insert(ifindex, endpoint, 0).unwrap();
-        let cpus = aya::util::nr_cpus().expect("cannot count the possible CPUs");
-        let zero = PerCpuValues::try_from(vec![Counters::default(); cpus]).unwrap();
+        let zero = PerCpuValues::try_from(vec![Counters::default(); cpus()]).unwrap();
         let mut counters: PerCpuHashMap<_, u32, Counters> = self.map_mut(names::COUNTERS);
         counters.insert(ifindex, zero, 0).unwrap();
     }
 
+    /// Adds a direction as `dxdp` does: the same target and zeroed counters on every CPU.
     fn add_link(&mut self, ingress: u32, dst: MacAddr, target: u32) {
-        let mut links: HashMap<_, LinkKey, u32> = self.map_mut(names::LINKS);
-        links.insert(LinkKey::new(ingress, dst), target, 0).unwrap();
+        let value = PerCpuValues::try_from(vec![LinkTarget::new(target); cpus()]).unwrap();
+        let mut links: PerCpuHashMap<_, LinkKey, LinkTarget> = self.map_mut(names::LINKS);
+        links.insert(LinkKey::new(ingress, dst), value, 0).unwrap();
+    }
+
+    /// The traffic of the direction (ingress, dst) summed over CPUs: (packets, bytes).
+    fn link_traffic(&self, ingress: u32, dst: MacAddr) -> (u64, u64) {
+        let links: PerCpuHashMap<_, LinkKey, LinkTarget> = self.map(names::LINKS);
+        let per_cpu = links
+            .get(&LinkKey::new(ingress, dst), 0)
+            .unwrap_or_else(|e| panic!("cannot read link ({ingress}, {dst:02x?}): {e}"));
+        per_cpu
+            .iter()
+            .fold((0, 0), |(p, b), t| (p + t.packets, b + t.bytes))
     }
 
     fn add_target(&mut self, ifindex: u32) {
@@ -342,6 +362,10 @@ impl Datapath {
     }
 }
 
+fn cpus() -> usize {
+    aya::util::nr_cpus().expect("cannot count the possible CPUs")
+}
+
 /// `struct __sk_buff` up to and including `ifindex`, the only field set: the kernel zero-fills
 /// the rest of a shorter context, and insists that `len`, `data`, … stay zero.
 fn sk_buff_ctx(ifindex: u32) -> Vec<u8> {
@@ -367,11 +391,15 @@ fn xdp_md_ctx(ingress_ifindex: u32, data: u32, data_end: u32) -> Vec<u8> {
 
 /// An IPv4-typed Ethernet frame of `len` bytes.
 fn frame(dst: MacAddr, src: MacAddr, len: usize) -> Vec<u8> {
+    frame_of_type(dst, src, ETH_P_IP, len)
+}
+
+fn frame_of_type(dst: MacAddr, src: MacAddr, ethertype: u16, len: usize) -> Vec<u8> {
     assert!(len >= ETH_HLEN);
     let mut frame = vec![0u8; len];
     frame[0..6].copy_from_slice(&dst);
     frame[6..12].copy_from_slice(&src);
-    frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    frame[12..14].copy_from_slice(&ethertype.to_be_bytes());
     for (i, b) in frame[ETH_HLEN..].iter_mut().enumerate() {
         *b = i as u8;
     }
@@ -416,20 +444,37 @@ fn for_both(case: fn(Prog, Net)) {
 #[test]
 fn linked_unicast_is_redirected() {
     for_both(|prog, net| {
-        let mut dp = linked(prog, net);
-        let frame = frame(MAC_B, MAC_A, 98);
-        assert_eq!(dp.run(net.ingress, &frame), prog.redirect(), "{prog:?}");
+        let dp = linked(prog, net);
+        let request = frame(MAC_B, MAC_A, 98);
+        assert_eq!(dp.run(net.ingress, &request), prog.redirect(), "{prog:?}");
         let expected = Counters {
             redirected_packets: 1,
             redirected_bytes: 98,
             ..Counters::default()
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(
-            dp.counters(net.target),
-            Some(Counters::default()),
-            "{prog:?}"
-        );
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (1, 98), "{prog:?}");
+        // Nothing is counted against the target or the reverse direction.
+        let idle = Some(Counters::default());
+        assert_eq!(dp.counters(net.target), idle, "{prog:?}");
+        assert_eq!(dp.link_traffic(net.target, MAC_A), (0, 0), "{prog:?}");
+
+        // The reply, arriving on the other veth, is judged and counted there.
+        let reply = frame(MAC_A, MAC_B, 66);
+        assert_eq!(dp.run(net.target, &reply), prog.redirect(), "{prog:?}");
+        let expected_reply = Counters {
+            redirected_packets: 1,
+            redirected_bytes: 66,
+            ..Counters::default()
+        };
+        assert_eq!(dp.counters(net.target), Some(expected_reply), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.target, MAC_A), (1, 66), "{prog:?}");
+        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+
+        // A's frame presented on B's veth is spoofed there: the ingress comes from the context.
+        assert_eq!(dp.run(net.target, &request), prog.pass(), "{prog:?}");
+        let spoofed = dp.counters(net.target).map(|c| c.spoofed_packets);
+        assert_eq!(spoofed, Some(1), "{prog:?}");
     });
 }
 
@@ -449,20 +494,21 @@ fn redirect_goes_to_the_linked_target() {
             ..passed(60)
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
     });
 }
 
 #[test]
 fn unlinked_destination_passes() {
     for_both(|prog, net| {
-        let mut dp = linked(prog, net);
+        let dp = linked(prog, net);
         let frame = frame(MAC_OTHER, MAC_A, 60);
         assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
         assert_eq!(dp.counters(net.ingress), Some(passed(60)), "{prog:?}");
     });
 }
 
-/// Links are per ingress: B's link to A does not let A's frames to A... nor anyone else's.
+/// Links are per ingress: a link for MAC B from another veth does not redirect A's frames to B.
 #[test]
 fn link_of_another_ingress_is_not_used() {
     for_both(|prog, net| {
@@ -482,7 +528,7 @@ fn link_of_another_ingress_is_not_used() {
 #[test]
 fn spoofed_source_mac_passes() {
     for_both(|prog, net| {
-        let mut dp = linked(prog, net);
+        let dp = linked(prog, net);
         let frame = frame(MAC_B, MAC_OTHER, 74);
         assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
         let expected = Counters {
@@ -490,6 +536,7 @@ fn spoofed_source_mac_passes() {
             ..passed(74)
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
         // The same frame with the right source still redirects: only the source was at fault.
         let frame = frame_with_src(&frame, MAC_A);
         assert_eq!(dp.run(net.ingress, &frame), prog.redirect(), "{prog:?}");
@@ -499,6 +546,7 @@ fn spoofed_source_mac_passes() {
             ..expected
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (1, 74), "{prog:?}");
     });
 }
 
@@ -521,6 +569,7 @@ fn dead_target_falls_back() {
             ..passed(60)
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
     });
 }
 
@@ -548,35 +597,48 @@ fn broadcast_and_multicast_pass() {
             ..Counters::default()
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, BROADCAST), (0, 0), "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MULTICAST), (0, 0), "{prog:?}");
     });
 }
 
-/// Test-run refuses frames shorter than an Ethernet header for both program types, so the
-/// program can only see a runt through XDP metadata: the first `meta_len` bytes of the data
-/// become metadata and the packet proper is what follows.
+/// A frame shorter than an Ethernet header never reaches either program through test-run: the
+/// kernel (6.18) refuses it with EINVAL, for XDP also when the data is long enough but XDP
+/// metadata leaves less than a header of packet. So the runt branch of `decide` cannot be driven
+/// from here; what can be checked is that the refusal counts nothing, and that exactly a header
+/// is no runt: it is parsed and redirected.
 #[test]
-fn runt_frame_passes() {
+fn runt_frames_are_refused_and_a_bare_header_is_parsed() {
     for_both(|prog, net| {
-        let mut dp = linked(prog, net);
-        let full = frame(MAC_B, MAC_A, ETH_HLEN);
-        let short = &full[..ETH_HLEN - 1];
-        let refused = dp.try_run(net.ingress, short, 0);
-        assert!(
-            matches!(&refused, Err(ProgramError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EINVAL)),
-            "{prog:?}: expected EINVAL for a {}-byte frame, got {refused:?}",
-            short.len()
-        );
-        assert_eq!(dp.counters(net.ingress), Some(Counters::default()));
-        if prog == Prog::Xdp {
-            // 4 bytes of metadata then 12 bytes of packet: both MACs, no EtherType.
-            let mut data = vec![0u8; 4];
-            data.extend_from_slice(&full[..12]);
-            assert_eq!(dp.try_run(net.ingress, &data, 4).unwrap(), XDP_PASS);
-            assert_eq!(dp.counters(net.ingress), Some(passed(12)));
+        let dp = linked(prog, net);
+        // No payload, and an EtherType that tc's test-run does not check for a network header
+        // (it refuses IPv4 frames shorter than 34 bytes, IPv6 ones shorter than 54).
+        let header = frame_of_type(MAC_B, MAC_A, ETH_P_LOCAL, ETH_HLEN);
+        for len in [0, 1, 12, ETH_HLEN - 1] {
+            let refused = dp.try_run(net.ingress, &header[..len], 0);
+            assert!(is_einval(&refused), "{prog:?}, {len} bytes: {refused:?}");
         }
-        // Exactly a header is no runt: it is redirected.
-        assert_eq!(dp.run(net.ingress, &full), prog.redirect(), "{prog:?}");
+        if prog == Prog::Xdp {
+            // 4 bytes of metadata, then a 12-byte packet.
+            let mut data = vec![0u8; 4];
+            data.extend_from_slice(&header[..12]);
+            let refused = dp.try_run(net.ingress, &data, 4);
+            assert!(is_einval(&refused), "{prog:?} with metadata: {refused:?}");
+        }
+        let idle = Some(Counters::default());
+        assert_eq!(dp.counters(net.ingress), idle, "{prog:?}");
+        assert_eq!(dp.run(net.ingress, &header), prog.redirect(), "{prog:?}");
+        let expected = Counters {
+            redirected_packets: 1,
+            redirected_bytes: ETH_HLEN as u64,
+            ..Counters::default()
+        };
+        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
     });
+}
+
+fn is_einval(result: &Result<u32, ProgramError>) -> bool {
+    matches!(result, Err(ProgramError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EINVAL))
 }
 
 #[test]
@@ -592,10 +654,8 @@ fn unmanaged_ingress_passes_uncounted() {
         assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
         assert_eq!(dp.counters(net.ingress), None, "{prog:?}");
         assert_eq!(dp.counter_keys(), vec![net.target], "{prog:?}");
-        assert_eq!(
-            dp.counters(net.target),
-            Some(Counters::default()),
-            "{prog:?}"
-        );
+        let idle = Some(Counters::default());
+        assert_eq!(dp.counters(net.target), idle, "{prog:?}");
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
     });
 }

@@ -124,10 +124,9 @@ fn capabilities() -> Check {
 }
 
 fn bpffs(pin_dir: &Path) -> Check {
-    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
     let probe = pin_dir.parent().unwrap_or(Path::new("/sys/fs/bpf"));
     match nix::sys::statfs::statfs(probe) {
-        Ok(fs) if fs.filesystem_type().0 as i64 == BPF_FS_MAGIC => check(
+        Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC => check(
             Verdict::Ok,
             format!("bpffs mounted at {}", probe.display()),
             None,

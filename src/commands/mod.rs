@@ -1,5 +1,7 @@
 //! One module per subcommand.
+mod bench;
 mod cleanup;
+mod compose_check;
 mod docs;
 mod doctor;
 mod link;
@@ -21,6 +23,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status(args) => status::run(&cli.pin_dir, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir),
         Command::Watch(args) => watch::run(&cli.pin_dir, args),
+        Command::Bench(args) => bench::run(&cli.pin_dir, args),
+        Command::ComposeCheck(args) => compose_check::run(args),
         Command::Doctor => doctor::run(&cli.pin_dir),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man => docs::man(),

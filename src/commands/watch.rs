@@ -4,6 +4,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     path::{Path, PathBuf},
     process::ExitCode,
+    sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -18,6 +19,7 @@ use crate::{
     datapath::{Capacity, Datapath, LinkRequest, Origin},
     docker::{Container, Docker, endpoint_on},
     labels::DatapathChoice,
+    metrics::{self, Metrics},
     netlink,
     netns::NetnsPath,
     plan::{self, Diagnostic, Level},
@@ -54,10 +56,30 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
     let mut reported = BTreeSet::new();
     let mut backoff = Duration::from_secs(1);
     info!(pin_dir = %pin_dir.display(), resync_secs = args.resync, "dxdp watch starting");
+    let stats = Arc::new(Metrics::default());
+    let _server = match args.metrics {
+        Some(addr) => {
+            let server = tokio::spawn(metrics::serve(addr, Arc::clone(&stats), pin_dir.clone()));
+            // A bind failure shows up at once, not at the first scrape.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if server.is_finished() {
+                server.await??;
+                None
+            } else {
+                Some(AbortOnDrop(server))
+            }
+        }
+        None => None,
+    };
+    let watcher = Watcher {
+        pin_dir: pin_dir.clone(),
+        stats: Arc::clone(&stats),
+    };
     loop {
         let docker = match Docker::connect().await {
             Ok(docker) => docker,
             Err(err) => {
+                stats.docker_connected(false);
                 // Links keep working without dockerd (live-restore keeps containers running).
                 warn!("{err:#}; retrying in {}s", backoff.as_secs());
                 tokio::select! {
@@ -70,13 +92,14 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
             }
         };
         backoff = Duration::from_secs(1);
+        stats.docker_connected(true);
         // Events since just before the listing are replayed, so a container started between
         // the listing and the stream's first poll is not missed.
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs().saturating_sub(1));
         let mut events = Box::pin(docker.events_since(since));
-        reconcile_logged(&docker, &pin_dir, &mut reported).await;
+        watcher.reconcile(&docker, &mut reported).await;
         if args.once {
             return Ok(ExitCode::SUCCESS);
         }
@@ -92,7 +115,7 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
                         debug!(action, "docker event");
                         // A burst (compose up) becomes one reconcile.
                         while let Some(Some(Ok(_))) = events.next().now_or_never() {}
-                        reconcile_logged(&docker, &pin_dir, &mut reported).await;
+                        watcher.reconcile(&docker, &mut reported).await;
                     }
                     Some(Err(err)) => {
                         warn!("docker event stream failed: {err:#}; reconnecting");
@@ -109,7 +132,7 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
                         warn!("dockerd does not answer: {err:#}; reconnecting");
                         break;
                     }
-                    reconcile_logged(&docker, &pin_dir, &mut reported).await;
+                    watcher.reconcile(&docker, &mut reported).await;
                 }
                 _ = sigterm.recv() => return finish(&pin_dir, args.cleanup).await,
                 _ = sigint.recv() => return finish(&pin_dir, args.cleanup).await,
@@ -145,16 +168,33 @@ async fn finish(pin_dir: &Path, cleanup: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn reconcile_logged(docker: &Docker, pin_dir: &Path, reported: &mut BTreeSet<Diagnostic>) {
-    let started = Instant::now();
-    match reconcile(docker, pin_dir, reported).await {
-        Ok(outcome) => debug!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            containers = outcome.containers,
-            links = outcome.links,
-            "reconciled"
-        ),
-        Err(err) => warn!("reconcile failed: {err:#}"),
+struct AbortOnDrop(tokio::task::JoinHandle<Result<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Watcher {
+    pin_dir: PathBuf,
+    stats: Arc<Metrics>,
+}
+
+impl Watcher {
+    async fn reconcile(&self, docker: &Docker, reported: &mut BTreeSet<Diagnostic>) {
+        let started = Instant::now();
+        let result = reconcile(docker, &self.pin_dir, reported).await;
+        self.stats.reconciled(started.elapsed(), result.is_ok());
+        match result {
+            Ok(outcome) => debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                containers = outcome.containers,
+                links = outcome.links,
+                "reconciled"
+            ),
+            Err(err) => warn!("reconcile failed: {err:#}"),
+        }
     }
 }
 

@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use crate::labels::{
-    self, DATAPATH, DatapathChoice, ENABLE, GROUP, LabelError, NETWORK, OptIn, PEERS, PREFIX,
-    Policy,
+    self, DatapathChoice, ENABLE, GROUP, LabelError, NETWORK, OptIn, PEERS, PREFIX, Policy,
 };
 
 use super::model::{ComposeFile, External, NetworkDef, Scalar, Service};
@@ -149,17 +148,15 @@ pub fn check(file: &ComposeFile, options: &CheckOptions) -> Vec<Problem> {
         }
     }
     for ((a, b), asker) in pairs {
-        check_pair(&infos[a], &infos[b], &infos[asker.service], asker.key, &mut out);
+        // The asker first: "no link between web and db" under web's label.
+        let other = if asker.service == a { b } else { a };
+        check_pair(&infos[asker.service], &infos[other], asker.key, &mut out);
     }
 
     let mut problems = out.0;
     problems.sort_by(|x, y| {
-        (&x.service, &x.key, x.severity, &x.message).cmp(&(
-            &y.service,
-            &y.key,
-            y.severity,
-            &y.message,
-        ))
+        (&x.service, &x.key, x.severity, &x.message)
+            .cmp(&(&y.service, &y.key, y.severity, &y.message))
     });
     problems.dedup();
     problems
@@ -279,11 +276,13 @@ impl<'a> Info<'a> {
                 format!("{why}; remove its dxdp labels or attach it to a network"),
             );
         }
-        if let (Ok(nets), Some(wanted)) = (&info.attach, info.policy().and_then(|p| p.network.as_deref()))
-            && !info.network_unknown
-        {
-            info.wanted = Some(resolve_wanted(name, nets, wanted, project, out));
-        }
+        let wanted = match (&info.attach, info.network_label()) {
+            (Ok(nets), Some(wanted)) if !info.network_unknown => {
+                Some(resolve_wanted(name, nets, wanted, project, out))
+            }
+            _ => None,
+        };
+        info.wanted = wanted;
         info
     }
 
@@ -422,19 +421,22 @@ fn may_scale(svc: &Service) -> bool {
 
 fn attachment(file: &ComposeFile, svc: &Service) -> Result<Vec<Net>, String> {
     if let Some(mode) = svc.network_mode.as_deref().map(str::trim) {
-        let shares = ["service:", "container:"]
+        if let Some(other) = ["service:", "container:"]
             .iter()
-            .find_map(|p| mode.strip_prefix(p));
+            .find_map(|p| mode.strip_prefix(p))
+        {
+            return Err(format!(
+                "network_mode {mode} makes it share the network stack of {other}, so it has no \
+                 veth of its own for dxdp to link"
+            ));
+        }
         return match mode {
-            "host" => Err("network_mode host puts it in the host's network stack, where there is \
+            "host" => Err(
+                "network_mode host puts it in the host's network stack, where there is \
                            no container veth for dxdp to link"
-                .to_owned()),
+                    .to_owned(),
+            ),
             "none" => Err("network_mode none leaves it without a network to link".to_owned()),
-            _ if shares.is_some() => Err(format!(
-                "network_mode {mode} makes it share the network stack of {}, so it has no veth \
-                 of its own for dxdp to link",
-                shares.unwrap_or_default()
-            )),
             // Docker's default network is the one called `bridge`.
             "bridge" | "default" => Ok(vec![Net {
                 key: None,
@@ -479,7 +481,7 @@ fn network(file: &ComposeFile, key: String) -> Net {
         .driver_opts
         .as_ref()
         .and_then(|o| o.get(ICC_OPTION))
-        .is_some_and(|v| is_false(v));
+        .is_some_and(is_false);
     let unusable = match def.driver.as_deref().map(str::trim) {
         Some(driver) if driver != "bridge" => Some(format!(
             "network {key} has driver {driver}; dxdp accelerates bridge networks only"
@@ -500,7 +502,10 @@ fn network(file: &ComposeFile, key: String) -> Net {
 /// The spellings of false that Docker's `strconv.ParseBool` accepts.
 fn is_false(v: &Scalar) -> bool {
     matches!(v, Scalar::Bool(false))
-        || matches!(v.to_text().trim(), "0" | "f" | "F" | "false" | "FALSE" | "False")
+        || matches!(
+            v.to_text().trim(),
+            "0" | "f" | "F" | "false" | "FALSE" | "False"
+        )
 }
 
 enum Interpolation {
@@ -545,25 +550,26 @@ fn resolve_wanted(
     project: Option<&str>,
     out: &mut Out,
 ) -> Result<usize, ()> {
-    if let Some(i) = nets
-        .iter()
-        .position(|n| matches!(&n.docker, DockerName::Fixed(f) if f == wanted)
-            || (project.is_some() && n.docker_name(project) == wanted))
-    {
+    if let Some(i) = nets.iter().position(|n| {
+        matches!(&n.docker, DockerName::Fixed(f) if f == wanted)
+            || (project.is_some() && n.docker_name(project) == wanted)
+    }) {
         return Ok(i);
     }
-    let prefixed = |n: &Net| match &n.docker {
-        DockerName::Prefixed(key) => Some(key.as_str()),
-        DockerName::Fixed(_) => None,
-    };
+    fn prefixed(n: &Net) -> Option<&str> {
+        match &n.docker {
+            DockerName::Prefixed(key) => Some(key),
+            DockerName::Fixed(_) => None,
+        }
+    }
     if let Some(n) = nets.iter().find(|n| prefixed(n) == Some(wanted)) {
         let docker = n.docker_name(project);
         out.error(
             service,
             Some(NETWORK),
             format!(
-                "names compose network {wanted}, which Docker creates as {docker}: compose puts \
-                 the project name in front; give network {wanted} a fixed name (name: {wanted} \
+                "names compose network {wanted}, which Docker creates as {docker} (compose \
+                 prefixes the project name); give network {wanted} a fixed name (name: {wanted} \
                  under the top-level networks) or write dxdp.network={docker}"
             ),
         );
@@ -617,9 +623,8 @@ fn peer_target(
         .position(|i| i.name == peer)
         .or_else(|| infos.iter().position(|i| i.container_name == Some(peer)));
     let Some(j) = found else {
-        let what = format!(
-            "dxdp.peers names {peer}, which is neither a service nor a container_name in this file"
-        );
+        let what =
+            format!("names {peer}, which is neither a service nor a container_name in this file");
         if options.allow_external {
             out.warning(
                 asker.name,
@@ -645,8 +650,8 @@ fn peer_target(
                 asker.name,
                 Some(PEERS),
                 format!(
-                    "dxdp.peers names {peer}, which is this service itself; that links only the \
-                     service's replicas, and it has one"
+                    "names {peer}, which is this service itself; that links only the service's \
+                     replicas, and it has one"
                 ),
             );
         }
@@ -656,7 +661,7 @@ fn peer_target(
         out.error(
             asker.name,
             Some(PEERS),
-            format!("dxdp.peers names {peer}, which dxdp cannot link: {why}"),
+            format!("names {peer}, which dxdp cannot link: {why}"),
         );
         return None;
     }
@@ -664,9 +669,7 @@ fn peer_target(
         out.warning(
             asker.name,
             Some(PEERS),
-            format!(
-                "dxdp.peers names {peer}, which opts out with dxdp.enable=false; no link is made"
-            ),
+            format!("names {peer}, which opts out with dxdp.enable=false; no link is made"),
         );
         return None;
     }
@@ -685,14 +688,15 @@ fn groups(infos: &[Info]) -> BTreeMap<String, Vec<usize>> {
     out
 }
 
-/// The refusals `dxdp watch` would log for this pair, as far as the file can tell.
-fn check_pair(a: &Info, b: &Info, asker: &Info, key: &str, out: &mut Out) {
+/// The refusals `dxdp watch` would log for the pair `a` asked for (by `key`), as far as the file
+/// can tell.
+fn check_pair(a: &Info, b: &Info, key: &str, out: &mut Out) {
     let (Ok(a_nets), Ok(b_nets)) = (&a.attach, &b.attach) else {
         return;
     };
     let mut refuse = |why: String| {
         out.error(
-            asker.name,
+            a.name,
             Some(key),
             format!("no link between {} and {}: {why}", a.name, b.name),
         );
@@ -749,7 +753,10 @@ fn check_pair(a: &Info, b: &Info, asker: &Info, key: &str, out: &mut Out) {
         }
         return;
     }
-    let reasons: Vec<&str> = shared.iter().filter_map(|n| n.unusable.as_deref()).collect();
+    let reasons: Vec<&str> = shared
+        .iter()
+        .filter_map(|n| n.unusable.as_deref())
+        .collect();
     refuse(reasons.join("; "));
 }
 
@@ -757,6 +764,7 @@ fn check_pair(a: &Info, b: &Info, asker: &Info, key: &str, out: &mut Out) {
 mod tests {
     use super::*;
     use crate::compose::parse_str;
+    use crate::labels::DATAPATH;
 
     fn run(yaml: &str) -> Vec<Problem> {
         run_with(yaml, &CheckOptions::default())
@@ -848,10 +856,8 @@ services:
     labels: {dxdp.enable: True, dxdp.group: 7}
   c:
     image: x
-    labels: {dxdp.enable: yes, dxdp.group: 7}
-"#
-            .replace("yes", "\"true\"")
-            .as_str(),
+    labels: {dxdp.enable: TRUE, dxdp.group: 7}
+"#,
         );
         let p = run("services:\n  a:\n    labels: {dxdp.enable: 1}\n");
         let p = assert_one(&p, Severity::Error, "expected true or false in \"1\"");
@@ -953,7 +959,9 @@ services:
         let p = run("services:\n  a:\n    labels: {dxdp.enable: \"false\", dxdp.datapath: tc}\n");
         assert_one(&p, Severity::Warning, "opts out with dxdp.enable=false");
         // A lone opt-out is no problem, not even next to network_mode host.
-        assert_clean("services:\n  a:\n    network_mode: host\n    labels: {dxdp.enable: \"false\"}\n");
+        assert_clean(
+            "services:\n  a:\n    network_mode: host\n    labels: {dxdp.enable: \"false\"}\n",
+        );
     }
 
     #[test]
@@ -977,7 +985,7 @@ services:
         let p = assert_one(
             &p,
             Severity::Error,
-            "dxdp.peers names ghost, which is neither a service nor a container_name in this file",
+            "label dxdp.peers: names ghost, which is neither a service nor a container_name in this file",
         );
         assert!(p.message.contains("--allow-external"), "{p}");
         let allow = CheckOptions {
@@ -985,7 +993,11 @@ services:
             ..CheckOptions::default()
         };
         let p = run_with(yaml, &allow);
-        assert_one(&p, Severity::Warning, "linked once a container of that name runs");
+        assert_one(
+            &p,
+            Severity::Warning,
+            "linked once a container of that name runs",
+        );
     }
 
     #[test]
@@ -993,7 +1005,9 @@ services:
         let p = run("services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.peers: a}\n");
         assert_one(&p, Severity::Warning, "which is this service itself");
         // With replicas, naming one's own service links the replicas.
-        assert_clean("services:\n  a:\n    scale: 3\n    labels: {dxdp.enable: \"true\", dxdp.peers: a}\n");
+        assert_clean(
+            "services:\n  a:\n    scale: 3\n    labels: {dxdp.enable: \"true\", dxdp.peers: a}\n",
+        );
         assert_clean(
             "services:\n  a:\n    deploy: {replicas: 2}\n    labels: {dxdp.enable: \"true\", dxdp.peers: a}\n",
         );
@@ -1019,7 +1033,9 @@ services:
         );
         assert!(l[1].starts_with("warning: service c: label dxdp.group: ignored"));
         // Replicas of one service are enough for a group.
-        assert_clean("services:\n  a:\n    scale: 2\n    labels: {dxdp.enable: \"true\", dxdp.group: g}\n");
+        assert_clean(
+            "services:\n  a:\n    scale: 2\n    labels: {dxdp.enable: \"true\", dxdp.group: g}\n",
+        );
         // A replica count that only `up` knows is given the benefit of the doubt.
         assert_clean(
             "services:\n  a:\n    scale: ${N}\n    labels: {dxdp.enable: \"true\", dxdp.group: g}\n",
@@ -1041,7 +1057,10 @@ services:
             let p = assert_one(&p, Severity::Error, &format!("network_mode {mode}"));
             assert_eq!(p.key, None);
             assert_eq!(p.service.as_deref(), Some("a"));
-            assert!(p.message.ends_with("remove its dxdp labels or attach it to a network"));
+            assert!(
+                p.message
+                    .ends_with("remove its dxdp labels or attach it to a network")
+            );
         }
         // Named as a peer by another service.
         let p = run(r#"
@@ -1054,7 +1073,7 @@ services:
         assert_one(
             &p,
             Severity::Error,
-            "service a: label dxdp.peers: dxdp.peers names b, which dxdp cannot link: network_mode host",
+            "service a: label dxdp.peers: names b, which dxdp cannot link: network_mode host",
         );
         // The default bridge network is a network like any other.
         assert_clean(
@@ -1086,9 +1105,7 @@ networks:
 "#;
 
     fn two_nets(network: &str, named: &str) -> String {
-        TWO_NETS
-            .replace("NETWORK", network)
-            .replace("NAMED", named)
+        TWO_NETS.replace("NETWORK", network).replace("NAMED", named)
     }
 
     #[test]
@@ -1140,7 +1157,11 @@ networks:
         assert_eq!(p.key.as_deref(), Some(NETWORK));
         // A network the service is not on, even if another service is.
         let p = run(&two_nets("back", "{}").replace("back:\n", "back: {name: back}\n"));
-        assert_one(&p, Severity::Error, "names network back, which service frontend is not on");
+        assert_one(
+            &p,
+            Severity::Error,
+            "names network back, which service frontend is not on",
+        );
     }
 
     #[test]
@@ -1160,7 +1181,7 @@ networks:
         assert_one(
             &p,
             Severity::Error,
-            "service frontend: label dxdp.peers: no link between api and frontend: frontend is \
+            "service frontend: label dxdp.peers: no link between frontend and api: frontend is \
              not on network back, which dxdp.network of api names",
         );
     }
@@ -1183,7 +1204,11 @@ networks:
         assert_eq!(l.len(), 2, "{l:#?}");
         assert!(l[0].contains("a sets dxdp.datapath=tc but b sets dxdp.datapath=xdp"));
         assert!(l[1].contains("a sets dxdp.network=x but b sets dxdp.network=y"));
-        assert!(l.iter().all(|l| l.starts_with("error: service a: label dxdp.group: no link between a and b")));
+        assert!(
+            l.iter()
+                .all(|l| l
+                    .starts_with("error: service a: label dxdp.group: no link between a and b"))
+        );
     }
 
     #[test]
@@ -1202,8 +1227,12 @@ services:
             "no link between a and b: they share no network",
         );
         // No networks at all means the default network, shared by both.
-        assert_clean("services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.peers: b}\n  b: {}\n");
-        let p = run("services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.peers: b}\n  b:\n    networks: [y]\n");
+        assert_clean(
+            "services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.peers: b}\n  b: {}\n",
+        );
+        let p = run(
+            "services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.peers: b}\n  b:\n    networks: [y]\n",
+        );
         assert_one(&p, Severity::Error, "they share no network");
     }
 
@@ -1216,9 +1245,13 @@ services:
         };
         let p = run(&yaml("{driver: macvlan}"));
         assert_one(&p, Severity::Error, "network n has driver macvlan");
-        let p = run(&yaml("{driver_opts: {com.docker.network.bridge.enable_icc: \"false\"}}"));
+        let p = run(&yaml(
+            "{driver_opts: {com.docker.network.bridge.enable_icc: \"false\"}}",
+        ));
         assert_one(&p, Severity::Error, "enable_icc=false");
-        assert_clean(&yaml("{driver: bridge, driver_opts: {com.docker.network.bridge.enable_icc: \"true\"}}"));
+        assert_clean(&yaml(
+            "{driver: bridge, driver_opts: {com.docker.network.bridge.enable_icc: \"true\"}}",
+        ));
         // One usable shared network is enough.
         let two = yaml("{driver: macvlan}")
             .replace("[n]", "[n, m]")
@@ -1240,7 +1273,8 @@ services:
         assert!(l[0].contains("label dxdp.enable: value \"${ENABLE:-true}\" is substituted"));
         assert!(l[1].contains("label dxdp.network: value \"$NET\""));
         // `$$` is a literal dollar, which no dxdp value may hold.
-        let p = run("services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.network: \"a$$b\"}\n");
+        let p =
+            run("services:\n  a:\n    labels: {dxdp.enable: \"true\", dxdp.network: \"a$$b\"}\n");
         assert_one(&p, Severity::Error, "'$' is not allowed");
     }
 
@@ -1250,7 +1284,10 @@ services:
         assert_eq!(p.len(), 1);
         let line = p[0].to_string();
         assert!(!line.contains('\n'), "{line}");
-        assert!(line.starts_with("service a\\nb: label dxdp.x\\ny: unknown dxdp label key"), "{line}");
+        assert!(
+            line.starts_with("service a\\nb: label dxdp.x\\ny: unknown dxdp label key"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -7,8 +7,6 @@ use dxdp_common::names;
 
 use super::Kind;
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-
 pub struct Pins {
     root: PathBuf,
 }
@@ -62,7 +60,7 @@ impl Pins {
                 probe.display()
             )
         })?;
-        if fs.filesystem_type().0 as i64 != BPF_FS_MAGIC {
+        if fs.filesystem_type() != nix::sys::statfs::BPF_FS_MAGIC {
             bail!(
                 "pin directory {}: {} is not on a BPF filesystem; mount it with \
                  `mount -t bpf bpf /sys/fs/bpf` or choose a --pin-dir under a bpffs mount",

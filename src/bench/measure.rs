@@ -1,0 +1,458 @@
+//! Running the host's iperf3 and ping inside the endpoints' namespaces, and reading their output.
+//!
+//! The tools come from the host and enter a namespace through `nsenter --net`, so containers need
+//! no tools of their own. nsenter execs the tool when only the network namespace changes, so the
+//! child we hold is iperf3 or ping itself and killing it leaves nothing behind.
+use std::{
+    io::Read,
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicBool, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Turns SIGINT and SIGTERM into a flag the measurement loop polls, so that Ctrl-C unwinds
+/// through the guards that kill the tools and put the pair's link back, instead of killing
+/// the process with the pair left in whatever configuration was being measured.
+pub fn catch_interrupts() -> Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        let failed = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut()) != 0
+        };
+        if failed {
+            return Err(std::io::Error::last_os_error()).context("cannot catch SIGINT/SIGTERM");
+        }
+    }
+    Ok(())
+}
+
+pub fn check_interrupted() -> Result<()> {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+/// The host tools the bench runs, each with what to tell a user who lacks it.
+pub const TOOLS: &[(&str, &str)] = &[
+    (
+        "iperf3",
+        "install iperf3 (apt-get install iperf3, dnf install iperf3)",
+    ),
+    ("ping", "install iputils-ping"),
+    ("nsenter", "install util-linux"),
+    ("ip", "install iproute2"),
+];
+
+/// The first tool missing from `PATH`, with its install hint.
+pub fn missing_tool() -> Option<(&'static str, &'static str)> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    TOOLS.iter().copied().find(|(tool, _)| {
+        !std::env::split_paths(&path).any(|dir| {
+            let candidate = dir.join(tool);
+            candidate.metadata().is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+    })
+}
+
+/// `program args…` inside the network namespace at `netns`.
+pub fn in_netns(netns: &Path, program: &str) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", netns.display()))
+        .arg("--")
+        .arg(program);
+    cmd
+}
+
+/// A child that is killed and reaped when dropped, however the caller leaves.
+pub struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
+        Ok(Self(
+            cmd.spawn().with_context(|| format!("cannot run {what}"))?,
+        ))
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `grace` for the child to exit by itself, then kills it.
+    fn finish(mut self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && self.exited().is_none() {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.exited().is_none() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion, killing it after `limit` or on an interrupt. Output is drained on
+/// threads: iperf3's JSON of a long multi-stream run can outgrow a pipe buffer before it exits.
+pub fn run_bounded(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+    run(cmd, limit, what, true)
+}
+
+/// Like [`run_bounded`] but deaf to interrupts: for undoing changes after Ctrl-C.
+pub fn run_to_end(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+    run(cmd, limit, what, false)
+}
+
+fn run(mut cmd: Command, limit: Duration, what: &str, interruptible: bool) -> Result<Output> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = KillOnDrop::spawn(&mut cmd, what)?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.exited() {
+            break status;
+        }
+        if interruptible && INTERRUPTED.load(Ordering::SeqCst) {
+            drop(child);
+            bail!("interrupted");
+        }
+        if started.elapsed() > limit {
+            drop(child);
+            bail!("{what} did not finish within {}s", limit.as_secs());
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = stdout.join().map_err(|_| anyhow!("reading {what}"))?;
+    let stderr = stderr.join().map_err(|_| anyhow!("reading {what}"))?;
+    Ok(Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// How one iperf3 client run ended.
+#[derive(Debug, PartialEq)]
+pub enum IperfError {
+    /// Nothing listens yet: the server has not bound its port, worth retrying briefly.
+    NotListening,
+    Failed(String),
+}
+
+/// The client's JSON report, or why there is none. iperf3 3.12 exits 0 even when it could not
+/// connect, so the `error` field decides, not the exit status.
+pub fn parse_iperf(json: &str) -> Result<Value, IperfError> {
+    let value: Value = serde_json::from_str(json)
+        .map_err(|e| IperfError::Failed(format!("iperf3 printed no JSON report ({e})")))?;
+    if let Some(error) = value.get("error").and_then(Value::as_str) {
+        return Err(if error.contains("Connection refused") {
+            IperfError::NotListening
+        } else {
+            IperfError::Failed(error.to_owned())
+        });
+    }
+    Ok(value)
+}
+
+fn number(value: &Value, path: &[&str]) -> Result<f64> {
+    let mut at = value;
+    for key in path {
+        at = at
+            .get(key)
+            .ok_or_else(|| anyhow!("iperf3 report lacks {}", path.join(".")))?;
+    }
+    at.as_f64()
+        .ok_or_else(|| anyhow!("iperf3 report: {} is not a number", path.join(".")))
+}
+
+/// TCP goodput the receiver saw, in Gbit/s.
+pub fn tcp_gbps(report: &Value) -> Result<f64> {
+    Ok(number(report, &["end", "sum_received", "bits_per_second"])? / 1e9)
+}
+
+/// UDP packets per second that reached the receiver: with `-b 0` the sender outruns any path,
+/// so what counts is what arrived, not what was sent.
+pub fn udp_pps(report: &Value) -> Result<f64> {
+    let packets = number(report, &["end", "sum", "packets"])?;
+    let lost = number(report, &["end", "sum", "lost_packets"])?;
+    let seconds = number(report, &["end", "sum", "seconds"])?;
+    if seconds <= 0.0 {
+        bail!("iperf3 report: the UDP test lasted {seconds}s");
+    }
+    Ok((packets - lost).max(0.0) / seconds)
+}
+
+/// Every round-trip time ping printed, in µs. Duplicates are left out: they answer a request
+/// that already has its time.
+pub fn ping_rtts_us(output: &str) -> Vec<f64> {
+    output
+        .lines()
+        .filter(|line| !line.contains("DUP!"))
+        .filter_map(|line| {
+            let (_, rest) = line
+                .split_once("time=")
+                .or_else(|| line.split_once("time<"))?;
+            let mut words = rest.split_whitespace();
+            let value: f64 = words.next()?.parse().ok()?;
+            let scale = match words.next().unwrap_or("ms") {
+                "ms" => 1000.0,
+                "us" | "usec" | "µs" => 1.0,
+                "s" => 1e6,
+                _ => return None,
+            };
+            Some(value * scale)
+        })
+        .collect()
+}
+
+/// The first IPv4 address in `ip -j -4 addr show` output, preferring global scope.
+pub fn first_ipv4(json: &str) -> Result<Ipv4Addr> {
+    let links: Vec<Value> = serde_json::from_str(json).context("cannot parse `ip -j addr`")?;
+    let addrs: Vec<&Value> = links
+        .iter()
+        .filter_map(|l| l.get("addr_info")?.as_array())
+        .flatten()
+        .filter(|a| a.get("family").and_then(Value::as_str) == Some("inet"))
+        .collect();
+    let global = addrs
+        .iter()
+        .find(|a| a.get("scope").and_then(Value::as_str) == Some("global"));
+    let addr = global
+        .or(addrs.first())
+        .and_then(|a| a.get("local")?.as_str())
+        .ok_or_else(|| anyhow!("no IPv4 address"))?;
+    addr.parse()
+        .with_context(|| format!("bad IPv4 address {addr:?}"))
+}
+
+/// The IPv4 address of `ifname` as seen inside `netns`.
+pub fn ipv4_of(netns: &Path, ifname: &str) -> Result<Ipv4Addr> {
+    let mut cmd = in_netns(netns, "ip");
+    cmd.args(["-j", "-4", "addr", "show", "dev", ifname]);
+    let out = run_bounded(cmd, Duration::from_secs(10), "ip addr")?;
+    if !out.status.success() {
+        bail!("ip addr show dev {ifname}: {}", out.stderr.trim());
+    }
+    first_ipv4(&out.stdout).with_context(|| format!("{ifname} in {}", netns.display()))
+}
+
+/// One direction of measurement: clients in one namespace, one-off servers in another (or the
+/// same, for loopback).
+#[derive(Clone, Debug)]
+pub struct Runner {
+    pub client_ns: PathBuf,
+    pub server_ns: PathBuf,
+    pub target: IpAddr,
+    pub port: u16,
+    pub seconds: u32,
+    /// Names the path in error messages.
+    pub label: String,
+}
+
+/// How long an iperf3 server may take to bind its port before the bench gives up.
+const LISTEN_WAIT: Duration = Duration::from_secs(5);
+
+impl Runner {
+    pub fn tcp_gbps(&self, streams: u32) -> Result<f64> {
+        tcp_gbps(&self.iperf(&["-P", &streams.to_string()])?)
+    }
+
+    pub fn udp_pps(&self, payload: u32) -> Result<f64> {
+        udp_pps(&self.iperf(&["-u", "-b", "0", "-l", &payload.to_string()])?)
+    }
+
+    /// `count` pings 5 ms apart; the interval below 200 ms needs root, which the bench has.
+    pub fn ping_us(&self, count: u32) -> Result<Vec<f64>> {
+        let mut cmd = in_netns(&self.client_ns, "ping");
+        cmd.args(["-n", "-c", &count.to_string(), "-i", "0.005", "-W", "1"])
+            .arg(self.target.to_string());
+        let limit = Duration::from_millis(u64::from(count) * 5) + Duration::from_secs(15);
+        let out = run_bounded(cmd, limit, "ping")?;
+        let rtts = ping_rtts_us(&out.stdout);
+        if rtts.is_empty() {
+            bail!(
+                "{}: no reply to ping from {}: {}",
+                self.label,
+                self.target,
+                out.stderr.trim()
+            );
+        }
+        Ok(rtts)
+    }
+
+    /// One client run against a fresh one-off server (`-s -1` exits after one test, so none is
+    /// left listening between measurements).
+    fn iperf(&self, extra: &[&str]) -> Result<Value> {
+        let port = self.port.to_string();
+        let mut server = in_netns(&self.server_ns, "iperf3");
+        server
+            .args(["-s", "-1", "-p", &port])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut server = KillOnDrop::spawn(&mut server, "iperf3 -s")?;
+        let started = Instant::now();
+        loop {
+            check_interrupted()?;
+            if let Some(status) = server.exited() {
+                let mut why = String::new();
+                if let Some(mut err) = server.0.stderr.take() {
+                    let _ = err.read_to_string(&mut why);
+                }
+                bail!(
+                    "{}: the iperf3 server on port {port} exited ({status}) before the test: {}",
+                    self.label,
+                    why.trim()
+                );
+            }
+            let mut client = in_netns(&self.client_ns, "iperf3");
+            client
+                .args(["-c", &self.target.to_string(), "-p", &port])
+                .args(["-t", &self.seconds.to_string(), "--json"])
+                .args(["--connect-timeout", "3000"])
+                .args(extra);
+            let limit = Duration::from_secs(u64::from(self.seconds) + 20);
+            let out = run_bounded(client, limit, "iperf3 -c")?;
+            match parse_iperf(&out.stdout) {
+                Ok(report) => {
+                    server.finish(Duration::from_secs(2));
+                    return Ok(report);
+                }
+                Err(IperfError::NotListening) if started.elapsed() < LISTEN_WAIT => {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                Err(IperfError::NotListening) => bail!(
+                    "{}: nothing listened on {}:{port} within {}s",
+                    self.label,
+                    self.target,
+                    LISTEN_WAIT.as_secs()
+                ),
+                Err(IperfError::Failed(why)) => {
+                    let stderr = out.stderr.trim();
+                    bail!(
+                        "{}: iperf3 -c {} {}: {why}{}{stderr}",
+                        self.label,
+                        self.target,
+                        extra.join(" "),
+                        if stderr.is_empty() { "" } else { "; " }
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// Whether a TCP and a UDP socket can bind `port` inside `netns`: a foreign iperf3 server
+/// there would answer our clients and report someone else's numbers.
+pub fn port_free(netns: &crate::netns::NetnsPath, port: u16) -> Result<bool> {
+    netns.run(move || {
+        let any = (Ipv4Addr::UNSPECIFIED, port);
+        Ok(std::net::TcpListener::bind(any).is_ok() && std::net::UdpSocket::bind(any).is_ok())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = include_str!("testdata/iperf3-tcp-P2.json");
+    const UDP: &str = include_str!("testdata/iperf3-udp-l64.json");
+    const REFUSED: &str = include_str!("testdata/iperf3-refused.json");
+    const PING: &str = include_str!("testdata/ping-lo.txt");
+
+    #[test]
+    fn tcp_report_gives_receiver_goodput() {
+        let report = parse_iperf(TCP).unwrap();
+        let gbps = tcp_gbps(&report).unwrap();
+        assert!((gbps - 14.271034562305754).abs() < 1e-9, "{gbps}");
+    }
+
+    #[test]
+    fn udp_report_gives_received_packets_per_second() {
+        let report = parse_iperf(UDP).unwrap();
+        let pps = udp_pps(&report).unwrap();
+        // (118070 sent - 52751 lost) / 1.00013 s
+        assert!((pps - 65_310.509_6).abs() < 0.1, "{pps}");
+    }
+
+    #[test]
+    fn refused_connection_is_retryable_and_others_are_not() {
+        assert_eq!(parse_iperf(REFUSED).unwrap_err(), IperfError::NotListening);
+        let other =
+            r#"{"start":{},"end":{},"error":"unable to connect to server: No route to host"}"#;
+        assert_eq!(
+            parse_iperf(other).unwrap_err(),
+            IperfError::Failed("unable to connect to server: No route to host".into())
+        );
+        assert!(matches!(
+            parse_iperf("iperf3: error"),
+            Err(IperfError::Failed(_))
+        ));
+        // A report without the expected sums is an error, not a zero.
+        let empty = parse_iperf(r#"{"end":{}}"#).unwrap();
+        assert!(tcp_gbps(&empty).is_err());
+        assert!(udp_pps(&empty).is_err());
+    }
+
+    #[test]
+    fn ping_times_are_microseconds() {
+        assert_eq!(ping_rtts_us(PING), vec![80.0, 44.0, 44.0, 47.0, 38.0, 39.0]);
+        let odd = "64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=1.50 ms\n\
+                   64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=1.70 ms (DUP!)\n\
+                   64 bytes from 10.0.0.2: icmp_seq=2 ttl=64 time<1 ms\n\
+                   Request timeout for icmp_seq 3\n\
+                   rtt min/avg/max/mdev = 0.038/0.048/0.080/0.014 ms\n";
+        assert_eq!(ping_rtts_us(odd), vec![1500.0, 1000.0]);
+        assert!(ping_rtts_us("").is_empty());
+    }
+
+    #[test]
+    fn ipv4_prefers_global_scope() {
+        let json = r#"[{"ifindex":2,"ifname":"eth0","addr_info":[
+            {"family":"inet","local":"169.254.1.1","prefixlen":16,"scope":"link"},
+            {"family":"inet","local":"172.17.0.3","prefixlen":16,"scope":"global"}]}]"#;
+        assert_eq!(first_ipv4(json).unwrap(), Ipv4Addr::new(172, 17, 0, 3));
+        assert!(first_ipv4("[]").is_err());
+        assert!(first_ipv4(r#"[{"ifname":"eth0","addr_info":[]}]"#).is_err());
+    }
+}

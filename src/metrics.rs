@@ -1,0 +1,326 @@
+//! Prometheus text exposition for `dxdp watch --metrics ADDR`.
+use std::{
+    fmt::Write as _,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context, Result};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+use tracing::{debug, info};
+
+use crate::datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord, Traffic};
+
+/// What the watch loop reports about itself.
+#[derive(Default)]
+pub struct Metrics(Mutex<Loop>);
+
+#[derive(Default, Clone, Copy)]
+struct Loop {
+    reconciles: u64,
+    errors: u64,
+    duration_sum: f64,
+    last_duration: f64,
+    docker_connected: bool,
+}
+
+impl Metrics {
+    pub fn reconciled(&self, took: Duration, ok: bool) {
+        if let Ok(mut m) = self.0.lock() {
+            m.reconciles += 1;
+            m.errors += u64::from(!ok);
+            m.duration_sum += took.as_secs_f64();
+            m.last_duration = took.as_secs_f64();
+        }
+    }
+
+    pub fn docker_connected(&self, connected: bool) {
+        if let Ok(mut m) = self.0.lock() {
+            m.docker_connected = connected;
+        }
+    }
+
+    fn snapshot(&self) -> Loop {
+        self.0.lock().map(|m| *m).unwrap_or_default()
+    }
+}
+
+/// The pinned state at scrape time.
+pub struct State {
+    pub links: Vec<LinkRecord>,
+    pub interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
+}
+
+fn read_state(pin_dir: &Path) -> Result<State> {
+    if !pin_dir.exists() {
+        return Ok(State {
+            links: vec![],
+            interfaces: vec![],
+        });
+    }
+    let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    let mut interfaces = Vec::new();
+    for (ifindex, kind) in datapath.interfaces()? {
+        let name = host
+            .iter()
+            .find(|i| i.index == ifindex)
+            .map(|i| i.name.clone())
+            .unwrap_or_default();
+        let counters = datapath.counters(ifindex)?.unwrap_or_default();
+        interfaces.push((ifindex, name, kind, counters));
+    }
+    interfaces.sort_by_key(|i| i.0);
+    Ok(State {
+        links: datapath.links()?,
+        interfaces,
+    })
+}
+
+/// Renders the exposition text; pure, so its format is unit-tested.
+fn render(state: &State, watch: Loop) -> String {
+    let mut out = String::new();
+    header(
+        &mut out,
+        "dxdp_links",
+        "gauge",
+        "Links installed, by datapath.",
+    );
+    for kind in [Kind::Tc, Kind::Xdp] {
+        let n = state.links.iter().filter(|l| l.datapath == kind).count();
+        let _ = writeln!(out, "dxdp_links{{datapath=\"{kind}\"}} {n}");
+    }
+
+    type PickTraffic = fn(&Traffic) -> u64;
+    let per_link: [(&str, &str, PickTraffic); 2] = [
+        (
+            "dxdp_link_redirected_packets_total",
+            "Frames redirected over a link, per direction.",
+            |t| t.packets,
+        ),
+        (
+            "dxdp_link_redirected_bytes_total",
+            "Bytes redirected over a link, per direction.",
+            |t| t.bytes,
+        ),
+    ];
+    for (metric, help, pick) in per_link {
+        header(&mut out, metric, "counter", help);
+        for l in &state.links {
+            for (from, to, traffic) in [
+                (&l.low_name, &l.high_name, &l.low_to_high),
+                (&l.high_name, &l.low_name, &l.high_to_low),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{from=\"{}\",to=\"{}\",network=\"{}\",datapath=\"{}\"}} {}",
+                    escape(from),
+                    escape(to),
+                    escape(&l.network),
+                    l.datapath,
+                    pick(traffic)
+                );
+            }
+        }
+    }
+
+    type Pick = fn(&InterfaceCounters) -> u64;
+    let per_interface: [(&str, &str, Pick); 6] = [
+        (
+            "dxdp_interface_redirected_packets_total",
+            "Frames redirected from a managed veth.",
+            |c| c.redirected_packets,
+        ),
+        (
+            "dxdp_interface_redirected_bytes_total",
+            "Bytes redirected from a managed veth.",
+            |c| c.redirected_bytes,
+        ),
+        (
+            "dxdp_interface_passed_packets_total",
+            "Frames a managed veth passed to the bridge.",
+            |c| c.passed_packets,
+        ),
+        (
+            "dxdp_interface_passed_bytes_total",
+            "Bytes a managed veth passed to the bridge.",
+            |c| c.passed_bytes,
+        ),
+        (
+            "dxdp_interface_fallback_packets_total",
+            "Frames for a link whose target is gone, sent to the bridge.",
+            |c| c.fallback_packets,
+        ),
+        (
+            "dxdp_interface_spoofed_packets_total",
+            "Frames with a source MAC not the container's own, never redirected.",
+            |c| c.spoofed_packets,
+        ),
+    ];
+    for (metric, help, pick) in per_interface {
+        header(&mut out, metric, "counter", help);
+        for (ifindex, ifname, kind, counters) in &state.interfaces {
+            let _ = writeln!(
+                out,
+                "{metric}{{ifindex=\"{ifindex}\",interface=\"{}\",datapath=\"{kind}\"}} {}",
+                escape(ifname),
+                pick(counters)
+            );
+        }
+    }
+
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_reconciles_total Reconciliations run.\n# TYPE dxdp_reconciles_total counter\ndxdp_reconciles_total {}",
+        watch.reconciles
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_reconcile_errors_total Reconciliations that failed.\n# TYPE dxdp_reconcile_errors_total counter\ndxdp_reconcile_errors_total {}",
+        watch.errors
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_reconcile_duration_seconds Time spent reconciling.\n# TYPE dxdp_reconcile_duration_seconds summary\ndxdp_reconcile_duration_seconds_sum {}\ndxdp_reconcile_duration_seconds_count {}",
+        watch.duration_sum, watch.reconciles
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_last_reconcile_duration_seconds Duration of the latest reconciliation.\n# TYPE dxdp_last_reconcile_duration_seconds gauge\ndxdp_last_reconcile_duration_seconds {}",
+        watch.last_duration
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_docker_connected Whether the watch is connected to dockerd.\n# TYPE dxdp_docker_connected gauge\ndxdp_docker_connected {}",
+        u8::from(watch.docker_connected)
+    );
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Serves `GET /metrics` until the task is dropped.
+pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, pin_dir: PathBuf) -> Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} for --metrics"))?;
+    info!(%addr, "serving Prometheus metrics on /metrics");
+    loop {
+        let (mut conn, peer) = listener.accept().await?;
+        let metrics = Arc::clone(&metrics);
+        let pin_dir = pin_dir.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 2048];
+            let n = match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("");
+            let response = if path == "/metrics" {
+                let watch = metrics.snapshot();
+                let state = tokio::task::spawn_blocking(move || read_state(&pin_dir)).await;
+                match state {
+                    Ok(Ok(state)) => http(200, "text/plain; version=0.0.4", &render(&state, watch)),
+                    Ok(Err(e)) => http(500, "text/plain", &format!("{e:#}\n")),
+                    Err(e) => http(500, "text/plain", &format!("{e}\n")),
+                }
+            } else {
+                http(404, "text/plain", "try /metrics\n")
+            };
+            debug!(%peer, path, "metrics request");
+            let _ = conn.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+fn http(status: u16, content_type: &str, body: &str) -> String {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Internal Server Error",
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::Origin;
+
+    #[test]
+    fn renders_links_interfaces_and_loop_metrics() {
+        let state = State {
+            links: vec![LinkRecord {
+                low_ifindex: 3,
+                high_ifindex: 4,
+                low_name: "web".into(),
+                high_name: "d\"b".into(),
+                network: "app".into(),
+                datapath: Kind::Tc,
+                origin: Origin::Watch,
+                created_unix_secs: 0,
+                low_to_high: Traffic {
+                    packets: 7,
+                    bytes: 700,
+                },
+                high_to_low: Traffic::default(),
+            }],
+            interfaces: vec![(
+                3,
+                "veth1".into(),
+                Kind::Tc,
+                InterfaceCounters {
+                    redirected_packets: 7,
+                    ..Default::default()
+                },
+            )],
+        };
+        let text = render(
+            &state,
+            Loop {
+                reconciles: 2,
+                errors: 1,
+                duration_sum: 0.5,
+                last_duration: 0.25,
+                docker_connected: true,
+            },
+        );
+        assert!(text.contains("dxdp_links{datapath=\"tc\"} 1\n"), "{text}");
+        assert!(text.contains("dxdp_links{datapath=\"xdp\"} 0\n"));
+        assert!(text.contains(
+            "dxdp_link_redirected_packets_total{from=\"web\",to=\"d\\\"b\",network=\"app\",datapath=\"tc\"} 7\n"
+        ));
+        assert!(text.contains(
+            "dxdp_interface_redirected_packets_total{ifindex=\"3\",interface=\"veth1\",datapath=\"tc\"} 7\n"
+        ));
+        assert!(text.contains("dxdp_reconcile_errors_total 1\n"));
+        assert!(text.contains("dxdp_reconcile_duration_seconds_count 2\n"));
+        assert!(text.contains("dxdp_docker_connected 1\n"));
+        // Every sample belongs to a family announced with HELP and TYPE.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = name.trim_end_matches("_sum").trim_end_matches("_count");
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "no TYPE for {name}"
+            );
+        }
+    }
+}

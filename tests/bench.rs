@@ -1,0 +1,397 @@
+//! `dxdp bench` end to end on a topology of its own: a bridge, two named network namespaces
+//! with a veth each on it, and an iptables rule letting the bridge forward (br_netfilter sends
+//! bridged frames through FORWARD, whose policy Docker sets to DROP).
+//!
+//! Checked: the table has a row per configuration, every metric is positive, the JSON holds the
+//! samples, the SVG is written, and afterwards the pair's link is exactly as it was (none, or the
+//! tc link made before) with no iperf3 left in either namespace.
+//!
+//! Needs root, bpffs at /sys/fs/bpf, iperf3, ping, ip and iptables; without them the tests print
+//! "skipping: …", or fail when CI=true.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::Mutex,
+};
+
+use serde_json::Value;
+
+/// The benches measure timing on a shared CPU: one at a time, even under a parallel harness.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const CONFIGS: [&str; 4] = ["bridge", "tc", "xdp", "loopback"];
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether this host can run the test; otherwise says why, loudly under CI.
+fn privileged() -> bool {
+    let why = if !is_root() {
+        Some("needs root".to_owned())
+    } else if !mounted_bpffs() {
+        Some("needs bpffs mounted at /sys/fs/bpf".to_owned())
+    } else {
+        ["iperf3", "ping", "ip", "iptables", "nsenter"]
+            .into_iter()
+            .find(|t| !have(t))
+            .map(|t| format!("needs {t} on the host (install {t})"))
+    };
+    match why {
+        None => true,
+        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("bench integration test cannot run under CI: {why}")
+        }
+        Some(why) => {
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+fn mounted_bpffs() -> bool {
+    std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
+        m.lines().any(|l| {
+            let mut f = l.split_whitespace();
+            f.next();
+            f.next() == Some("/sys/fs/bpf") && f.next() == Some("bpf")
+        })
+    })
+}
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+fn must(program: &str, args: &[&str]) -> String {
+    let out = run(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn dxdp(pin_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .arg("--pin-dir")
+        .arg(pin_dir)
+        .args(args)
+        .env("DXDP_LOG", "warn")
+        .output()
+        .expect("cannot run dxdp")
+}
+
+/// A bridge with two namespaces on it, all named after this process and `case`, removed on drop
+/// along with the FORWARD rule, the pin directory and whatever dxdp pinned there.
+struct Topology {
+    case: u32,
+    bridge: String,
+    ns: [String; 2],
+    pin_dir: PathBuf,
+    dir: PathBuf,
+}
+
+impl Topology {
+    fn new(case: u32) -> Self {
+        let pid = std::process::id();
+        let t = Topology {
+            case,
+            bridge: format!("dxb-{pid}-{case}"),
+            ns: [format!("dxb-{pid}-{case}a"), format!("dxb-{pid}-{case}b")],
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/dxdp-bench-{pid}-{case}")),
+            dir: std::env::temp_dir().join(format!("dxdp-bench-test-{pid}-{case}")),
+        };
+        assert!(t.bridge.len() < 16, "bridge name too long: {}", t.bridge);
+        std::fs::create_dir_all(&t.dir).unwrap();
+        must("ip", &["link", "add", &t.bridge, "type", "bridge"]);
+        must("ip", &["link", "set", &t.bridge, "up"]);
+        must("iptables", &t.forward_rule("-I"));
+        for (i, ns) in t.ns.iter().enumerate() {
+            let host_veth = t.host_veth(i);
+            must("ip", &["netns", "add", ns]);
+            must(
+                "ip",
+                &[
+                    "link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", ns,
+                ],
+            );
+            must(
+                "ip",
+                &["link", "set", &host_veth, "master", &t.bridge, "up"],
+            );
+            let addr = format!("{}/24", t.addr(i));
+            must("ip", &["-n", ns, "addr", "add", &addr, "dev", "eth0"]);
+            must("ip", &["-n", ns, "link", "set", "eth0", "up"]);
+            // lo stays down as `ip netns add` leaves it: the bench must bring it up for the
+            // loopback configuration and put it down again.
+        }
+        t
+    }
+
+    fn host_veth(&self, i: usize) -> String {
+        let side = if i == 0 { 'a' } else { 'b' };
+        format!("dxb{}{}{side}", std::process::id(), self.case)
+    }
+
+    fn addr(&self, i: usize) -> String {
+        format!(
+            "10.{}.{}.{}",
+            200 + self.case,
+            std::process::id() % 250,
+            i + 1
+        )
+    }
+
+    fn forward_rule<'a>(&'a self, op: &'a str) -> Vec<&'a str> {
+        let mut rule = vec![op, "FORWARD", "-i", &self.bridge, "-o", &self.bridge];
+        rule.extend(["-j", "ACCEPT"]);
+        rule
+    }
+
+    fn spec(&self, i: usize) -> String {
+        format!("netns:{}", self.ns[i])
+    }
+
+    fn ns_inode(&self, i: usize) -> u64 {
+        std::fs::metadata(format!("/run/netns/{}", self.ns[i]))
+            .unwrap()
+            .ino()
+    }
+
+    fn links(&self) -> Vec<Value> {
+        let out = dxdp(&self.pin_dir, &["status", "--json"]);
+        assert!(out.status.success(), "status: {}", text(&out.stderr));
+        let status: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        status["links"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// iperf3 processes whose network namespace is one of ours.
+    fn iperf3_left(&self) -> Vec<u32> {
+        let ours = [self.ns_inode(0), self.ns_inode(1)];
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "iperf3")
+                    && std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                        .is_ok_and(|m| ours.contains(&m.ino()))
+            })
+            .collect()
+    }
+
+    fn lo_up(&self, i: usize) -> bool {
+        let out = must(
+            "ip",
+            &["-n", &self.ns[i], "-j", "link", "show", "dev", "lo"],
+        );
+        let links: Value = serde_json::from_str(&out).unwrap();
+        links[0]["flags"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "UP"))
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if self.pin_dir.exists() {
+            let _ = dxdp(&self.pin_dir, &["cleanup"]);
+            let _ = std::fs::remove_dir_all(&self.pin_dir);
+        }
+        for ns in &self.ns {
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+        let _ = run("ip", &["link", "del", &self.bridge]);
+        let _ = run("iptables", &self.forward_rule("-D"));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The first word of each table row that names a configuration, in order.
+fn table_rows(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|l| {
+            let mut words = l.split_whitespace();
+            words.next().is_some_and(|w| CONFIGS.contains(&w)) && words.next() != Some("vs")
+        })
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect()
+}
+
+fn bench(t: &Topology, extra: &[&str]) -> Output {
+    let mut args = vec!["bench".to_owned(), t.spec(0), t.spec(1)];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = dxdp(&t.pin_dir, &args);
+    eprintln!("--- dxdp bench stderr ---\n{}", text(&out.stderr));
+    eprintln!("--- dxdp bench stdout ---\n{}", text(&out.stdout));
+    out
+}
+
+#[test]
+fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
+    if !privileged() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Topology::new(1);
+    let json_path = t.dir.join("out.json");
+    let svg_path = t.dir.join("out.svg");
+    let out = bench(
+        &t,
+        &[
+            "--quick",
+            "--json",
+            json_path.to_str().unwrap(),
+            "--plot",
+            svg_path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "bench failed: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(table_rows(&stdout), CONFIGS);
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).expect("JSON");
+    let configs = report["configs"].as_array().expect("configs");
+    let names: Vec<&str> = configs
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, CONFIGS);
+    assert_eq!(report["baseline"], "bridge");
+    for config in configs {
+        let name = config["name"].as_str().unwrap();
+        let metrics = config["metrics"].as_array().unwrap();
+        assert_eq!(metrics.len(), 6, "{name}");
+        for m in metrics {
+            let id = m["id"].as_str().unwrap();
+            let samples = m["samples"].as_array().unwrap();
+            assert_eq!(samples.len(), 1, "{name} {id}: one round");
+            let median = m["median"].as_f64().unwrap_or(0.0);
+            assert!(median > 0.0, "{name} {id} = {median}");
+            assert_eq!(samples[0].as_f64(), Some(median), "{name} {id}");
+        }
+        let rtts = config["rtt_us_per_round"].as_array().unwrap();
+        assert_eq!(rtts.len(), 1);
+        assert!(rtts[0].as_array().unwrap().len() >= 150, "{name}: pings");
+        if name == "tc" || name == "xdp" {
+            let redirected = config["redirected_packets"].as_u64().unwrap_or(0);
+            assert!(redirected > 0, "{name} redirected nothing");
+        }
+    }
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    for config in CONFIGS {
+        assert!(svg.contains(config), "svg lacks {config}");
+    }
+
+    assert!(t.links().is_empty(), "the pair is still linked");
+    assert!(
+        !t.pin_dir.exists(),
+        "the bench left the pin directory it created"
+    );
+    assert_eq!(t.iperf3_left(), Vec::<u32>::new(), "iperf3 left behind");
+    assert!(!t.lo_up(0), "lo in A was left up");
+}
+
+#[test]
+fn bench_restores_an_existing_tc_link() {
+    if !privileged() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Topology::new(2);
+    let out = dxdp(
+        &t.pin_dir,
+        &["link", &t.spec(0), &t.spec(1), "--datapath", "tc"],
+    );
+    assert!(out.status.success(), "link: {}", text(&out.stderr));
+
+    let out = bench(&t, &["--only", "tc,bridge", "--quick"]);
+    assert!(out.status.success(), "bench failed: {}", text(&out.stderr));
+    assert_eq!(table_rows(&text(&out.stdout)), ["bridge", "tc"]);
+
+    let links = t.links();
+    assert_eq!(links.len(), 1, "{links:?}");
+    assert_eq!(links[0]["datapath"], "tc");
+    assert_eq!(links[0]["origin"], "manual");
+    assert_eq!(t.iperf3_left(), Vec::<u32>::new(), "iperf3 left behind");
+}
+
+#[test]
+fn bench_refuses_a_missing_endpoint_and_changes_nothing() {
+    if !privileged() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Topology::new(3);
+    let out = dxdp(
+        &t.pin_dir,
+        &["bench", &t.spec(0), "netns:dxb-no-such-ns", "--quick"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("dxb-no-such-ns"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!t.pin_dir.exists());
+}
+
+#[test]
+fn bench_refuses_a_busy_pair() {
+    if !privileged() {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Topology::new(4);
+    // A flood ping sends as fast as replies come back: tens of thousands of packets a second.
+    let mut flood = Command::new("ip")
+        .args(["netns", "exec", &t.ns[0], "ping", "-q", "-f", "-w", "20"])
+        .arg(t.addr(1))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("flood ping");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let out = bench(&t, &["--quick"]);
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert!(!out.status.success(), "bench ran on a busy pair");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("busy: ") && stderr.contains("pps of other traffic on"),
+        "{stderr}"
+    );
+    assert!(
+        !t.pin_dir.exists(),
+        "a refused bench created the pin directory"
+    );
+}

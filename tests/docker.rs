@@ -1,0 +1,398 @@
+//! Real dockerd, real containers from the local test image, real iperf3: `dxdp link` by
+//! container name, the refusals, and `dxdp watch` following labels through the containers'
+//! lives. Every network and container is the test's own and is removed on drop.
+mod common;
+#[path = "common/docker.rs"]
+mod docker;
+
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
+
+use common::{Background, Status, wait_until};
+use docker::{DOCKER, World, docker, docker_ok, require_docker};
+
+const LABELS_GROUP: &[&str] = &["-l", "dxdp.enable=true", "-l"];
+
+fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s common::LinkStatus> {
+    status
+        .links
+        .iter()
+        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+}
+
+/// iperf3 from container `client` to `server_ip`, bounded; returns bits/s received.
+#[track_caller]
+fn iperf3(server: &str, client: &str, server_ip: &str, udp: bool) -> f64 {
+    docker_ok(&["exec", "-d", server, "iperf3", "-s", "-1", "-p", "5201"]);
+    let mut args = vec![
+        "exec", client, "timeout", "20", "iperf3", "-c", server_ip, "-p", "5201",
+    ];
+    args.extend_from_slice(&["-t", "2", "--json", "--connect-timeout", "3000"]);
+    if udp {
+        args.extend_from_slice(&["-u", "-b", "200M"]);
+    }
+    // The one-off server may need a moment to listen.
+    let mut last = None;
+    for _ in 0..20 {
+        let run = docker(&args);
+        if run.success() {
+            let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("iperf3 json");
+            let sum = if udp {
+                &json["end"]["sum"]
+            } else {
+                &json["end"]["sum_received"]
+            };
+            return sum["bits_per_second"].as_f64().expect("bits_per_second");
+        }
+        last = Some(run);
+        thread::sleep(Duration::from_millis(100));
+    }
+    panic!("iperf3 never ran: {}", last.expect("a run"));
+}
+
+#[track_caller]
+fn ping_all(from: &str, ip: &str, count: u32) {
+    let count_s = count.to_string();
+    let run = docker(&[
+        "exec", from, "ping", "-q", "-n", "-c", &count_s, "-i", "0.01", "-W", "1", ip,
+    ]);
+    assert!(
+        run.success() && run.stdout.contains(&format!("{count} received")),
+        "ping {from} -> {ip}: {run}"
+    );
+}
+
+#[test]
+fn link_by_name_carries_iperf3_and_leaves_a_third_container_alone() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let a = world.run("a", &["--network", &net], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let c = world.run("c", &["--network", &net], &[]);
+    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
+
+    let run = world.dxdp.run(&["link", &a, &b]);
+    run.assert_success();
+    assert!(run.stdout.contains(&net), "link names the network: {run}");
+    let status = world.dxdp.status();
+    let link = link_between(&status, &a, &b).expect("link listed by container names");
+    assert_eq!(
+        (link.network.as_str(), link.datapath.as_str()),
+        (net.as_str(), "tc")
+    );
+
+    let tcp = iperf3(&b, &a, &ip_b, false);
+    let udp = iperf3(&a, &b, &ip_a, true);
+    assert!(tcp > 1e8 && udp > 1e7, "tcp {tcp} bit/s, udp {udp} bit/s");
+    let after = world.dxdp.status();
+    let link = link_between(&after, &a, &b).expect("still linked");
+    assert!(
+        link.low_to_high.packets > 1000 && link.high_to_low.packets > 1000,
+        "both directions carried the iperf3 traffic: {link:?}"
+    );
+
+    // The third container reaches both through the bridge and moves no link counter.
+    let before = link.clone();
+    ping_all(&c, &ip_a, 20);
+    ping_all(&c, &ip_b, 20);
+    let later = world.dxdp.status();
+    let link = link_between(&later, &a, &b).expect("still linked");
+    assert_eq!(
+        (link.low_to_high.packets, link.high_to_low.packets),
+        (before.low_to_high.packets, before.high_to_low.packets),
+        "c's traffic must not be redirected"
+    );
+    assert!(
+        !later
+            .links
+            .iter()
+            .any(|l| l.low_name == c || l.high_name == c)
+    );
+
+    world.dxdp.run(&["unlink", &a, &b]).assert_success();
+    world.dxdp.status().assert_empty();
+    ping_all(&a, &ip_b, 10);
+}
+
+#[test]
+fn refuses_what_cannot_or_must_not_be_linked() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net1 = world.network("one", &[]);
+    let net2 = world.network("two", &[]);
+    let closed = world.network(
+        "closed",
+        &["-o", "com.docker.network.bridge.enable_icc=false"],
+    );
+    let a = world.run("a", &["--network", &net1], &[]);
+    let other = world.run("other", &["--network", &net2], &[]);
+    let host = world.run("host", &["--network", "host"], &[]);
+    let none = world.run("none", &["--network", "none"], &[]);
+    let x = world.run("x", &["--network", &closed], &[]);
+    let y = world.run("y", &["--network", &closed], &[]);
+    let stopped = world.run("stopped", &["--network", &net1], &[]);
+    docker_ok(&["stop", "-t", "0", &stopped]);
+    let unknown = format!("{}-nosuch", world.prefix);
+
+    let cases: [(&str, &str, &str); 7] = [
+        (&a, &other, "share no network"),
+        (&a, &host, "network mode host"),
+        (&a, &none, "network mode none"),
+        (&x, &y, "enable_icc=false"),
+        (&a, &unknown, "no container named"),
+        (&a, &stopped, "is not running"),
+        (&a, &a, "to itself"),
+    ];
+    for (p, q, message) in cases {
+        let run = world.dxdp.run(&["link", p, q]);
+        run.assert_failure();
+        assert_eq!(run.code(), Some(1), "{run}");
+        assert!(run.stderr.contains(message), "expected {message:?}: {run}");
+        assert!(
+            run.stderr.lines().count() <= 2,
+            "one clear error, not a trace: {run}"
+        );
+    }
+    world.dxdp.status().assert_empty();
+    assert!(world.dxdp.link_pins().is_empty());
+}
+
+#[test]
+fn watch_follows_labels_through_start_stop_restart_groups_and_disconnect() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let watch = world.watch(&["--resync", "2"]);
+    thread::sleep(Duration::from_millis(500));
+
+    let pair_label = format!("dxdp.group={}-pair", world.prefix);
+    let mut labels = LABELS_GROUP.to_vec();
+    labels.push(&pair_label);
+    let with = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = vec!["--network".into(), net.clone()];
+        v.extend(extra.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let args = with(&labels);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = world.run("a", &args, &[]);
+    let started = Instant::now();
+    let b = world.run("b", &args, &[]);
+    let run_returned = Instant::now();
+    let plain_args = with(&[]);
+    let plain_args: Vec<&str> = plain_args.iter().map(String::as_str).collect();
+    let plain = world.run("plain", &plain_args, &[]);
+    watch.expect_links(1, Duration::from_secs(10));
+    eprintln!(
+        "labeled pair linked {:?} after `docker run` returned ({:?} after it started)",
+        run_returned.elapsed(),
+        started.elapsed()
+    );
+    let status = world.dxdp.status();
+    let link = link_between(&status, &a, &b).expect("a-b linked");
+    assert_eq!(link.origin, "watch");
+    assert!(
+        !status
+            .links
+            .iter()
+            .any(|l| l.low_name == plain || l.high_name == plain)
+    );
+    ping_all(&a, &world.ip(&b, &net), 10);
+
+    docker_ok(&["stop", "-t", "0", &b]);
+    watch.expect_links(0, Duration::from_secs(10));
+    docker_ok(&["start", &b]);
+    watch.expect_links(1, Duration::from_secs(10));
+    docker_ok(&["restart", "-t", "0", &a]);
+    watch.expect_links(1, Duration::from_secs(10));
+    ping_all(&a, &world.ip(&b, &net), 10);
+
+    // A group of four meshes fully: 6 more links.
+    let quad_label = format!("dxdp.group={}-quad", world.prefix);
+    let mut quad = LABELS_GROUP.to_vec();
+    quad.push(&quad_label);
+    let quad_args = with(&quad);
+    let quad_args: Vec<&str> = quad_args.iter().map(String::as_str).collect();
+    let members: Vec<String> = (0..4)
+        .map(|i| world.run(&format!("q{i}"), &quad_args, &[]))
+        .collect();
+    watch.expect_links(7, Duration::from_secs(15));
+    let status = world.dxdp.status();
+    for (i, m) in members.iter().enumerate() {
+        for n in &members[i + 1..] {
+            assert!(
+                link_between(&status, m, n).is_some(),
+                "{m} - {n} not linked"
+            );
+        }
+    }
+
+    // Leaving the shared network removes the link; the rest stays.
+    docker_ok(&["network", "disconnect", &net, &b]);
+    watch.expect_links(6, Duration::from_secs(10));
+    assert!(link_between(&world.dxdp.status(), &a, &b).is_none());
+    assert!(
+        !watch.log_text().contains("panicked"),
+        "{}",
+        watch.log_text()
+    );
+}
+
+/// Median and worst delay from `docker run` returning to the link being active, over 20 runs,
+/// and the watch's resident memory and idle CPU.
+#[test]
+fn watch_links_a_new_container_within_a_second() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let anchor = world.run("anchor", &["--network", &net], &[]);
+    let watch = world.watch(&["--resync", "30"]);
+    thread::sleep(Duration::from_millis(500));
+    let peer_label = format!("dxdp.peers={anchor}");
+    let mut delays = Vec::new();
+    for i in 0..20 {
+        let name = format!("{}-p{i}", world.prefix);
+        let run = docker(&[
+            "run",
+            "-d",
+            "--name",
+            &name,
+            "--network",
+            &net,
+            "-l",
+            "dxdp.enable=true",
+            "-l",
+            &peer_label,
+            docker::IMAGE,
+        ]);
+        let returned = Instant::now();
+        run.assert_success();
+        let linked = wait_until(Duration::from_secs(10), || {
+            world.dxdp.link_pins().len() >= 2
+        });
+        let delay = returned.elapsed();
+        docker(&["rm", "-f", &name]);
+        assert!(
+            linked,
+            "run {i}: not linked within 10 s\n{}",
+            watch.log_text()
+        );
+        delays.push(delay);
+        assert!(
+            wait_until(Duration::from_secs(10), || world
+                .dxdp
+                .link_pins()
+                .is_empty()),
+            "run {i}: link not removed after the container went\n{}",
+            watch.log_text()
+        );
+    }
+    delays.sort();
+    let median = delays[delays.len() / 2];
+    let worst = delays[delays.len() - 1];
+    eprintln!("docker run -> link active over 20 runs: median {median:?}, worst {worst:?}");
+    assert!(worst < Duration::from_secs(2), "worst delay {worst:?}");
+
+    let pid = watch.pid();
+    let ticks = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0)
+    };
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .expect("VmRSS");
+    let t0 = ticks();
+    thread::sleep(Duration::from_secs(5));
+    let idle_cpu = (ticks() - t0) as f64 / 100.0 / 5.0 * 100.0;
+    eprintln!("watch resident memory {rss_kib} KiB, idle CPU {idle_cpu:.2} %");
+    assert!(rss_kib < 100 * 1024, "watch uses {rss_kib} KiB");
+    assert!(idle_cpu < 5.0, "watch idles at {idle_cpu} % CPU");
+}
+
+#[test]
+fn killing_and_restarting_the_watch_loses_no_packet() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let group = format!("dxdp.group={}-g", world.prefix);
+    let a = world.run(
+        "a",
+        &["--network", &net, "-l", "dxdp.enable=true", "-l", &group],
+        &[],
+    );
+    let b = world.run(
+        "b",
+        &["--network", &net, "-l", "dxdp.enable=true", "-l", &group],
+        &[],
+    );
+    let mut watch = world.watch(&["--resync", "1"]);
+    watch.expect_links(1, Duration::from_secs(10));
+    let before = world.dxdp.status();
+    let pins_before = world.dxdp.link_pins();
+    let ip_b = world.ip(&b, &net);
+
+    // 2500 echo requests at 2 ms, about 5 s, across a kill -9 and two restarts of the watch.
+    let log = std::env::temp_dir().join(format!("dxdp-flood-{}.txt", std::process::id()));
+    let flood = Background::spawn(&[
+        "sh",
+        "-c",
+        &format!(
+            "{DOCKER} exec {a} ping -q -n -i 0.002 -c 2500 -W 1 {ip_b} > {}",
+            log.display()
+        ),
+    ]);
+    thread::sleep(Duration::from_millis(800));
+    watch.kill9();
+    thread::sleep(Duration::from_millis(500));
+    watch.restart();
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(watch.terminate(), Some(0), "SIGTERM exits cleanly");
+    watch.restart();
+    let mut flood = flood;
+    assert!(
+        flood.wait_timeout(Duration::from_secs(20)).is_some(),
+        "ping did not finish"
+    );
+    let out = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        out.contains("2500 packets transmitted, 2500 received"),
+        "lost packets across watch restarts: {out}\n--- watch log\n{}",
+        watch.log_text()
+    );
+
+    // Adopted, not rebuilt: same link record, same attachment pins, and it carried the flood.
+    let after = world.dxdp.status();
+    let (l0, l1) = (
+        link_between(&before, &a, &b).expect("linked before"),
+        link_between(&after, &a, &b).expect("linked after"),
+    );
+    assert_eq!(l0.created_unix_secs, l1.created_unix_secs);
+    assert_eq!(pins_before, world.dxdp.link_pins());
+    assert!(
+        l1.low_to_high.packets >= 2500 && l1.high_to_low.packets >= 2500,
+        "{l1:?}"
+    );
+}
