@@ -208,7 +208,8 @@ fn network_label_for_a_network_the_service_is_not_on() {
 fn network_label_with_the_compose_key_instead_of_the_docker_name() {
     assert_single_error(
         "network-compose-key.yml",
-        "label dxdp.network: names compose network front, which Docker creates as PROJECT_front",
+        "label dxdp.network: names compose network front, but dxdp.network takes the Docker name, \
+         which is PROJECT_front (compose prefixes the project name)",
     );
     // With the project known, the fix is spelled out.
     let path = fixture("network-compose-key.yml");

@@ -636,7 +636,6 @@ fn bad_endpoints_are_refused_and_leave_nothing_linked() {
 /// `dxdp unlink A B` answers "no link between A and B": unlink resolves both names to the live
 /// veths first and tries the recorded names only when that resolution fails.
 #[test]
-#[ignore = "known bug in src/commands/unlink.rs: unlink by name after a veth was recreated"]
 fn unlink_by_name_after_a_veth_was_recreated() {
     if !require_privileges() {
         return;

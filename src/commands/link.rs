@@ -30,9 +30,14 @@ pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
         Installed::New => "linked",
         Installed::AlreadyThere => "already linked",
     };
+    let via = if network == a.bridge_name {
+        network.clone()
+    } else {
+        format!("{network} ({})", a.bridge_name)
+    };
     println!(
-        "{verb} {} ({}) <-> {} ({}) on {network} ({}) via {kind}",
-        a.label, a.host_ifname, b.label, b.host_ifname, a.bridge_name
+        "{verb} {} ({}) <-> {} ({}) on {via} via {kind}",
+        a.label, a.host_ifname, b.label, b.host_ifname
     );
     Ok(ExitCode::SUCCESS)
 }

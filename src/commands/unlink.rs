@@ -23,35 +23,22 @@ pub fn run(pin_dir: &Path, args: UnlinkArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
     let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
     let links = datapath.links()?;
-    // An endpoint that is gone can still be named as it was linked.
-    let by_name = || {
-        let (a, b) = (args.a.to_string(), args.b.to_string());
-        links
-            .iter()
-            .find(|l| {
-                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
-            })
-            .map(|l| (l.low_ifindex, l.high_ifindex))
-    };
-    let Some((x, y)) = resolved(&args.a, &args.b, &host).or_else(by_name) else {
-        bail!(
-            "no link between {} and {}; see `dxdp status`",
-            args.a,
-            args.b
-        );
-    };
-    match datapath.remove(x, y)? {
-        Some(rec) => {
+    // An endpoint that is gone, or whose veth was replaced, is still known by the name it was
+    // linked under; try the live endpoints first, then the recorded names.
+    let (a, b) = (args.a.to_string(), args.b.to_string());
+    let by_name = links
+        .iter()
+        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+        .map(|l| (l.low_ifindex, l.high_ifindex));
+    for (x, y) in resolved(&args.a, &args.b, &host).into_iter().chain(by_name) {
+        if let Some(rec) = datapath.remove(x, y)? {
             println!("unlinked {} <-> {}", rec.low_name, rec.high_name);
             datapath.collect_garbage(&host)?;
-            Ok(ExitCode::SUCCESS)
+            return Ok(ExitCode::SUCCESS);
         }
-        None => bail!(
-            "no link between {} and {}; see `dxdp status`",
-            args.a,
-            args.b
-        ),
     }
+    datapath.collect_garbage(&host)?;
+    bail!("no link between {a} and {b}; see `dxdp status`")
 }
 
 /// The host ifindexes of both endpoints, when they can still be resolved.

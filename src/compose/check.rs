@@ -220,13 +220,6 @@ impl Net {
             _ => docker,
         }
     }
-
-    fn short(&self) -> &str {
-        match (&self.key, &self.docker) {
-            (Some(key), _) => key,
-            (None, DockerName::Fixed(name) | DockerName::Prefixed(name)) => name,
-        }
-    }
 }
 
 enum Status {
@@ -562,15 +555,21 @@ fn resolve_wanted(
             DockerName::Fixed(_) => None,
         }
     }
-    if let Some(n) = nets.iter().find(|n| prefixed(n) == Some(wanted)) {
+    if let Some(n) = nets.iter().find(|n| n.key.as_deref() == Some(wanted)) {
         let docker = n.docker_name(project);
+        let fix = match n.docker {
+            DockerName::Prefixed(_) => format!(
+                " (compose prefixes the project name); give network {wanted} a fixed name \
+                 (name: {wanted} under the top-level networks) or write dxdp.network={docker}"
+            ),
+            DockerName::Fixed(_) => format!("; write dxdp.network={docker}"),
+        };
         out.error(
             service,
             Some(NETWORK),
             format!(
-                "names compose network {wanted}, which Docker creates as {docker} (compose \
-                 prefixes the project name); give network {wanted} a fixed name (name: {wanted} \
-                 under the top-level networks) or write dxdp.network={docker}"
+                "names compose network {wanted}, but dxdp.network takes the Docker name, which \
+                 is {docker}{fix}"
             ),
         );
         return Err(());
@@ -738,12 +737,12 @@ fn check_pair(a: &Info, b: &Info, key: &str, out: &mut Out) {
     }
     if shared.is_empty() {
         match wanted {
-            Some((setter, net)) => {
+            Some((setter, _)) => {
                 let other = if std::ptr::eq(setter, a) { b } else { a };
                 refuse(format!(
                     "{} is not on network {}, which dxdp.network of {} names",
                     other.name,
-                    net.short(),
+                    setter.network_label().unwrap_or_default(),
                     setter.name
                 ));
             }
@@ -1122,7 +1121,7 @@ networks:
         assert_one(
             &p,
             Severity::Error,
-            "names compose network front, which Docker creates as PROJECT_front",
+            "names compose network front, but dxdp.network takes the Docker name, which is PROJECT_front (compose",
         );
         let with_project = CheckOptions {
             project: Some("Shop".to_owned()),
@@ -1134,6 +1133,17 @@ networks:
         // The top-level name of the compose specification counts too.
         let named = format!("name: shop\n{}", two_nets("shop_front", "{}"));
         assert_clean(&named);
+    }
+
+    #[test]
+    fn network_label_naming_the_compose_key_of_a_named_network() {
+        let p = run(&two_nets("front", "{name: edge}"));
+        assert_one(
+            &p,
+            Severity::Error,
+            "names compose network front, but dxdp.network takes the Docker name, which is edge; \
+             write dxdp.network=edge",
+        );
     }
 
     #[test]

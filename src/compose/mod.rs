@@ -6,8 +6,8 @@
 //! warnings are labels that do nothing, or that only `up` can judge.
 //!
 //! Errors:
-//! - a malformed `dxdp.*` label (unknown key, bad value), as [`crate::labels::parse`] reports it; a
-//!   list-form label given twice (docker-compose keeps only the last);
+//! - a malformed `dxdp.*` label (unknown key, bad value), as [`crate::labels::parse`] reports
+//!   it; a list-form label given twice (docker-compose keeps only the last);
 //! - `dxdp.peers` naming neither a service nor a `container_name` of the file. Runtime also
 //!   accepts any container name (`dxdp watch` links it once it runs), so `--allow-external`
 //!   turns these into warnings;
@@ -30,6 +30,12 @@
 //! has one replica; a `DXDP.*` key in the wrong case; a value holding `${VAR}`, which is left
 //! unchecked (and a malformed or substituted `dxdp.enable` is taken as `true`, so the rest is
 //! still checked).
+//!
+//! YAML 1.1 booleans such as `yes` and `on` stay strings, as in Compose v2: `dxdp.enable: yes`
+//! is an error (docker-compose 1.x would pass it on as `True`). Unquoted `true` is fine.
+//!
+//! A file that cannot be read or parsed (exit status 2) includes one over [`MAX_FILE_BYTES`], or
+//! one that breaks the parser budget set in `options()` (depth, nodes, anchors, alias expansion).
 //!
 //! Not read: override files merged with `-f a.yml -f b.yml` (each file is checked alone),
 //! `extends`, profiles, and the value of any interpolation.

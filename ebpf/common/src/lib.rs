@@ -6,7 +6,7 @@
 #![no_std]
 
 /// Layout version of the pinned maps. A pinned directory written with another version is refused.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Names of the maps and programs as they appear in the object file and under the pin directory.
 pub mod names {
