@@ -4,6 +4,12 @@ use clap::Parser;
 use dxdp::{cli::Cli, commands};
 
 fn main() -> ExitCode {
+    // `dxdp status | head` should end quietly, as other command-line tools do, rather than
+    // panic on a closed stdout.
+    // SAFETY: restoring the default disposition of one signal before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     // A one-shot command prints its outcome itself; the daemon reports through its log.
     let default_level = if cli.command.is_daemon() {

@@ -60,12 +60,12 @@ fn print_table(status: &Status) {
         return;
     }
     println!(
-        "{:<20} {:<20} {:<16} {:<4} {:<6} {:>12} {:>12}",
+        "{:<24} {:<24} {:<20} {:<4} {:<6} {:>12} {:>12}",
         "ENDPOINT A", "ENDPOINT B", "NETWORK", "PATH", "ORIGIN", "A->B PKTS", "B->A PKTS"
     );
     for l in &status.links {
         println!(
-            "{:<20} {:<20} {:<16} {:<4} {:<6} {:>12} {:>12}",
+            "{:<24} {:<24} {:<20} {:<4} {:<6} {:>12} {:>12}",
             l.low_name,
             l.high_name,
             l.network,
