@@ -14,7 +14,7 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 
-use verdict::{Verdict, decide};
+use verdict::decide;
 
 /// TCX ingress on a host-side veth. `bpf_redirect_peer` hands the skb, GSO and checksum state
 /// intact, to the target veth's peer inside the target container's namespace, skipping the
@@ -27,12 +27,11 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
         start: ctx.data(),
         end: ctx.data_end(),
     };
-    match decide(ingress_ifindex, &frame, ctx.len().into()) {
+    // TCX_NEXT on pass: the programs attached after us, then the stack, see the frame.
+    decide(ingress_ifindex, &frame, ctx.len().into(), TC_ACT_UNSPEC, |target| {
         // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
-        Verdict::Redirect { target } => unsafe { bpf_redirect_peer(target, 0) as i32 },
-        // TCX_NEXT: let the programs attached after us and then the stack see the frame.
-        Verdict::Pass => TC_ACT_UNSPEC,
-    }
+        Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
+    })
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.
@@ -44,14 +43,13 @@ pub fn dxdp_xdp(ctx: XdpContext) -> u32 {
         end: ctx.data_end(),
     };
     let len = (frame.end - frame.start) as u64;
-    match decide(ingress_ifindex, &frame, len) {
+    decide(ingress_ifindex, &frame, len, xdp_action::XDP_PASS, |target| {
         // The low bits of the flags are the action on a lookup miss: a target that vanished
         // since `decide` looked falls back to the bridge.
-        Verdict::Redirect { target } => maps::TARGETS
+        maps::TARGETS
             .redirect(target, xdp_action::XDP_PASS.into())
-            .unwrap_or(xdp_action::XDP_PASS),
-        Verdict::Pass => xdp_action::XDP_PASS,
-    }
+            .ok()
+    })
 }
 
 /// The packet bytes between `start` and `end`, as the verifier knows them.

@@ -8,19 +8,24 @@ use crate::{
 
 const ETH_HLEN: usize = 14;
 
-pub enum Verdict {
-    Pass,
-    Redirect { target: u32 },
-}
-
 /// Redirects only a frame that (1) arrives on a managed veth, (2) carries that container's own
 /// source MAC, (3) is unicast to a MAC linked from this very veth, and (4) whose target veth
-/// still exists. Everything else passes to the bridge untouched.
+/// still exists. Everything else passes to the bridge untouched: the result is `pass`.
+///
+/// `redirect` performs the program's own redirect to the target ifindex and returns its
+/// action, or `None` when the target vanished after the liveness check; only a redirect that
+/// took effect is counted as one.
 #[inline(always)]
-pub fn decide(ingress_ifindex: u32, frame: &Frame, len: u64) -> Verdict {
+pub fn decide<A: Copy>(
+    ingress_ifindex: u32,
+    frame: &Frame,
+    len: u64,
+    pass: A,
+    redirect: impl FnOnce(u32) -> Option<A>,
+) -> A {
     // SAFETY: map lookups return pointers into map memory that stay valid for this invocation.
     let Some(endpoint) = (unsafe { ENDPOINTS.get(&ingress_ifindex) }) else {
-        return Verdict::Pass;
+        return pass;
     };
     let counters = COUNTERS.get_ptr_mut(&ingress_ifindex);
     let verdict = match ethernet_addrs(frame) {
@@ -39,10 +44,12 @@ pub fn decide(ingress_ifindex: u32, frame: &Frame, len: u64) -> Verdict {
                         let link = unsafe { &mut *link };
                         if TARGETS.get_ifindex(link.target_ifindex).is_none() {
                             Outcome::Fallback
-                        } else {
+                        } else if let Some(action) = redirect(link.target_ifindex) {
                             link.packets += 1;
                             link.bytes += len;
-                            Outcome::Redirected(link.target_ifindex)
+                            Outcome::Redirected(action)
+                        } else {
+                            Outcome::Fallback
                         }
                     }
                 }
@@ -54,20 +61,20 @@ pub fn decide(ingress_ifindex: u32, frame: &Frame, len: u64) -> Verdict {
         count(unsafe { &mut *counters }, &verdict, len);
     }
     match verdict {
-        Outcome::Redirected(target) => Verdict::Redirect { target },
-        _ => Verdict::Pass,
+        Outcome::Redirected(action) => action,
+        _ => pass,
     }
 }
 
-enum Outcome {
-    Redirected(u32),
+enum Outcome<A> {
+    Redirected(A),
     Passed,
     Fallback,
     Spoofed,
 }
 
 #[inline(always)]
-fn count(counters: &mut Counters, outcome: &Outcome, len: u64) {
+fn count<A>(counters: &mut Counters, outcome: &Outcome<A>, len: u64) {
     match outcome {
         Outcome::Redirected(_) => {
             counters.redirected_packets += 1;
