@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::endpoint::EndpointSpec;
+use crate::{datapath::Capacity, endpoint::EndpointSpec};
 
 /// Accelerate container-to-container links on one host: frames between linked containers skip
 /// the Linux bridge through eBPF (TC redirect_peer or XDP devmap redirect).
@@ -14,8 +14,42 @@ pub struct Cli {
     #[arg(long, global = true, env = "DXDP_PIN_DIR", default_value = crate::datapath::DEFAULT_PIN_DIR)]
     pub pin_dir: PathBuf,
 
+    /// Most links a pin directory made from scratch can hold. Pinned maps keep the size they
+    /// were made with: to change it, `dxdp cleanup` and link again.
+    #[arg(
+        long,
+        global = true,
+        env = "DXDP_MAX_LINKS",
+        default_value_t = dxdp_common::DEFAULT_MAX_LINKS,
+        value_parser = clap::value_parser!(u32).range(1..=MAX_CAPACITY)
+    )]
+    pub max_links: u32,
+
+    /// Most veths a pin directory made from scratch can manage (see --max-links).
+    #[arg(
+        long,
+        global = true,
+        env = "DXDP_MAX_ENDPOINTS",
+        default_value_t = dxdp_common::DEFAULT_MAX_ENDPOINTS,
+        value_parser = clap::value_parser!(u32).range(1..=MAX_CAPACITY)
+    )]
+    pub max_endpoints: u32,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Upper bound of --max-links and --max-endpoints: the maps are preallocated, per CPU.
+const MAX_CAPACITY: i64 = 1 << 20;
+
+impl Cli {
+    /// Map sizes for a pin directory made from scratch.
+    pub fn capacity(&self) -> Capacity {
+        Capacity {
+            max_endpoints: self.max_endpoints,
+            max_links: self.max_links,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -258,7 +258,9 @@ impl Example {
         let l = status
             .links
             .iter()
-            .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+            .find(|l| {
+                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
+            })
             .unwrap_or_else(|| panic!("no link between {a} and {b}: {status:#?}"));
         (l.low_to_high.packets, l.high_to_low.packets)
     }
@@ -383,7 +385,10 @@ fn iperf3_pair_gets_one_link() {
     let _one = lock();
     compose_check_passes("iperf3-pair");
     let ex = Example::up("iperf3-pair");
-    let (client, server) = (ex.project.container("client"), ex.project.container("server"));
+    let (client, server) = (
+        ex.project.container("client"),
+        ex.project.container("server"),
+    );
     let net = ex.project.default_network();
     let expected = BTreeSet::from([pair(&client, &server, &net)]);
     let took = ex.expect_exactly(&expected);
@@ -458,7 +463,9 @@ fn two_networks_links_each_pair_on_the_network_it_shares() {
     ex.ping_over_link(&db, &api, BACK);
     // No frontend–db link, and no path at all: they share no network.
     let db_ip = ex.ip(&db, BACK);
-    let run = docker(&["exec", &frontend, "ping", "-q", "-n", "-c", "1", "-W", "1", &db_ip]);
+    let run = docker(&[
+        "exec", &frontend, "ping", "-q", "-n", "-c", "1", "-W", "1", &db_ip,
+    ]);
     assert!(!run.success(), "frontend must not reach db: {run}");
     ex.still_exactly(&expected, settled);
     ex.down();

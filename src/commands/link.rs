@@ -15,6 +15,7 @@ pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
     let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
     let kind = choose(args.datapath);
     let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    datapath.upgrade_programs()?;
     datapath.collect_garbage(&host)?;
     let outcome = datapath.install(
         &LinkRequest {

@@ -71,6 +71,15 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // An upgraded binary swaps its programs into the running attachments before anything else.
+    let upgrade_dir = pin_dir.clone();
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        if upgrade_dir.exists() {
+            Datapath::open(&upgrade_dir, Capacity::default())?.upgrade_programs()?;
+        }
+        Ok(())
+    })
+    .await??;
     let watcher = Watcher {
         pin_dir: pin_dir.clone(),
         stats: Arc::clone(&stats),

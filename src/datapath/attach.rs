@@ -4,8 +4,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf,
     programs::{
-        LinkOrder, ProgramInfo, SchedClassifier, TcAttachType, Xdp, XdpMode, links::FdLink,
-        tc::TcAttachOptions,
+        LinkOrder, ProgramInfo, SchedClassifier, TcAttachType, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        tc::{SchedClassifierLink, TcAttachOptions},
+        xdp::XdpLink,
     },
 };
 use aya_obj::programs::xdp::XdpAttachType;
@@ -52,6 +54,47 @@ impl<'p> Programs<'p> {
             tc_id,
             xdp_id,
         })
+    }
+
+    /// Replaces pinned programs that differ from the ones this binary carries (an upgrade), in
+    /// every attachment at once through bpf_link_update, so no frame meets a detached hook.
+    /// Returns the kinds replaced.
+    pub fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<Kind>> {
+        let mut replaced = Vec::new();
+        if !pins.prog(Kind::Tc).exists() || !pins.prog(Kind::Xdp).exists() {
+            return Ok(replaced);
+        }
+        let links = pins::link_pins(pins)?;
+        let fresh: &mut SchedClassifier = program(ebpf, names::TC_PROGRAM)?.try_into()?;
+        fresh
+            .load()
+            .context("the kernel refused dxdp's tc program")?;
+        let pinned = SchedClassifier::from_pin(pins.prog(Kind::Tc))?;
+        if fresh.info()?.tag() != pinned.info()?.tag() {
+            for (_, _, path) in links.iter().filter(|(k, ..)| *k == Kind::Tc) {
+                let link = FdLink::from(PinnedLink::from_pin(path)?);
+                let id = fresh.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                // The pin keeps the link attached; our handle may go.
+                drop(fresh.take_link(id)?);
+            }
+            repin(pins.prog(Kind::Tc), |path| Ok(fresh.pin(path)?))?;
+            replaced.push(Kind::Tc);
+        }
+        let fresh: &mut Xdp = program(ebpf, names::XDP_PROGRAM)?.try_into()?;
+        fresh
+            .load()
+            .context("the kernel refused dxdp's xdp program")?;
+        let pinned = Xdp::from_pin(pins.prog(Kind::Xdp), XdpAttachType::Interface)?;
+        if fresh.info()?.tag() != pinned.info()?.tag() {
+            for (_, _, path) in links.iter().filter(|(k, ..)| *k == Kind::Xdp) {
+                let link = FdLink::from(PinnedLink::from_pin(path)?);
+                let id = fresh.attach_to_link(XdpLink::try_from(link)?)?;
+                drop(fresh.take_link(id)?);
+            }
+            repin(pins.prog(Kind::Xdp), |path| Ok(fresh.pin(path)?))?;
+            replaced.push(Kind::Xdp);
+        }
+        Ok(replaced)
     }
 
     /// Is our program of `kind` attached to this host veth right now?
@@ -181,6 +224,17 @@ pub fn describe_program(id: u32) -> String {
         Some(name) if !name.is_empty() => format!("id {id} \"{name}\""),
         _ => format!("id {id}"),
     }
+}
+
+/// Swaps a program pin: the old program stays loaded while attachments still use it.
+fn repin(path: std::path::PathBuf, pin: impl FnOnce(&std::path::Path) -> Result<()>) -> Result<()> {
+    // bpffs refuses names with a dot.
+    let mut staged = path.clone().into_os_string();
+    staged.push("_new");
+    let staged = std::path::PathBuf::from(staged);
+    pins::remove_if_present(&staged)?;
+    pin(&staged)?;
+    std::fs::rename(&staged, &path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
 fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {

@@ -204,6 +204,15 @@ impl Datapath {
         })
     }
 
+    /// Swaps in this binary's programs where the pinned ones differ (after an upgrade).
+    pub fn upgrade_programs(&mut self) -> Result<Vec<Kind>> {
+        let replaced = attach::Programs::upgrade(&mut self.ebpf, &self.pins)?;
+        for kind in &replaced {
+            info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
+        }
+        Ok(replaced)
+    }
+
     pub fn pin_root(&self) -> &Path {
         self.pins.root()
     }

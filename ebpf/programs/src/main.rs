@@ -28,10 +28,16 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
         end: ctx.data_end(),
     };
     // TCX_NEXT on pass: the programs attached after us, then the stack, see the frame.
-    decide(ingress_ifindex, &frame, ctx.len().into(), TC_ACT_UNSPEC, |target| {
-        // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
-        Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
-    })
+    decide(
+        ingress_ifindex,
+        &frame,
+        ctx.len().into(),
+        TC_ACT_UNSPEC,
+        |target| {
+            // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
+            Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
+        },
+    )
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.
@@ -43,13 +49,19 @@ pub fn dxdp_xdp(ctx: XdpContext) -> u32 {
         end: ctx.data_end(),
     };
     let len = (frame.end - frame.start) as u64;
-    decide(ingress_ifindex, &frame, len, xdp_action::XDP_PASS, |target| {
-        // The low bits of the flags are the action on a lookup miss: a target that vanished
-        // since `decide` looked falls back to the bridge.
-        maps::TARGETS
-            .redirect(target, xdp_action::XDP_PASS.into())
-            .ok()
-    })
+    decide(
+        ingress_ifindex,
+        &frame,
+        len,
+        xdp_action::XDP_PASS,
+        |target| {
+            // The low bits of the flags are the action on a lookup miss: a target that vanished
+            // since `decide` looked falls back to the bridge.
+            maps::TARGETS
+                .redirect(target, xdp_action::XDP_PASS.into())
+                .ok()
+        },
+    )
 }
 
 /// The packet bytes between `start` and `end`, as the verifier knows them.
