@@ -1,0 +1,173 @@
+//! What an operator runs besides link/unlink: `doctor`, `watch --metrics`, completions and the
+//! man page.
+mod common;
+#[path = "common/docker.rs"]
+mod docker;
+
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    time::Duration,
+};
+
+use common::{DXDP, run, wait_until};
+use docker::{World, require_docker};
+
+fn scrape(addr: &str) -> String {
+    let Ok(mut conn) = TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
+    let mut body = String::new();
+    let _ = conn.read_to_string(&mut body);
+    body
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[test]
+fn watch_serves_prometheus_metrics_of_its_links() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let group = format!("dxdp.group={}-m", world.prefix);
+    let args = ["--network", &net, "-l", "dxdp.enable=true", "-l", &group];
+    let a = world.run("a", &args, &[]);
+    let b = world.run("b", &args, &[]);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let watch = world.watch(&["--resync", "2", "--metrics", &addr]);
+    // Count only this test's links: other labeled containers on the host are not ours.
+    let linked =
+        wait_until(Duration::from_secs(10), || {
+            world.dxdp.status().links.iter().any(|l| {
+                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
+            })
+        });
+    assert!(linked, "{a} and {b} not linked\n{}", watch.log_text());
+    let ip_b = world.ip(&b, &net);
+    docker::docker_ok(&["exec", &a, "ping", "-q", "-c", "20", "-i", "0.01", &ip_b]);
+
+    let mut body = String::new();
+    let served = wait_until(Duration::from_secs(10), || {
+        body = scrape(&addr);
+        body.contains("dxdp_reconciles_total") && !body.contains("dxdp_reconciles_total 0\n")
+    });
+    assert!(served, "no metrics at {addr}: {body}\n{}", watch.log_text());
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(
+        body.contains("Content-Type: text/plain; version=0.0.4"),
+        "{body}"
+    );
+    assert!(body.contains("dxdp_links{datapath=\"tc\"} "), "{body}");
+    assert!(body.contains("dxdp_docker_connected 1\n"), "{body}");
+    assert!(body.contains("dxdp_reconcile_errors_total 0\n"), "{body}");
+    let forward = body
+        .lines()
+        .find(|l| {
+            l.starts_with("dxdp_link_redirected_packets_total{")
+                && l.contains(&format!("from=\"{a}\""))
+        })
+        .unwrap_or_else(|| panic!("no per-link counter from {a}: {body}"));
+    let packets: u64 = forward
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("a number");
+    assert!(packets >= 20, "{forward}");
+    assert!(
+        body.contains("# TYPE dxdp_interface_redirected_packets_total counter"),
+        "{body}"
+    );
+}
+
+#[test]
+fn metrics_address_in_use_is_a_clear_error() {
+    if !require_docker() {
+        return;
+    }
+    let holder = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = holder.local_addr().expect("addr").to_string();
+    let world = World::new();
+    let dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
+    let run = common::run_for(
+        &[DXDP, "--pin-dir", &dir, "watch", "--metrics", &addr],
+        Duration::from_secs(20),
+    );
+    run.assert_failure();
+    assert!(
+        run.stderr.contains(&addr) && run.stderr.contains("--metrics"),
+        "{run}"
+    );
+}
+
+#[test]
+fn doctor_reports_each_check_and_its_verdict() {
+    if !common::require_privileges() {
+        return;
+    }
+    let run = run(&[
+        DXDP,
+        "--pin-dir",
+        "/sys/fs/bpf/dxdp-doctor-absent",
+        "doctor",
+    ]);
+    run.assert_success();
+    for check in [
+        "kernel",
+        "capabilities",
+        "bpffs mounted",
+        "br_netfilter",
+        "dockerd",
+    ] {
+        assert!(
+            run.stdout.contains(check),
+            "doctor says nothing about {check}: {run}"
+        );
+    }
+    assert!(
+        run.stdout
+            .lines()
+            .all(|l| l.starts_with('[') || l.trim_start().starts_with("fix:"))
+    );
+    // Not on bpffs: a failing check, a fix, and a non-zero exit.
+    let run = common::run(&[DXDP, "--pin-dir", "/tmp/dxdp-not-bpffs/x", "doctor"]);
+    run.assert_failure();
+    assert!(
+        run.stdout.contains("[FAIL]") && run.stdout.contains("mount -t bpf"),
+        "{run}"
+    );
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_cli_definitions() {
+    for shell in ["bash", "zsh", "fish"] {
+        let run = run(&[DXDP, "completions", shell]);
+        run.assert_success();
+        for sub in [
+            "link",
+            "unlink",
+            "status",
+            "watch",
+            "doctor",
+            "bench",
+            "compose-check",
+        ] {
+            assert!(run.stdout.contains(sub), "{shell} completions lack {sub}");
+        }
+    }
+    let run = run(&[DXDP, "man"]);
+    run.assert_success();
+    assert!(
+        run.stdout.starts_with(".ie") || run.stdout.contains(".TH dxdp 1"),
+        "{run}"
+    );
+    assert!(run.stdout.contains("link"));
+}
