@@ -23,6 +23,8 @@ apt_packages=(
     llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
     docker.io docker-compose iptables
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
+    # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
+    systemd man-db
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
@@ -94,6 +96,15 @@ else
         cargo +stable install --locked bpf-linker --version '^0.13' \
         --no-default-features --features llvm-22 >&2
     bpf-linker --version >/dev/null 2>&1 || die "bpf-linker installed but does not run"
+fi
+
+# --- cargo-deb ---------------------------------------------------------------
+# Builds the Debian package in packaging/deb; 3.8 is the newest that fits Rust 1.95.
+if cargo deb --version >/dev/null 2>&1; then
+    log "cargo-deb present ($(cargo deb --version 2>&1))"
+else
+    log "installing cargo-deb (~1 min)"
+    cargo +stable install --locked cargo-deb --version '~3.8' >&2
 fi
 
 # --- bpffs --------------------------------------------------------------------

@@ -56,7 +56,7 @@ pub struct State {
     pub interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
 }
 
-fn read_state(pin_dir: &Path) -> Result<State> {
+fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
     if !pin_dir.exists() {
         return Ok(State {
             links: vec![],
@@ -64,7 +64,7 @@ fn read_state(pin_dir: &Path) -> Result<State> {
         });
     }
     let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
-    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    let mut datapath = Datapath::open(pin_dir, capacity)?;
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {
         let name = host
@@ -213,7 +213,12 @@ fn escape(v: &str) -> String {
 }
 
 /// Serves `GET /metrics` until the task is dropped.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, pin_dir: PathBuf) -> Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    pin_dir: PathBuf,
+    capacity: Capacity,
+) -> Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics"))?;
@@ -232,7 +237,8 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>, pin_dir: PathBuf) ->
             let path = request.split_whitespace().nth(1).unwrap_or("");
             let response = if path == "/metrics" {
                 let watch = metrics.snapshot();
-                let state = tokio::task::spawn_blocking(move || read_state(&pin_dir)).await;
+                let state =
+                    tokio::task::spawn_blocking(move || read_state(&pin_dir, capacity)).await;
                 match state {
                     Ok(Ok(state)) => http(200, "text/plain; version=0.0.4", &render(&state, watch)),
                     Ok(Err(e)) => http(500, "text/plain", &format!("{e:#}\n")),

@@ -35,9 +35,21 @@ impl NetnsPath {
 
     /// The namespace's inode: equal inodes mean the same namespace.
     pub fn inode(&self) -> Result<u64> {
-        let meta = std::fs::metadata(&self.0)
-            .with_context(|| format!("network namespace {} is not there", self.0.display()))?;
-        Ok(meta.ino())
+        match std::fs::metadata(&self.0) {
+            Ok(meta) => Ok(meta.ino()),
+            // Another process's namespace opens only with ptrace access to it.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(e).with_context(|| {
+                    format!(
+                        "cannot open network namespace {}: dxdp needs root with CAP_SYS_PTRACE to \
+                     enter other processes' namespaces",
+                        self.0.display()
+                    )
+                })
+            }
+            Err(e) => Err(e)
+                .with_context(|| format!("network namespace {} is not there", self.0.display())),
+        }
     }
 
     /// Runs `work` on a dedicated thread inside this namespace and returns its result.

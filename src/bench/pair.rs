@@ -25,6 +25,7 @@ pub struct FoundLink {
 
 pub struct PairState {
     pin_dir: PathBuf,
+    capacity: Capacity,
     a: Endpoint,
     b: Endpoint,
     network: String,
@@ -38,10 +39,17 @@ pub struct PairState {
 
 impl PairState {
     /// Records how the pair is linked now; nothing is changed yet.
-    pub fn snapshot(pin_dir: &Path, a: Endpoint, b: Endpoint, network: String) -> Result<Self> {
+    pub fn snapshot(
+        pin_dir: &Path,
+        capacity: Capacity,
+        a: Endpoint,
+        b: Endpoint,
+        network: String,
+    ) -> Result<Self> {
         let pin_dir_existed = pin_dir.exists();
         let mut state = Self {
             pin_dir: pin_dir.to_path_buf(),
+            capacity,
             a,
             b,
             network,
@@ -66,7 +74,7 @@ impl PairState {
     }
 
     fn open(&self) -> Result<Datapath> {
-        Datapath::open(&self.pin_dir, Capacity::default())
+        Datapath::open(&self.pin_dir, self.capacity)
     }
 
     fn key(&self) -> (u32, u32) {

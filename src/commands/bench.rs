@@ -21,6 +21,7 @@ use crate::{
         svg, table,
     },
     cli::BenchArgs,
+    datapath::Capacity,
     endpoint::Endpoint,
     netlink,
     netns::NetnsPath,
@@ -29,7 +30,7 @@ use crate::{
 /// Above this, other traffic on the pair would be measured along with ours.
 const MAX_BACKGROUND_PPS: u64 = 1000;
 
-pub fn run(pin_dir: &Path, args: BenchArgs) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCode> {
     let plan = Plan {
         configs: Config::selection(&args.only),
         rounds: if args.quick { 1 } else { args.rounds },
@@ -64,7 +65,7 @@ pub fn run(pin_dir: &Path, args: BenchArgs) -> Result<ExitCode> {
         .with_context(|| format!("cannot find the IPv4 address of {}", b.label))?;
 
     measure::catch_interrupts()?;
-    let mut pair = PairState::snapshot(pin_dir, a.clone(), b.clone(), network.clone())?;
+    let mut pair = PairState::snapshot(pin_dir, capacity, a.clone(), b.clone(), network.clone())?;
     for config in &plan.configs {
         if let Some(kind) = config.datapath()
             && let Some(why) = pair.conflict(kind)?

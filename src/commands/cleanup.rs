@@ -4,12 +4,12 @@ use anyhow::Result;
 
 use crate::datapath::{Capacity, Datapath};
 
-pub fn run(pin_dir: &Path) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
     if !pin_dir.exists() {
         println!("nothing to clean: {} does not exist", pin_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let removed = Datapath::open(pin_dir, Capacity::default())?.purge()?;
+    let removed = Datapath::open(pin_dir, capacity)?.purge()?;
     println!(
         "removed {removed} link(s) and everything pinned at {}",
         pin_dir.display()

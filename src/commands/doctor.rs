@@ -41,10 +41,10 @@ fn check(verdict: Verdict, what: impl Into<String>, fix: Option<&str>) -> Check 
     }
 }
 
-pub fn run(pin_dir: &Path) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
     let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir), br_netfilter()];
     checks.push(docker());
-    checks.extend(programs(pin_dir));
+    checks.extend(programs(pin_dir, capacity));
     let worst = checks
         .iter()
         .map(|c| c.verdict)
@@ -88,13 +88,18 @@ fn kernel() -> Check {
     }
 }
 
-/// Effective capabilities from /proc/self/status.
-fn capabilities() -> Check {
-    const NEEDED: [(u32, &str); 3] = [
-        (39, "CAP_BPF"),
-        (12, "CAP_NET_ADMIN"),
-        (21, "CAP_SYS_ADMIN"),
-    ];
+/// The capabilities dxdp needs, by bit number in CapEff.
+const NEEDED_CAPABILITIES: [(u32, &str); 3] = [
+    (39, "CAP_BPF"),
+    (12, "CAP_NET_ADMIN"),
+    (21, "CAP_SYS_ADMIN"),
+];
+
+const CAP_BPF: u32 = 39;
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Which of [`NEEDED_CAPABILITIES`] this process lacks, from CapEff in /proc/self/status.
+pub(crate) fn missing_capabilities() -> Vec<&'static str> {
     let eff = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -103,11 +108,18 @@ fn capabilities() -> Check {
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         })
         .unwrap_or(0);
-    let missing: Vec<&str> = NEEDED
+    let has = |bit: u32| eff & (1 << bit) != 0;
+    NEEDED_CAPABILITIES
         .iter()
-        .filter(|(bit, _)| eff & (1 << bit) == 0)
+        // The kernel lets CAP_SYS_ADMIN stand in for CAP_BPF, and Docker 20.10 cannot grant
+        // CAP_BPF to a container at all.
+        .filter(|(bit, _)| !has(*bit) && !(*bit == CAP_BPF && has(CAP_SYS_ADMIN)))
         .map(|(_, name)| *name)
-        .collect();
+        .collect()
+}
+
+fn capabilities() -> Check {
+    let missing = missing_capabilities();
     if missing.is_empty() {
         check(
             Verdict::Ok,
@@ -179,7 +191,7 @@ fn docker() -> Check {
 }
 
 /// The pinned state opens, and no other tool's program sits on a managed veth.
-fn programs(pin_dir: &Path) -> Vec<Check> {
+fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
     if !pin_dir.exists() {
         return vec![check(
             Verdict::Ok,
@@ -187,7 +199,7 @@ fn programs(pin_dir: &Path) -> Vec<Check> {
             None,
         )];
     }
-    let mut datapath = match Datapath::open(pin_dir, Capacity::default()) {
+    let mut datapath = match Datapath::open(pin_dir, capacity) {
         Ok(d) => d,
         Err(e) => {
             return vec![check(

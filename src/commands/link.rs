@@ -10,11 +10,11 @@ use crate::{
     netns::NetnsPath,
 };
 
-pub fn run(pin_dir: &Path, args: LinkArgs) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
     let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
     let kind = choose(args.datapath);
-    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.upgrade_programs()?;
     datapath.collect_garbage(&host)?;
     let outcome = datapath.install(

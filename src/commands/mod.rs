@@ -12,21 +12,55 @@ mod watch;
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::cli::{Cli, Command};
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(name) = privileged(&cli.command) {
+        check_privileges(name)?;
+    }
+    let capacity = cli.capacity();
     match cli.command {
-        Command::Link(args) => link::run(&cli.pin_dir, args),
-        Command::Unlink(args) => unlink::run(&cli.pin_dir, args),
-        Command::Status(args) => status::run(&cli.pin_dir, args),
-        Command::Cleanup => cleanup::run(&cli.pin_dir),
-        Command::Watch(args) => watch::run(&cli.pin_dir, args),
-        Command::Bench(args) => bench::run(&cli.pin_dir, args),
+        Command::Link(args) => link::run(&cli.pin_dir, capacity, args),
+        Command::Unlink(args) => unlink::run(&cli.pin_dir, capacity, args),
+        Command::Status(args) => status::run(&cli.pin_dir, capacity, args),
+        Command::Cleanup => cleanup::run(&cli.pin_dir, capacity),
+        Command::Watch(args) => watch::run(&cli.pin_dir, capacity, args),
+        Command::Bench(args) => bench::run(&cli.pin_dir, capacity, args),
         Command::ComposeCheck(args) => compose_check::run(args),
-        Command::Doctor => doctor::run(&cli.pin_dir),
+        Command::Doctor => doctor::run(&cli.pin_dir, capacity),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man => docs::man(),
     }
+}
+
+/// Name of a command that touches eBPF objects or enters network namespaces. `doctor` is not
+/// one: it reports missing privileges among its checks.
+fn privileged(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Link(_) => Some("link"),
+        Command::Unlink(_) => Some("unlink"),
+        Command::Status(_) => Some("status"),
+        Command::Cleanup => Some("cleanup"),
+        Command::Watch(_) => Some("watch"),
+        Command::Bench(_) => Some("bench"),
+        Command::ComposeCheck(_) | Command::Doctor | Command::Completions { .. } | Command::Man => {
+            None
+        }
+    }
+}
+
+/// Refuses up front, saying what is needed, instead of failing later on the first EPERM or
+/// EACCES from bpf(2), setns(2) or a pinned file.
+fn check_privileges(command: &str) -> Result<()> {
+    let missing = doctor::missing_capabilities();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "`dxdp {command}` needs root, or the capabilities CAP_BPF, CAP_NET_ADMIN and \
+         CAP_SYS_ADMIN (this process lacks {}); run it with sudo",
+        missing.join(", ")
+    )
 }

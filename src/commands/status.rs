@@ -22,9 +22,9 @@ struct InterfaceStatus {
     counters: InterfaceCounters,
 }
 
-pub fn run(pin_dir: &Path, args: StatusArgs) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitCode> {
     let status = if pin_dir.exists() {
-        let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+        let mut datapath = Datapath::open(pin_dir, capacity)?;
         let mut interfaces = Vec::new();
         for (ifindex, datapath_kind) in datapath.interfaces()? {
             interfaces.push(InterfaceStatus {

@@ -11,7 +11,7 @@ use crate::{
     netns::NetnsPath,
 };
 
-pub fn run(pin_dir: &Path, args: UnlinkArgs) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitCode> {
     if !pin_dir.exists() {
         bail!(
             "no link between {} and {}: nothing is pinned at {}",
@@ -21,7 +21,7 @@ pub fn run(pin_dir: &Path, args: UnlinkArgs) -> Result<ExitCode> {
         );
     }
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    let mut datapath = Datapath::open(pin_dir, capacity)?;
     let links = datapath.links()?;
     // An endpoint that is gone, or whose veth was replaced, is still known by the name it was
     // linked under; try the live endpoints first, then the recorded names.

@@ -45,12 +45,12 @@ const RELEVANT: &[&str] = &[
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-pub fn run(pin_dir: &Path, args: WatchArgs) -> Result<ExitCode> {
+pub fn run(pin_dir: &Path, capacity: Capacity, args: WatchArgs) -> Result<ExitCode> {
     let pin_dir = pin_dir.to_path_buf();
-    runtime()?.block_on(watch(pin_dir, args))
+    runtime()?.block_on(watch(pin_dir, capacity, args))
 }
 
-async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
+async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<ExitCode> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut reported = BTreeSet::new();
@@ -59,7 +59,12 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
     let stats = Arc::new(Metrics::default());
     let _server = match args.metrics {
         Some(addr) => {
-            let server = tokio::spawn(metrics::serve(addr, Arc::clone(&stats), pin_dir.clone()));
+            let server = tokio::spawn(metrics::serve(
+                addr,
+                Arc::clone(&stats),
+                pin_dir.clone(),
+                capacity,
+            ));
             // A bind failure shows up at once, not at the first scrape.
             tokio::time::sleep(Duration::from_millis(50)).await;
             if server.is_finished() {
@@ -75,13 +80,14 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
     let upgrade_dir = pin_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
         if upgrade_dir.exists() {
-            Datapath::open(&upgrade_dir, Capacity::default())?.upgrade_programs()?;
+            Datapath::open(&upgrade_dir, capacity)?.upgrade_programs()?;
         }
         Ok(())
     })
     .await??;
     let watcher = Watcher {
         pin_dir: pin_dir.clone(),
+        capacity,
         stats: Arc::clone(&stats),
     };
     loop {
@@ -93,8 +99,8 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
                 warn!("{err:#}; retrying in {}s", backoff.as_secs());
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = sigterm.recv() => return finish(&pin_dir, args.cleanup).await,
-                    _ = sigint.recv() => return finish(&pin_dir, args.cleanup).await,
+                    _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
+                    _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
@@ -102,15 +108,22 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
         };
         backoff = Duration::from_secs(1);
         stats.docker_connected(true);
+        // Also after every reconnect, so that an operator sees the watch caught up with dockerd.
+        info!(api = %docker.api_version(), "connected to dockerd");
         // Events since just before the listing are replayed, so a container started between
         // the listing and the stream's first poll is not missed.
         let since = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs().saturating_sub(1));
         let mut events = Box::pin(docker.events_since(since));
-        watcher.reconcile(&docker, &mut reported).await;
+        let reconciled = watcher.reconcile(&docker, &mut reported).await;
         if args.once {
-            return Ok(ExitCode::SUCCESS);
+            // A one-shot run (cron, scripts) reports a failed reconcile in its exit status.
+            return Ok(if reconciled {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
         }
         let mut resync = tokio::time::interval(Duration::from_secs(args.resync));
         resync.tick().await;
@@ -143,8 +156,8 @@ async fn watch(pin_dir: PathBuf, args: WatchArgs) -> Result<ExitCode> {
                     }
                     watcher.reconcile(&docker, &mut reported).await;
                 }
-                _ = sigterm.recv() => return finish(&pin_dir, args.cleanup).await,
-                _ = sigint.recv() => return finish(&pin_dir, args.cleanup).await,
+                _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
+                _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
             }
         }
     }
@@ -155,14 +168,14 @@ fn is_relevant(action: &str) -> bool {
     RELEVANT.contains(&verb)
 }
 
-async fn finish(pin_dir: &Path, cleanup: bool) -> Result<ExitCode> {
+async fn finish(pin_dir: &Path, capacity: Capacity, cleanup: bool) -> Result<ExitCode> {
     if !cleanup {
         info!("dxdp watch stopping; links stay in place");
         return Ok(ExitCode::SUCCESS);
     }
     let pin_dir = pin_dir.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || -> Result<usize> {
-        let mut datapath = Datapath::open(&pin_dir, Capacity::default())?;
+        let mut datapath = Datapath::open(&pin_dir, capacity)?;
         let mut removed = 0;
         for link in datapath.links()? {
             if link.origin == Origin::Watch {
@@ -187,14 +200,17 @@ impl Drop for AbortOnDrop {
 
 struct Watcher {
     pin_dir: PathBuf,
+    capacity: Capacity,
     stats: Arc<Metrics>,
 }
 
 impl Watcher {
-    async fn reconcile(&self, docker: &Docker, reported: &mut BTreeSet<Diagnostic>) {
+    /// Returns whether the reconcile succeeded; a failure is logged.
+    async fn reconcile(&self, docker: &Docker, reported: &mut BTreeSet<Diagnostic>) -> bool {
         let started = Instant::now();
-        let result = reconcile(docker, &self.pin_dir, reported).await;
+        let result = reconcile(docker, &self.pin_dir, self.capacity, reported).await;
         self.stats.reconciled(started.elapsed(), result.is_ok());
+        let ok = result.is_ok();
         match result {
             Ok(outcome) => debug!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
@@ -204,6 +220,7 @@ impl Watcher {
             ),
             Err(err) => warn!("reconcile failed: {err:#}"),
         }
+        ok
     }
 }
 
@@ -215,6 +232,7 @@ struct Outcome {
 async fn reconcile(
     docker: &Docker,
     pin_dir: &Path,
+    capacity: Capacity,
     reported: &mut BTreeSet<Diagnostic>,
 ) -> Result<Outcome> {
     let containers = docker.running().await?;
@@ -223,9 +241,10 @@ async fn reconcile(
     report_new(&plan.diagnostics, reported);
     let pin_dir = pin_dir.to_path_buf();
     let count = containers.len();
-    let links = tokio::task::spawn_blocking(move || apply(&pin_dir, &containers, &plan.links))
-        .await
-        .context("reconcile task panicked")??;
+    let links =
+        tokio::task::spawn_blocking(move || apply(&pin_dir, capacity, &containers, &plan.links))
+            .await
+            .context("reconcile task panicked")??;
     Ok(Outcome {
         containers: count,
         links,
@@ -246,6 +265,7 @@ fn report_new(diagnostics: &[Diagnostic], reported: &mut BTreeSet<Diagnostic>) {
 
 fn apply(
     pin_dir: &Path,
+    capacity: Capacity,
     containers: &[Container],
     links: &BTreeSet<plan::DesiredLink>,
 ) -> Result<usize> {
@@ -273,6 +293,10 @@ fn apply(
                 requests.push((ea, eb, kind, network));
             }
             // A container that just stopped or is still starting: the next event catches up.
+            // A permission problem will not heal by itself: say so loudly.
+            Err(err) if permission_denied(&err) => {
+                warn!(a = %a.view.name, b = %b.view.name, "cannot link: {err:#}")
+            }
             Err(err) => debug!(a = %a.view.name, b = %b.view.name, "not linkable yet: {err:#}"),
         }
     }
@@ -280,7 +304,7 @@ fn apply(
         .iter()
         .map(|(a, b, kind, _)| Wanted::new(a.host_ifindex, b.host_ifindex, *kind))
         .collect();
-    let mut datapath = Datapath::open(pin_dir, Capacity::default())?;
+    let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.collect_garbage(&host)?;
     let changes = diff(&wanted, &datapath.links()?);
     for (low, high) in changes.remove {
@@ -301,4 +325,12 @@ fn apply(
         }
     }
     Ok(datapath.links()?.len())
+}
+
+fn permission_denied(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    })
 }

@@ -68,8 +68,14 @@ impl Pins {
                 probe.display()
             );
         }
+        // Never writable by others, whatever the umask: whoever may unlink a pin may detach a
+        // link. (Pinned objects themselves are made 0600 by the kernel.)
+        use std::os::unix::fs::DirBuilderExt;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true).mode(0o755);
         for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
-            std::fs::create_dir_all(&dir)
+            builder
+                .create(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(())
