@@ -113,7 +113,7 @@ pub(crate) fn missing_capabilities() -> Vec<&'static str> {
         .iter()
         // The kernel lets CAP_SYS_ADMIN stand in for CAP_BPF, and Docker 20.10 cannot grant
         // CAP_BPF to a container at all.
-        .filter(|(bit, _)| !has(*bit) && !(*bit == CAP_BPF && has(CAP_SYS_ADMIN)))
+        .filter(|(bit, _)| !(has(*bit) || (*bit == CAP_BPF && has(CAP_SYS_ADMIN))))
         .map(|(_, name)| *name)
         .collect()
 }
