@@ -199,6 +199,16 @@ fn iperf3_server(fleet: &Fleet, server: &str) {
     assert!(listening, "iperf3 server in {server} does not listen");
 }
 
+/// A file or directory of the test's own, removed on drop.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Counts lines of a file (tcpdump's output).
 fn line_count(path: &Path) -> usize {
     std::fs::read_to_string(path)
@@ -231,17 +241,25 @@ fn pin_tree(dir: &Path) -> Vec<(PathBuf, u32, u32)> {
     out
 }
 
+/// A link without its counters: ifindexes, names, datapath.
+type LinkKey = (u32, u32, String, String, String);
+
 /// What a refusal must leave exactly as it was: links (without their counters), managed
 /// interfaces and every pinned file.
-fn snapshot(
-    dxdp: &Dxdp,
-) -> (
-    Vec<(u32, u32, String, String, String)>,
-    Vec<u32>,
-    Vec<PathBuf>,
-) {
+type Snapshot = (Vec<LinkKey>, Vec<u32>, Vec<PathBuf>);
+
+fn snapshot(dxdp: &Dxdp) -> Snapshot {
     let status = dxdp.status();
-    let links = status
+    let interfaces = status.interfaces.iter().map(|i| i.ifindex).collect();
+    let files = pin_tree(&dxdp.pin_dir)
+        .into_iter()
+        .map(|(p, ..)| p)
+        .collect();
+    (snapshot_links(&status), interfaces, files)
+}
+
+fn snapshot_links(status: &Status) -> Vec<LinkKey> {
+    status
         .links
         .iter()
         .map(|l| {
@@ -253,13 +271,7 @@ fn snapshot(
                 l.datapath.clone(),
             )
         })
-        .collect();
-    let interfaces = status.interfaces.iter().map(|i| i.ifindex).collect();
-    let files = pin_tree(&dxdp.pin_dir)
-        .into_iter()
-        .map(|(p, ..)| p)
-        .collect();
-    (links, interfaces, files)
+        .collect()
 }
 
 /// Asserts a command exited 1 with one line of error containing every `needle`.
@@ -321,7 +333,8 @@ fn a_sniffer_sees_no_frame_of_a_linked_pair_across_restarts_and_replacements() {
     let ips = [fleet.address(&net, 10), fleet.address(&net, 11)];
     let macs = ["02:dd:00:00:00:0a", "02:dd:00:00:00:0b"];
     // tcpdump (on the host, inside the sniffer's namespace) names exactly the pair's frames.
-    let capture = std::env::temp_dir().join(format!("{}-sniffed.txt", fleet.prefix));
+    let capture = Scratch(std::env::temp_dir().join(format!("{}-sniffed.txt", fleet.prefix)));
+    let capture = &capture.0;
     let filter = format!(
         "(ether src {a} and ether dst {b}) or (ether src {b} and ether dst {a})",
         a = macs[0],
@@ -341,6 +354,34 @@ fn a_sniffer_sees_no_frame_of_a_linked_pair_across_restarts_and_replacements() {
         start_member(&mut fleet, "a0", &net, &group, &ips[0], macs[0]),
         start_member(&mut fleet, "b0", &net, &group, &ips[1], macs[1]),
     ];
+    // The bridge learns no address (ageing time 0), so it floods every unicast frame like a hub:
+    // any frame of the pair that the link does not carry reaches the sniffer too.
+    must(&[
+        "ip",
+        "link",
+        "set",
+        "dev",
+        fleet.bridge(&net),
+        "type",
+        "bridge",
+        "ageing_time",
+        "0",
+    ]);
+    // Control, before any link: the sniffer does see the pair's frames.
+    let (tx0, sniffed0) = (host_tx_packets(&sniffer_veth), line_count(capture));
+    assert_eq!(
+        docker_ping(&fleet, &pair[0], &ips[1], 100, "0.005"),
+        (100, 100)
+    );
+    thread::sleep(Duration::from_millis(300));
+    let control = (
+        host_tx_packets(&sniffer_veth) - tx0,
+        line_count(capture) - sniffed0,
+    );
+    assert!(
+        control.0 >= 200 && (control.1 >= 200 || !has_tool("tcpdump")),
+        "the sniffer does not see an unlinked pair's 200 frames: (bridge sent, tcpdump) = {control:?}"
+    );
     let watch = fleet.watch(&["--resync", "30"]);
     wait_linked_via_current_veths(
         &fleet,
@@ -360,7 +401,7 @@ fn a_sniffer_sees_no_frame_of_a_linked_pair_across_restarts_and_replacements() {
             host_tx_packets(&sniffer_veth),
             netns_rx_packets(sniffer_pid, "eth0"),
         );
-        let sniffed0 = line_count(&capture);
+        let sniffed0 = line_count(capture);
         // UDP from b to a and a ping flood from a to b, at the same time.
         iperf3_server(fleet, &pair[0]);
         let (host, client, server_ip) = (fleet.host.clone(), pair[1].clone(), ips[0].clone());
@@ -388,7 +429,7 @@ fn a_sniffer_sees_no_frame_of_a_linked_pair_across_restarts_and_replacements() {
                 - link0.high_to_low.packets,
             sniffer_tx: host_tx_packets(&sniffer_veth) - tx0,
             sniffer_rx: netns_rx_packets(sniffer_pid, "eth0") - rx0,
-            sniffed: line_count(&capture) - sniffed0,
+            sniffed: line_count(capture) - sniffed0,
         }
     };
 
@@ -438,9 +479,9 @@ fn a_sniffer_sees_no_frame_of_a_linked_pair_across_restarts_and_replacements() {
     let interfaces: BTreeSet<u32> = status.interfaces.iter().map(|i| i.ifindex).collect();
     assert_eq!(interfaces, BTreeSet::from([va.1, vb.1]));
     assert_consistent(&fleet.dxdp, Some(&watch));
-    let _ = std::fs::remove_file(&capture);
     eprintln!(
-        "misdelivery: {iterations} iterations ({phases} restarts and replacements) in {:?}; \
+        "misdelivery: control without a link: the sniffer got {control:?} (bridge, tcpdump) of \
+         the pair's 200 frames; {iterations} iterations ({phases} restarts and replacements) in {:?}; \
          the pair exchanged {} frames over the link; the sniffer got {} frames from the bridge \
          ({} received), {} of them the pair's unicast{}",
         started.elapsed(),
@@ -464,7 +505,7 @@ fn kill_9_of_the_watch_mid_reconcile_loses_no_ping_and_resets_no_stream() {
     if !require_docker() {
         return;
     }
-    let rounds: u64 = if soak() { 25 } else { 5 };
+    let rounds: u64 = if soak() { 40 } else { 10 };
     let mut rng = Rng::seeded("kill -9 delays");
     let mut fleet = Fleet::new();
     let net = fleet.network("net", &[]);
@@ -485,7 +526,7 @@ fn kill_9_of_the_watch_mid_reconcile_loses_no_ping_and_resets_no_stream() {
     let ip_b = fleet.ip(&b, &net);
 
     // A TCP stream and a ping flood from a to b, for longer than all the rounds take.
-    let seconds = rounds * 3 + 8;
+    let seconds = rounds * 2 + 8;
     let count = (seconds - 3) * 500;
     iperf3_server(&fleet, &b);
     let (host, a2, ip2) = (fleet.host.clone(), a.clone(), ip_b.clone());
@@ -529,16 +570,28 @@ fn kill_9_of_the_watch_mid_reconcile_loses_no_ping_and_resets_no_stream() {
 
     let mut previous: Option<String> = None;
     let mut delays = Vec::new();
+    // How many of c's two links the killed watch had made: 0 (killed before or early in the
+    // reconcile), 1 (in the middle of it), 2 (after it).
+    let mut made_before_kill = [0usize; 3];
+    let loop_started = Instant::now();
     for round in 0..rounds {
         if let Some(old) = previous.take() {
             fleet.remove(&[old]);
         }
         // The start event sets off a reconcile that links c to a and b; kill it somewhere.
+        let mark = watch.log_text().len();
         let c = fleet.run(&format!("c{round}"), &strs(&args), &[]);
-        let delay = rng.below(301);
+        // 0-300 ms, and every other round 0-50 ms: a reconcile of this size takes tens of
+        // milliseconds, so that more kills land inside one.
+        let delay = rng.below(if round % 2 == 0 { 301 } else { 51 });
         thread::sleep(Duration::from_millis(delay));
         watch.kill9();
         delays.push(delay);
+        let made = watch.log_text()[mark..]
+            .lines()
+            .filter(|l| l.contains("link added") && l.contains(&format!("={c} ")))
+            .count();
+        made_before_kill[made.min(2)] += 1;
         watch.restart();
         wait_links(
             &fleet.dxdp,
@@ -549,9 +602,10 @@ fn kill_9_of_the_watch_mid_reconcile_loses_no_ping_and_resets_no_stream() {
         assert_consistent(&fleet.dxdp, Some(&watch));
         previous = Some(c);
     }
+    let loop_took = loop_started.elapsed();
     assert!(
         !flood.is_finished() && !stream.is_finished(),
-        "the traffic ended before the last restart: it must cover them all"
+        "the traffic ended before the last restart ({loop_took:?}): it must cover them all"
     );
 
     let ping = flood.join().expect("ping thread");
@@ -583,8 +637,12 @@ fn kill_9_of_the_watch_mid_reconcile_loses_no_ping_and_resets_no_stream() {
     );
     assert_consistent(&fleet.dxdp, Some(&watch));
     eprintln!(
-        "kill -9: {rounds} restarts survived (killed {delays:?} ms after `docker run` returned); \
+        "kill -9: {rounds} restarts survived in {loop_took:?} (killed {delays:?} ms after \
+         `docker run` returned; c's links made before the kill: none {}, one {}, both {}); \
          {got}/{sent} pings answered; TCP stream {:.0} MB, {retransmits} retransmits, no reset",
+        made_before_kill[0],
+        made_before_kill[1],
+        made_before_kill[2],
         sent_bytes / 1e6
     );
 }
@@ -1116,9 +1174,10 @@ fn bad_input_not_root_is_refused_with_what_it_needs() {
     topo.dxdp.link(a, b, "tc");
     let before = snapshot(&topo.dxdp);
     // A copy anyone can run: the build directory may not be reachable for `nobody`.
-    let binary = std::env::temp_dir().join(format!("dxdp-nobody-{}", std::process::id()));
-    std::fs::copy(DXDP, &binary).expect("copy dxdp");
-    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let binary = Scratch(std::env::temp_dir().join(format!("dxdp-nobody-{}", std::process::id())));
+    let binary = &binary.0;
+    std::fs::copy(DXDP, binary).expect("copy dxdp");
+    std::fs::set_permissions(binary, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let binary_s = binary.to_string_lossy().into_owned();
     let dir = topo.pin_dir().to_string_lossy().into_owned();
     let (sa, sb) = (a.spec(), b.spec());
@@ -1154,7 +1213,6 @@ fn bad_input_not_root_is_refused_with_what_it_needs() {
             ],
         );
     }
-    let _ = std::fs::remove_file(&binary);
     assert_eq!(snapshot(&topo.dxdp), before);
 }
 
@@ -1166,10 +1224,11 @@ fn bad_input_a_pin_dir_outside_bpffs_is_refused_and_nothing_is_created() {
     }
     let topo = Topology::new(2);
     let (a, b) = (topo.node(0), topo.node(1));
-    let base = std::env::temp_dir().join(format!("dxdp-nobpffs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let base = Scratch(std::env::temp_dir().join(format!("dxdp-nobpffs-{}", std::process::id())));
+    let base = &base.0;
+    let _ = std::fs::remove_dir_all(base);
     let missing = base.join("pins");
-    std::fs::create_dir_all(&base).expect("scratch dir");
+    std::fs::create_dir_all(base).expect("scratch dir");
     let existing = base.join("existing");
     std::fs::create_dir(&existing).expect("existing dir");
     let (sa, sb) = (a.spec(), b.spec());
@@ -1204,9 +1263,22 @@ fn bad_input_a_pin_dir_outside_bpffs_is_refused_and_nothing_is_created() {
             );
         }
     }
+    // The watch: its reconcile fails, and `--once` says so in its exit status.
+    let docker_up =
+        common::try_run(&[DOCKER, "info"], Duration::from_secs(10)).is_ok_and(|r| r.success());
+    for dir in [&missing, &existing] {
+        if !docker_up && dir == &missing {
+            continue; // it would wait for dockerd before it opens the pin directory
+        }
+        let d = dir.to_string_lossy().into_owned();
+        let out = run(&[DXDP, "--pin-dir", &d, "watch", "--once"]);
+        assert_eq!(out.code(), Some(1), "{out}");
+        assert!(out.stderr.contains("is not on a BPF filesystem"), "{out}");
+        assert!(!missing.exists(), "{out}");
+        assert_eq!(std::fs::read_dir(&existing).expect("readdir").count(), 0);
+    }
     assert_eq!(xdp_prog_id(&a.host_veth), None);
     topo.dxdp.status().assert_empty();
-    std::fs::remove_dir_all(&base).expect("remove scratch dir");
 }
 
 /// A pin directory written by another dxdp version: every command refuses it, names both
@@ -1414,22 +1486,6 @@ fn bad_input_a_foreign_xdp_program_is_never_replaced_by_the_watch() {
     );
 }
 
-fn snapshot_links(status: &Status) -> Vec<(u32, u32, String, String, String)> {
-    status
-        .links
-        .iter()
-        .map(|l| {
-            (
-                l.low_ifindex,
-                l.high_ifindex,
-                l.low_name.clone(),
-                l.high_name.clone(),
-                l.datapath.clone(),
-            )
-        })
-        .collect()
-}
-
 /// Endpoint strings that do not parse: exit 2 before anything is opened, with the input and
 /// the accepted forms. (`pid:abc` is in tests/netns_datapath.rs.)
 #[test]
@@ -1467,6 +1523,9 @@ fn bad_input_endpoint_strings_that_do_not_parse_exit_2_and_create_nothing() {
     }
     let out = run(&[DXDP, "--pin-dir", &d, "--max-endpoints", "0", "status"]);
     assert_eq!(out.code(), Some(2), "{out}");
+    let out = run(&["env", "DXDP_MAX_LINKS=0", DXDP, "--pin-dir", &d, "status"]);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--max-links"), "{out}");
     assert!(!dir.exists(), "{} was created", dir.display());
 }
 

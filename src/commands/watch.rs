@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 use super::{link::choose, resolve::runtime};
 use crate::{
     cli::{DatapathArg, WatchArgs},
-    datapath::{Capacity, Datapath, LinkRequest, Origin},
+    datapath::{Capacity, Datapath, Kind, LinkRequest, Origin},
     docker::{Container, Docker, endpoint_on},
     labels::DatapathChoice,
     metrics::{self, Metrics},
@@ -306,16 +306,37 @@ fn apply(
         .collect();
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.collect_garbage(&host)?;
-    let changes = diff(&wanted, &datapath.links()?);
+    let actual = datapath.links()?;
+    let changes = diff(&wanted, &actual);
+    // A link of ours that the maps hold without both attachments (a watch killed between the
+    // two) is installed again, which completes it: present is not the same as finished.
+    let unfinished: Vec<(usize, Kind)> = wanted
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !changes.add.contains(i))
+        .filter_map(|(i, w)| {
+            let have = actual.iter().find(|l| {
+                (l.low_ifindex, l.high_ifindex) == (w.low_ifindex, w.high_ifindex)
+                    && l.origin == Origin::Watch
+            })?;
+            (!datapath.attachments_pinned(have.datapath, w.low_ifindex, w.high_ifindex))
+                .then_some((i, have.datapath))
+        })
+        .collect();
+    for &(i, _) in &unfinished {
+        let (a, b, ..) = &requests[i];
+        warn!(a = %a.label, b = %b.label, "link lacks an attachment; completing it");
+    }
     for (low, high) in changes.remove {
         datapath.remove(low, high)?;
     }
-    for i in changes.add {
-        let (a, b, kind, network) = &requests[i];
+    let adds = changes.add.iter().map(|&i| (i, requests[i].2));
+    for (i, kind) in adds.chain(unfinished) {
+        let (a, b, _, network) = &requests[i];
         let request = LinkRequest {
             a,
             b,
-            kind: *kind,
+            kind,
             origin: Origin::Watch,
             network,
         };

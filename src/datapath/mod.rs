@@ -369,6 +369,13 @@ impl Datapath {
         Ok(links)
     }
 
+    /// Whether both endpoints of a link hold their pinned attachment of `kind`. A process killed
+    /// between writing a link into the maps and pinning an attachment leaves a link that the
+    /// maps list but that one side (or neither) redirects; [`Datapath::install`] completes it.
+    pub fn attachments_pinned(&self, kind: Kind, x: u32, y: u32) -> bool {
+        [x, y].iter().all(|i| self.pins.link(kind, *i).exists())
+    }
+
     pub fn counters(&mut self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
         state::Maps::new(&mut self.ebpf)?.counters(ifindex)
     }

@@ -360,6 +360,7 @@ pub struct Fleet {
     containers: Vec<String>,
     networks: Vec<String>,
     bases: std::collections::HashMap<String, String>,
+    bridge_of: std::collections::HashMap<String, String>,
     bridges: Vec<String>,
     rules: Vec<crate::common::FirewallRule>,
     _pin_dir: PinDir,
@@ -396,6 +397,7 @@ impl Fleet {
             containers: Vec::new(),
             networks: Vec::new(),
             bases: Default::default(),
+            bridge_of: Default::default(),
             bridges: Vec::new(),
             rules: Vec::new(),
             _pin_dir: pin_dir,
@@ -591,7 +593,13 @@ impl Fleet {
             "iptables", &bridge,
         ));
         self.bases.insert(full.clone(), base);
+        self.bridge_of.insert(full.clone(), bridge);
         full
+    }
+
+    /// The Linux bridge of a network made by [`Fleet::network`].
+    pub fn bridge(&self, network: &str) -> &str {
+        &self.bridge_of[network]
     }
 
     /// `A.B.C.host` in a network made by [`Fleet::network`].
@@ -735,8 +743,12 @@ impl Drop for Fleet {
                     args.extend(chunk.iter().map(String::as_str));
                     quietly_at(&self.host, &args);
                 }
-                for n in self.networks.drain(..).rev() {
-                    quietly_at(&self.host, &["network", "rm", &n]);
+                // dockerd 20.10 sometimes keeps a stale endpoint of a removed container and
+                // refuses; no matter: the daemon's state goes with its data root, its bridges
+                // below.
+                let networks: Vec<String> = self.networks.drain(..).rev().collect();
+                for n in networks {
+                    let _ = self.docker(&["network", "rm", &n]);
                 }
             }
         }
