@@ -137,17 +137,18 @@ fn capabilities() -> Check {
 
 fn bpffs(pin_dir: &Path) -> Check {
     let probe = pin_dir.parent().unwrap_or(Path::new("/sys/fs/bpf"));
-    match nix::sys::statfs::statfs(probe) {
-        Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC => check(
+    if crate::datapath::on_bpffs(probe) {
+        check(
             Verdict::Ok,
             format!("bpffs mounted at {}", probe.display()),
             None,
-        ),
-        _ => check(
+        )
+    } else {
+        check(
             Verdict::Fail,
             format!("{} is not a bpffs mount", probe.display()),
             Some("mount -t bpf bpf /sys/fs/bpf"),
-        ),
+        )
     }
 }
 

@@ -19,7 +19,7 @@ use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NA
 use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
-pub use pins::Pins;
+pub use pins::{Pins, on_bpffs};
 pub use state::Capacity;
 
 use crate::{endpoint::Endpoint, netlink::Interface};

@@ -82,6 +82,12 @@ impl Pins {
     }
 }
 
+/// Whether `path` is on a BPF filesystem.
+pub fn on_bpffs(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
+}
+
 /// Pinned attachments of `ifindex`, by parsing `KIND-IFINDEX` file names.
 pub fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
     let mut out = Vec::new();

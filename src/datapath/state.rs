@@ -247,19 +247,36 @@ impl<'a> Maps<'a> {
 
     /// Removes both directions and the record of the link between two host ifindexes.
     pub fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
-        let doomed: Vec<LinkKey> = self
+        self.remove_directions(|from, to| (from, to) == (x, y) || (from, to) == (y, x))?;
+        ignore_absent(self.link_meta.remove(&super::meta_key(x, y)))
+    }
+
+    /// Deletes every directed link whose (ingress, target) ifindexes match.
+    fn remove_directions(&mut self, doomed: impl Fn(u32, u32) -> bool) -> Result<()> {
+        let keys: Vec<LinkKey> = self
             .directions()?
             .into_iter()
-            .filter(|(k, t)| {
-                let target = t.target_ifindex;
-                (k.ingress_ifindex == x && target == y) || (k.ingress_ifindex == y && target == x)
-            })
+            .filter(|(k, t)| doomed(k.ingress_ifindex, t.target_ifindex))
             .map(|(k, _)| k)
             .collect();
-        for key in doomed {
+        for key in keys {
             ignore_absent(self.links.remove(&key))?;
         }
-        ignore_absent(self.link_meta.remove(&super::meta_key(x, y)))
+        Ok(())
+    }
+
+    /// Deletes every link record whose (low, high) ifindexes match.
+    fn remove_meta(&mut self, doomed: impl Fn(u32, u32) -> bool) -> Result<()> {
+        let keys: Vec<LinkMetaKey> = self
+            .link_meta
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| doomed(k.low_ifindex, k.high_ifindex))
+            .collect();
+        for key in keys {
+            ignore_absent(self.link_meta.remove(&key))?;
+        }
+        Ok(())
     }
 
     pub fn interface_in_use(&self, ifindex: u32) -> Result<bool> {
@@ -271,24 +288,9 @@ impl<'a> Maps<'a> {
 
     /// Forgets an interface and every link that touches it.
     pub fn purge_interface(&mut self, ifindex: u32) -> Result<()> {
-        let doomed: Vec<_> = self
-            .directions()?
-            .into_iter()
-            .filter(|(k, t)| k.ingress_ifindex == ifindex || t.target_ifindex == ifindex)
-            .map(|(k, _)| k)
-            .collect();
-        for key in doomed {
-            ignore_absent(self.links.remove(&key))?;
-        }
-        let metas: Vec<_> = self
-            .link_meta
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.low_ifindex == ifindex || k.high_ifindex == ifindex)
-            .collect();
-        for key in metas {
-            ignore_absent(self.link_meta.remove(&key))?;
-        }
+        let touches = |x: u32, y: u32| x == ifindex || y == ifindex;
+        self.remove_directions(touches)?;
+        self.remove_meta(touches)?;
         ignore_absent(self.endpoints.remove(&ifindex))?;
         ignore_absent(self.counters.remove(&ifindex))?;
         ignore_absent(self.targets.remove(ifindex))
@@ -298,24 +300,9 @@ impl<'a> Maps<'a> {
     pub fn drop_dangling(&mut self) -> Result<()> {
         let managed: Vec<u32> = self.managed()?.into_iter().map(|(i, _)| i).collect();
         let is_managed = |i: u32| managed.contains(&i);
-        let links: Vec<_> = self
-            .directions()?
-            .into_iter()
-            .filter(|(k, t)| !is_managed(k.ingress_ifindex) || !is_managed(t.target_ifindex))
-            .map(|(k, _)| k)
-            .collect();
-        for key in links {
-            ignore_absent(self.links.remove(&key))?;
-        }
-        let metas: Vec<_> = self
-            .link_meta
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| !is_managed(k.low_ifindex) || !is_managed(k.high_ifindex))
-            .collect();
-        for key in metas {
-            ignore_absent(self.link_meta.remove(&key))?;
-        }
+        let dangling = |x: u32, y: u32| !is_managed(x) || !is_managed(y);
+        self.remove_directions(dangling)?;
+        self.remove_meta(dangling)?;
         let targets: Vec<_> = self
             .targets
             .keys()
