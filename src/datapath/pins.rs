@@ -68,6 +68,9 @@ impl Pins {
                 probe.display()
             );
         }
+        for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
+            check_private(&self.root, &dir)?;
+        }
         // Never writable by others, whatever the umask: whoever may unlink a pin may detach a
         // link. (Pinned objects themselves are made 0600 by the kernel.)
         use std::os::unix::fs::DirBuilderExt;
@@ -79,6 +82,40 @@ impl Pins {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(())
+    }
+}
+
+/// Refuses a pin directory that another user owns or may write: `/sys/fs/bpf` is usually
+/// world-writable (sticky), so anyone can create `/sys/fs/bpf/dxdp` first and plant maps or
+/// programs for a root `dxdp` to adopt, or unlink its pins (which detaches links).
+fn check_private(root: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let problem = if !meta.is_dir() {
+        Some("is not a directory".to_owned())
+    } else if meta.uid() != me {
+        Some(format!("belongs to uid {}, not to uid {me}", meta.uid()))
+    } else if mode & 0o022 != 0 {
+        Some(format!("is writable by others (mode {mode:04o})"))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => bail!(
+            "pin directory {}: {} {problem}; another user could plant or unpin dxdp's maps \
+             and programs there. Remove it (`rm -r {}`) if nothing of yours is linked through \
+             it, or choose another --pin-dir",
+            root.display(),
+            dir.display(),
+            root.display()
+        ),
     }
 }
 

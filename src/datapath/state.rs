@@ -1,4 +1,6 @@
 //! Typed access to the pinned maps, and the journal that makes a multi-step change all-or-nothing.
+use std::collections::HashSet;
+
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
@@ -279,11 +281,13 @@ impl<'a> Maps<'a> {
         Ok(())
     }
 
-    pub fn interface_in_use(&self, ifindex: u32) -> Result<bool> {
+    /// Interfaces at either end of some directed link.
+    pub fn interfaces_in_use(&self) -> Result<HashSet<u32>> {
         Ok(self
             .directions()?
             .iter()
-            .any(|(k, t)| k.ingress_ifindex == ifindex || t.target_ifindex == ifindex))
+            .flat_map(|(k, t)| [k.ingress_ifindex, t.target_ifindex])
+            .collect())
     }
 
     /// Forgets an interface and every link that touches it.
