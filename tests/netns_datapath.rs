@@ -14,6 +14,7 @@
 //!   redirects to the new veth;
 //! - separate `dxdp` processes (two of them at once, too) share the pinned state;
 //! - another tool's XDP program is left alone and reported, and tc still links beside it;
+//! - an upgraded binary swaps its program into running attachments in place, losing no frame;
 //! - bad endpoints are refused with useful messages and leave nothing behind.
 //!
 //! Needs root, bpffs at /sys/fs/bpf, iperf3 and ethtool; without them the tests print
@@ -651,4 +652,107 @@ fn unlink_by_name_after_a_veth_was_recreated() {
     let status = topo.dxdp.status();
     assert!(!status.mentions(ha), "{status:#?}");
     status.assert_empty();
+}
+
+/// `bpftool -j ARGS…`, parsed.
+fn bpftool(args: &[&str]) -> serde_json::Value {
+    let out = must(&[&["bpftool", "-j"], args].concat());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {out}"))
+}
+
+/// (program id, program tag) of the program pinned at `path`.
+fn pinned_program(path: &std::path::Path) -> (u64, String) {
+    let prog = bpftool(&["prog", "show", "pinned", &path.to_string_lossy()]);
+    (
+        prog["id"].as_u64().expect("prog id"),
+        prog["tag"].as_str().expect("prog tag").to_owned(),
+    )
+}
+
+/// (link id, program id) of the bpf_link pinned at `path`.
+fn pinned_link(path: &std::path::Path) -> (u64, u64) {
+    let link = bpftool(&["link", "show", "pinned", &path.to_string_lossy()]);
+    (
+        link["id"].as_u64().expect("link id"),
+        link["prog_id"].as_u64().expect("link prog_id"),
+    )
+}
+
+/// A newer dxdp meets attachments running a program that differs from its own (here one that
+/// lets everything through, standing in for an older release's) and swaps its own into each of
+/// them with bpf_link_update: the attachments stay (same bpf_link ids), the pinned program is
+/// this binary's again, the link redirects again, and a ping flood across the swap loses nothing.
+#[test]
+fn an_upgraded_binary_swaps_its_program_into_running_attachments_without_loss() {
+    if !require_privileges() {
+        return;
+    }
+    let topo = Topology::new(2);
+    let (a, b) = (topo.node(0), topo.node(1));
+    let dxdp = &topo.dxdp;
+    let (ha, hb) = (a.host_ifindex(), b.host_ifindex());
+    dxdp.link(a, b, "tc");
+    let prog_pin = topo.pin_dir().join("progs/dxdp_tc");
+    let link_pins = [ha, hb].map(|i| topo.pin_dir().join(format!("links/tc-{i}")));
+    let (_, ours) = pinned_program(&prog_pin);
+    let link_ids = link_pins.clone().map(|p| pinned_link(&p).0);
+
+    // The state an older dxdp would have left: its program pinned and in both attachments.
+    let old = common::load_passing_tc(&topo.scratch_pin_path("old"), "dxt_old");
+    let (old_id, old_tag) = pinned_program(&old.path);
+    assert_ne!(old_tag, ours);
+    for pin in &link_pins {
+        common::update_pinned_link(pin, &old.path);
+    }
+    std::fs::remove_file(&prog_pin).expect("unpin dxdp_tc");
+    std::fs::rename(&old.path, &prog_pin).expect("pin the old program in its place");
+    for pin in &link_pins {
+        assert_eq!(
+            pinned_link(pin).1,
+            old_id,
+            "{} runs the old program",
+            pin.display()
+        );
+    }
+    let before = dxdp.status();
+    assert_ping(a, &b.ipv4, PINGS);
+    let link = |s: &Status| s.link_between(ha, hb).expect("link listed").clone();
+    assert_eq!(
+        link(&dxdp.status()),
+        link(&before),
+        "the old program passes everything: nothing may be redirected"
+    );
+
+    // The upgrade, under a flood: 400 pings 10 ms apart, the swap one second in.
+    let (ns, addr) = (a.netns.clone(), b.ipv4.clone());
+    let flood = thread::spawn(move || ping(&ns, &addr, 400));
+    thread::sleep(std::time::Duration::from_secs(1));
+    let run = dxdp.link(a, b, "tc");
+    assert!(
+        run.stdout
+            .contains("replaced the pinned tc program with this binary's in every attachment"),
+        "{run}"
+    );
+    let report = flood.join().expect("ping thread");
+    assert_eq!(
+        (report.transmitted, report.received),
+        (400, 400),
+        "pings lost across the swap"
+    );
+
+    let (new_id, new_tag) = pinned_program(&prog_pin);
+    assert_eq!(new_tag, ours, "the pinned program is not this binary's");
+    for (pin, id) in link_pins.iter().zip(link_ids) {
+        assert_eq!(
+            pinned_link(pin),
+            (id, new_id),
+            "{}: not the same attachment running the new program",
+            pin.display()
+        );
+    }
+    assert_redirected_ping(&topo, a, b, &b.ipv4);
+    assert_redirected_ping(&topo, b, a, &a.ipv6);
+    dxdp.unlink(a, b);
+    dxdp.status().assert_empty();
+    assert_eq!(dxdp.link_pins(), Vec::<String>::new());
 }

@@ -15,7 +15,9 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
     let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
     let kind = choose(args.datapath);
     let mut datapath = Datapath::open(pin_dir, capacity)?;
-    datapath.upgrade_programs()?;
+    for kind in datapath.upgrade_programs()? {
+        println!("replaced the pinned {kind} program with this binary's in every attachment");
+    }
     datapath.collect_garbage(&host)?;
     let outcome = datapath.install(
         &LinkRequest {

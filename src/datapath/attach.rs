@@ -108,15 +108,11 @@ impl<'p> Programs<'p> {
     /// Attaches `kind` to the endpoint's host veth unless ours is there already.
     pub fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
         let path = self.pins.link(kind, ep.host_ifindex);
-        // Only XDP's slot is reported by rtnetlink; TCX is asked directly.
-        let iface = match kind {
-            Kind::Xdp => {
-                crate::netlink::interface(&crate::netns::NetnsPath::host(), ep.host_ifindex)?
+        if self.attached_now(kind, ep)? {
+            if path.exists() {
+                return Ok(());
             }
-            Kind::Tc => None,
-        };
-        if self.attached(kind, &ep.host_ifname, iface.as_ref())? && path.exists() {
-            return Ok(());
+            self.wait_detached(kind, ep)?;
         }
         pins::remove_if_present(&path)?;
         let link: FdLink = match kind {
@@ -159,6 +155,39 @@ impl<'p> Programs<'p> {
             .with_context(|| format!("cannot pin {}", path.display()))?;
         undo.push(Undo::LinkPin(path));
         Ok(())
+    }
+
+    /// [`Programs::attached`], asking the kernel about this one veth.
+    fn attached_now(&self, kind: Kind, ep: &Endpoint) -> Result<bool> {
+        // Only XDP's slot is reported by rtnetlink; TCX is asked directly.
+        let iface = match kind {
+            Kind::Xdp => {
+                crate::netlink::interface(&crate::netns::NetnsPath::host(), ep.host_ifindex)?
+            }
+            Kind::Tc => None,
+        };
+        self.attached(kind, &ep.host_ifname, iface.as_ref())
+    }
+
+    /// Unpinning a bpf_link releases it from a kernel workqueue, not at once: a veth whose
+    /// attachment was unpinned a moment ago (its last link removed, then linked again) may
+    /// still carry our program, and attaching it again would fail with EEXIST.
+    fn wait_detached(&self, kind: Kind, ep: &Endpoint) -> Result<()> {
+        let started = std::time::Instant::now();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if !self.attached_now(kind, ep)? {
+                return Ok(());
+            }
+            if started.elapsed() > std::time::Duration::from_secs(2) {
+                bail!(
+                    "{}: dxdp's {kind} program is attached without its pin {}; another process \
+                     holds that attachment. Stop it, or delete and recreate the veth",
+                    ep.host_ifname,
+                    self.pins.link(kind, ep.host_ifindex).display()
+                );
+            }
+        }
     }
 
     /// Programs of other tools on a veth: TCX ingress ones beside ours, or an XDP program.

@@ -1084,6 +1084,93 @@ pub fn iperf3(
 /// removed on drop (or earlier with [`PinnedObject::unpin`]); an attachment keeps the program
 /// alive after that.
 pub fn load_foreign_xdp(path: &Path, name: &str) -> PinnedObject {
+    const BPF_PROG_TYPE_XDP: u32 = 6;
+    const XDP_PASS: i32 = 2;
+    load_constant_program(path, name, BPF_PROG_TYPE_XDP, XDP_PASS)
+}
+
+/// A minimal tc program that lets every frame go on (`return TCX_NEXT`), pinned at `path`: what
+/// an older dxdp's program looks like to a newer one (same type, another tag).
+pub fn load_passing_tc(path: &Path, name: &str) -> PinnedObject {
+    const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+    const TCX_NEXT: i32 = -1;
+    load_constant_program(path, name, BPF_PROG_TYPE_SCHED_CLS, TCX_NEXT)
+}
+
+/// Points the pinned bpf_link at `link_pin` to the program pinned at `prog_pin`
+/// (BPF_LINK_UPDATE), as a running attachment is swapped in place.
+pub fn update_pinned_link(link_pin: &Path, prog_pin: &Path) {
+    #[repr(C)]
+    struct LinkUpdate {
+        link_fd: u32,
+        new_prog_fd: u32,
+        flags: u32,
+        old_prog_fd: u32,
+    }
+    const BPF_LINK_UPDATE: libc::c_long = 29;
+    let link = bpf_obj_get(link_pin);
+    let prog = bpf_obj_get(prog_pin);
+    let attr = LinkUpdate {
+        link_fd: std::os::fd::AsRawFd::as_raw_fd(&link) as u32,
+        new_prog_fd: std::os::fd::AsRawFd::as_raw_fd(&prog) as u32,
+        flags: 0,
+        old_prog_fd: 0,
+    };
+    // SAFETY: attr is a valid prefix of union bpf_attr for BPF_LINK_UPDATE.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_UPDATE,
+            &attr as *const LinkUpdate,
+            std::mem::size_of::<LinkUpdate>(),
+        )
+    };
+    assert!(
+        rc == 0,
+        "BPF_LINK_UPDATE {}: {}",
+        link_pin.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+#[repr(C)]
+struct ObjPath {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// An fd for the object pinned at `path` (BPF_OBJ_GET).
+fn bpf_obj_get(path: &Path) -> OwnedFd {
+    const BPF_OBJ_GET: libc::c_long = 7;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    let attr = ObjPath {
+        pathname: c_path.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    // SAFETY: attr is a valid prefix of union bpf_attr for BPF_OBJ_GET; c_path outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjPath,
+            std::mem::size_of::<ObjPath>(),
+        )
+    };
+    assert!(
+        fd >= 0,
+        "BPF_OBJ_GET {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd as i32) }
+}
+
+/// A two-instruction program of `prog_type` returning `verdict`, loaded through bpf(2) and
+/// pinned at `path`.
+fn load_constant_program(path: &Path, name: &str, prog_type: u32, verdict: i32) -> PinnedObject {
     #[repr(C)]
     struct Insn {
         code: u8,
@@ -1106,24 +1193,16 @@ pub fn load_foreign_xdp(path: &Path, name: &str) -> PinnedObject {
         prog_ifindex: u32,
         expected_attach_type: u32,
     }
-    #[repr(C)]
-    struct ObjPin {
-        pathname: u64,
-        bpf_fd: u32,
-        file_flags: u32,
-    }
     const BPF_PROG_LOAD: libc::c_long = 5;
     const BPF_OBJ_PIN: libc::c_long = 6;
-    const BPF_PROG_TYPE_XDP: u32 = 6;
-    const XDP_PASS: i32 = 2;
 
     let insns = [
-        // r0 = XDP_PASS (BPF_ALU64 | BPF_MOV | BPF_K)
+        // r0 = verdict (BPF_ALU64 | BPF_MOV | BPF_K)
         Insn {
             code: 0xb7,
             regs: 0,
             off: 0,
-            imm: XDP_PASS,
+            imm: verdict,
         },
         // exit (BPF_JMP | BPF_EXIT)
         Insn {
@@ -1138,7 +1217,7 @@ pub fn load_foreign_xdp(path: &Path, name: &str) -> PinnedObject {
     assert!(name.len() < 16);
     prog_name[..name.len()].copy_from_slice(name.as_bytes());
     let attr = ProgLoad {
-        prog_type: BPF_PROG_TYPE_XDP,
+        prog_type,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
@@ -1169,7 +1248,7 @@ pub fn load_foreign_xdp(path: &Path, name: &str) -> PinnedObject {
     // SAFETY: the kernel just returned this descriptor; nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
-    let pin = ObjPin {
+    let pin = ObjPath {
         pathname: c_path.as_ptr() as u64,
         bpf_fd: std::os::fd::AsRawFd::as_raw_fd(&fd) as u32,
         file_flags: 0,
@@ -1179,8 +1258,8 @@ pub fn load_foreign_xdp(path: &Path, name: &str) -> PinnedObject {
         libc::syscall(
             libc::SYS_bpf,
             BPF_OBJ_PIN,
-            &pin as *const ObjPin,
-            std::mem::size_of::<ObjPin>(),
+            &pin as *const ObjPath,
+            std::mem::size_of::<ObjPath>(),
         )
     };
     assert!(
