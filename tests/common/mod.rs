@@ -1116,21 +1116,28 @@ pub fn update_pinned_link(link_pin: &Path, prog_pin: &Path) {
         flags: 0,
         old_prog_fd: 0,
     };
+    let what = format!("BPF_LINK_UPDATE {}", link_pin.display());
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_LINK_UPDATE.
+    unsafe { sys_bpf(BPF_LINK_UPDATE, &attr, &what) };
+}
+
+/// bpf(2) with `attr` as the command's part of union bpf_attr; panics naming `what` on failure.
+///
+/// # Safety
+/// `attr` must be a `#[repr(C)]` prefix of union bpf_attr for `cmd`, and every pointer in it
+/// valid for the call.
+unsafe fn sys_bpf<T>(cmd: libc::c_long, attr: &T, what: &str) -> libc::c_long {
+    // SAFETY: the caller vouches for attr; its size is passed along with it.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            BPF_LINK_UPDATE,
-            &attr as *const LinkUpdate,
-            std::mem::size_of::<LinkUpdate>(),
+            cmd,
+            attr as *const T,
+            std::mem::size_of::<T>(),
         )
     };
-    assert!(
-        rc == 0,
-        "BPF_LINK_UPDATE {}: {}",
-        link_pin.display(),
-        std::io::Error::last_os_error()
-    );
+    assert!(rc >= 0, "{what}: {}", std::io::Error::last_os_error());
+    rc
 }
 
 #[repr(C)]
@@ -1149,21 +1156,9 @@ fn bpf_obj_get(path: &Path) -> OwnedFd {
         bpf_fd: 0,
         file_flags: 0,
     };
+    let what = format!("BPF_OBJ_GET {}", path.display());
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_OBJ_GET; c_path outlives the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            &attr as *const ObjPath,
-            std::mem::size_of::<ObjPath>(),
-        )
-    };
-    assert!(
-        fd >= 0,
-        "BPF_OBJ_GET {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
+    let fd = unsafe { sys_bpf(BPF_OBJ_GET, &attr, &what) };
     // SAFETY: the kernel just returned this descriptor; nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(fd as i32) }
 }
@@ -1232,19 +1227,7 @@ fn load_constant_program(path: &Path, name: &str, prog_type: u32, verdict: i32) 
     };
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_PROG_LOAD; the pointers in it
     // (instructions, license) outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &attr as *const ProgLoad,
-            std::mem::size_of::<ProgLoad>(),
-        )
-    };
-    assert!(
-        fd >= 0,
-        "BPF_PROG_LOAD: {}",
-        std::io::Error::last_os_error()
-    );
+    let fd = unsafe { sys_bpf(BPF_PROG_LOAD, &attr, "BPF_PROG_LOAD") };
     // SAFETY: the kernel just returned this descriptor; nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
@@ -1253,21 +1236,9 @@ fn load_constant_program(path: &Path, name: &str, prog_type: u32, verdict: i32) 
         bpf_fd: std::os::fd::AsRawFd::as_raw_fd(&fd) as u32,
         file_flags: 0,
     };
+    let what = format!("BPF_OBJ_PIN {}", path.display());
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_OBJ_PIN; c_path outlives the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_PIN,
-            &pin as *const ObjPath,
-            std::mem::size_of::<ObjPath>(),
-        )
-    };
-    assert!(
-        rc == 0,
-        "BPF_OBJ_PIN {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
+    unsafe { sys_bpf(BPF_OBJ_PIN, &pin, &what) };
     PinnedObject {
         path: path.to_path_buf(),
     }
