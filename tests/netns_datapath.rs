@@ -26,7 +26,7 @@ mod common;
 use std::thread;
 
 use common::{
-    Counters, Node, Proto, Status, Topology, assert_ping, host_tx_packets, iperf3, must,
+    Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, iperf3, must,
     now_unix_secs, ping, require_privileges, xdp_prog_id,
 };
 
@@ -652,12 +652,6 @@ fn unlink_by_name_after_a_veth_was_recreated() {
     let status = topo.dxdp.status();
     assert!(!status.mentions(ha), "{status:#?}");
     status.assert_empty();
-}
-
-/// `bpftool -j ARGS…`, parsed.
-fn bpftool(args: &[&str]) -> serde_json::Value {
-    let out = must(&[&["bpftool", "-j"], args].concat());
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {out}"))
 }
 
 /// (program id, program tag) of the program pinned at `path`.

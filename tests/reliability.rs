@@ -877,9 +877,8 @@ fn no_program_or_attachment_leaks_when_workloads_or_the_watch_restart_or_go() {
         return;
     }
     let dxdp_programs = || -> BTreeSet<u32> {
-        let out = must(&["bpftool", "-j", "prog", "show"]);
-        let json: serde_json::Value = serde_json::from_str(&out).expect("bpftool json");
-        json.as_array()
+        common::bpftool(&["prog", "show"])
+            .as_array()
             .into_iter()
             .flatten()
             .filter(|p| matches!(p["name"].as_str(), Some("dxdp_tc" | "dxdp_xdp")))

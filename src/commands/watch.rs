@@ -281,12 +281,12 @@ fn apply(
         let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
             continue;
         };
+        let net = link.network_id.as_str();
         for c in [a, b] {
             found
-                .entry((c.view.id.as_str(), link.network_id.as_str()))
-                .or_insert_with(|| endpoint_on(c, &link.network_id, &host));
+                .entry((c.view.id.as_str(), net))
+                .or_insert_with(|| endpoint_on(c, net, &host));
         }
-        let net = link.network_id.as_str();
         match (
             &found[&(a.view.id.as_str(), net)],
             &found[&(b.view.id.as_str(), net)],

@@ -846,9 +846,7 @@ pub fn netns_rx_packets(pid: u32, ifname: &str) -> u64 {
 pub fn map_entries(pin_dir: &std::path::Path, map: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let path = pin_dir.join("maps").join(map);
     let path = path.to_string_lossy();
-    let out = crate::common::must(&["bpftool", "-j", "map", "dump", "pinned", &path]);
-    let json: serde_json::Value =
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("bpftool dump of {map}: {e}: {out}"));
+    let json = crate::common::bpftool(&["map", "dump", "pinned", &path]);
     let bytes = |v: &serde_json::Value| -> Vec<u8> {
         v.as_array()
             .unwrap_or_else(|| panic!("bpftool dump of {map}: not a byte array: {v}"))
@@ -860,7 +858,7 @@ pub fn map_entries(pin_dir: &std::path::Path, map: &str) -> Vec<(Vec<u8>, Vec<u8
             .collect()
     };
     json.as_array()
-        .unwrap_or_else(|| panic!("bpftool dump of {map}: {out}"))
+        .unwrap_or_else(|| panic!("bpftool dump of {map}: {json}"))
         .iter()
         .map(|e| {
             let value = match e.get("values") {
@@ -879,16 +877,15 @@ fn le_u32(bytes: &[u8]) -> u32 {
 /// Id of a pinned program, per bpftool.
 pub fn pinned_prog_id(path: &std::path::Path) -> u32 {
     let path = path.to_string_lossy();
-    let out = crate::common::must(&["bpftool", "-j", "prog", "show", "pinned", &path]);
-    let json: serde_json::Value = serde_json::from_str(&out).expect("bpftool json");
-    json["id"].as_u64().expect("program id") as u32
+    crate::common::bpftool(&["prog", "show", "pinned", &path])["id"]
+        .as_u64()
+        .expect("program id") as u32
 }
 
 /// Every bpf_link of the host: (link id, program id).
 pub fn bpf_links() -> Vec<(u32, u32)> {
-    let out = crate::common::must(&["bpftool", "-j", "link", "show"]);
-    let json: serde_json::Value = serde_json::from_str(&out).expect("bpftool json");
-    json.as_array()
+    crate::common::bpftool(&["link", "show"])
+        .as_array()
         .map(|links| {
             links
                 .iter()

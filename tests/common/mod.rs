@@ -489,6 +489,12 @@ impl Drop for PinDir {
     }
 }
 
+/// `bpftool -j ARGS…`, parsed; panics naming the command if it fails or prints no JSON.
+pub fn bpftool(args: &[&str]) -> serde_json::Value {
+    let out = must(&[&["bpftool", "-j"], args].concat());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("bpftool {args:?}: {e}: {out}"))
+}
+
 /// A file pinned on bpffs (a program or map), unpinned on drop.
 pub struct PinnedObject {
     pub path: PathBuf,
