@@ -21,7 +21,7 @@ fi
 # build-test-image.sh; the rest are tools the tests and the demo drive.
 apt_packages=(
     llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
-    docker.io docker-compose iptables
+    iptables nftables
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
     # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
     systemd man-db
@@ -49,6 +49,74 @@ if ((${#missing[@]})); then
 else
     log "apt packages present"
 fi
+
+# --- Docker Engine and Compose v2 ----------------------------------------------
+# The supported engine is today's (28.x, API 1.51) with Compose v2. Debian ships it in testing
+# (forky); trixie has 26.1. Both releases are added as sources pinned at priority 100, so apt
+# never takes anything else from them: only docker.io and docker-compose are asked for by
+# release (`docker.io/forky`, not a version string, because testing moves), and only the
+# packages they need come along (docker-cli, docker-buildx, tini-static). `-t forky` would
+# upgrade libc: never use it.
+newer_sources=/etc/apt/sources.list.d/dxdp-docker-newer.sources
+newer_pin=/etc/apt/preferences.d/dxdp-docker-newer
+engine_version() { dpkg-query -W -f='${Version}' docker.io 2>/dev/null || true; }
+compose_version() { dpkg-query -W -f='${Version}' docker-compose 2>/dev/null || true; }
+# Engine 26 or newer and Compose 2 or newer count as present.
+engine_current() {
+    local engine compose
+    engine=$(engine_version) compose=$(compose_version)
+    [[ -n $engine && -n $compose ]] || return 1
+    dpkg --compare-versions "$engine" ge 26 && dpkg --compare-versions "$compose" ge 2
+}
+if engine_current; then
+    log "docker.io $(engine_version) and docker-compose $(compose_version) present"
+else
+    if [[ ! -f $newer_sources ]]; then
+        log "adding Debian forky and trixie as sources for docker.io (pinned at priority 100)"
+        cat >"$newer_sources" <<'SOURCES'
+# Added by dxdp's scripts/setup.sh for docker.io and docker-compose only; pinned in
+# /etc/apt/preferences.d/dxdp-docker-newer so nothing else is taken from these releases.
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: forky trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+    fi
+    if [[ ! -f $newer_pin ]]; then
+        cat >"$newer_pin" <<'PIN'
+# Added by dxdp's scripts/setup.sh: packages from forky and trixie are only installed when
+# asked for by release (apt-get install docker.io/forky).
+Package: *
+Pin: release n=forky
+Pin-Priority: 100
+
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+    fi
+    export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+    apt_opts=(-q -y -o DPkg::Lock::Timeout=300)
+    apt-get "${apt_opts[@]}" update </dev/null >&2
+    got=""
+    for release in forky trixie; do
+        log "installing docker.io and docker-compose from $release"
+        if apt-get "${apt_opts[@]}" install "docker.io/$release" "docker-compose/$release" \
+            </dev/null >&2; then
+            got=$release
+            break
+        fi
+        log "docker.io/$release could not be installed; trying the next release"
+    done
+    [[ -n $got ]] || die "neither forky nor trixie could provide docker.io and docker-compose; see apt's output above"
+    engine_current || die "installed docker.io $(engine_version) / docker-compose $(compose_version), expected engine >= 26 and Compose v2"
+    # dockerd from the upgrade may already be running the old binary.
+    if /usr/bin/docker info >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+        systemctl restart docker
+    fi
+fi
+log "engine: docker.io $(engine_version), docker-compose $(compose_version)"
 
 # --- Rust toolchains ----------------------------------------------------------
 command -v rustup >/dev/null 2>&1 \
@@ -119,8 +187,8 @@ else
 fi
 
 # --- dockerd ------------------------------------------------------------------
-# /usr/bin/docker is the 20.10 client matching the daemon's API 1.41; a newer
-# CLI earlier in PATH refuses to talk to it.
+# /usr/bin/docker is the client docker.io installed with the daemon; another CLI
+# earlier in PATH may speak a different API version.
 docker_ok() { /usr/bin/docker info >/dev/null 2>&1; }
 if docker_ok; then
     log "dockerd running"
