@@ -21,7 +21,9 @@ fi
 # build-test-image.sh; the rest are tools the tests and the demo drive.
 apt_packages=(
     llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev
-    iptables nftables
+    # nft and both iptables backends are read before every link (src/firewall); ufw is the
+    # stock host firewall the firewall tests enable next to Docker.
+    iptables nftables ufw
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
     # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
     systemd man-db

@@ -104,6 +104,11 @@ pub struct LinkArgs {
     pub b: EndpointSpec,
     #[arg(long, value_enum, default_value_t)]
     pub datapath: DatapathArg,
+    /// Link even if a firewall rule (iptables, ip6tables, nftables) could drop the pair's
+    /// traffic on the bridge: the link bypasses such rules. Without it, such a pair is refused
+    /// with the rule named.
+    #[arg(long)]
+    pub bypass_firewall: bool,
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +188,10 @@ pub struct BenchArgs {
     /// Also write an SVG bar chart, normalised to the bridge, to FILE.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// Measure the datapaths even if a firewall rule could drop the pair's traffic on the
+    /// bridge (see `dxdp link --bypass-firewall`).
+    #[arg(long)]
+    pub bypass_firewall: bool,
 }
 
 impl Command {

@@ -1,5 +1,5 @@
 //! What a user names as one end of a link, and the interfaces it turns out to be.
-use std::{fmt, str::FromStr};
+use std::{fmt, net::IpAddr, str::FromStr};
 
 use anyhow::{Context, Result, bail};
 
@@ -125,6 +125,8 @@ pub struct Endpoint {
     pub host_ifindex: u32,
     pub bridge_ifindex: u32,
     pub bridge_name: String,
+    /// The container interface's addresses, link-local ones included.
+    pub addrs: Vec<IpAddr>,
 }
 
 impl Endpoint {
@@ -185,6 +187,8 @@ pub fn locate(
             )
         }
     };
+    let addrs =
+        netlink::addresses(&netns, inner.index).with_context(|| format!("endpoint {label}"))?;
     let Some(mac) = inner.mac else {
         bail!("endpoint {label}: {} has no MAC address", inner.name);
     };
@@ -199,6 +203,7 @@ pub fn locate(
         host_ifindex: peer.index,
         bridge_ifindex: bridge.index,
         bridge_name: bridge.name.clone(),
+        addrs,
     })
 }
 

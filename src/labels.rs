@@ -11,7 +11,11 @@
 //! Rules:
 //! - Every `dxdp.*` label is validated whether or not the container opted in, so that a typo
 //!   such as `dxdp.enabel=true` is reported instead of silently leaving the container out.
-//! - `dxdp.enable` and `dxdp.datapath` ignore surrounding whitespace and ASCII case.
+//! - `dxdp.enable`, `dxdp.datapath` and `dxdp.firewall` ignore surrounding whitespace and ASCII
+//!   case.
+//! - `dxdp.firewall=bypass` lets a link skip host firewall rules that could drop its traffic on
+//!   the bridge (see [`crate::firewall`]) only when both containers of the pair carry it, so it
+//!   counts on a container that is only named as a peer, without `dxdp.enable`.
 //! - In lists, whitespace around items is dropped, an empty item is an error and duplicates
 //!   collapse. A peer may carry one leading `/` (as `docker inspect` prints names); a group or
 //!   network may not, because there is no "global" group syntax: see [`crate::plan`] for scoping.
@@ -31,7 +35,8 @@ pub const PEERS: &str = "dxdp.peers";
 pub const GROUP: &str = "dxdp.group";
 pub const DATAPATH: &str = "dxdp.datapath";
 pub const NETWORK: &str = "dxdp.network";
-pub const KEYS: [&str; 5] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK];
+pub const FIREWALL: &str = "dxdp.firewall";
+pub const KEYS: [&str; 6] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL];
 
 /// Docker's container-name limit, so that any container name can be written as a peer.
 pub const MAX_NAME_LEN: usize = 128;
@@ -174,6 +179,9 @@ impl LabelError {
             GROUP => "write dxdp.group=NAME[,NAME...]".to_owned(),
             DATAPATH => "write dxdp.datapath=auto, tc or xdp".to_owned(),
             NETWORK => "write dxdp.network=NAME with the name of one Docker network".to_owned(),
+            FIREWALL => "write dxdp.firewall=bypass to let links skip host firewall rules, or \
+                         dxdp.firewall=enforce (the default)"
+                .to_owned(),
             _ => format!("valid keys are {}", KEYS.join(", ")),
         };
         Self {
@@ -248,6 +256,11 @@ pub fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>>
                 Ok(choice) => policy.datapath = choice,
                 Err(ParseDatapathError(_)) => fail("unknown datapath".to_owned()),
             },
+            FIREWALL => {
+                if firewall_value(value).is_none() {
+                    fail("expected enforce or bypass".to_owned());
+                }
+            }
             _ => {
                 let name = value.trim();
                 match validate_name(name) {
@@ -263,7 +276,7 @@ pub fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>>
 
     let ignored = || {
         ours.iter()
-            .filter(|(k, _)| *k != ENABLE)
+            .filter(|(k, _)| *k != ENABLE && *k != FIREWALL)
             .map(|(k, _)| (*k).to_owned())
             .collect()
     };
@@ -272,6 +285,24 @@ pub fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>>
         Some(false) => OptIn::OptedOut { ignored: ignored() },
         None => OptIn::Absent { ignored: ignored() },
     })
+}
+
+/// `Some(true)` for `bypass`, `Some(false)` for `enforce`, `None` for anything else.
+fn firewall_value(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "bypass" => Some(true),
+        "enforce" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether these labels say `dxdp.firewall=bypass` (validly). A pair bypasses the firewall
+/// check only if both of its containers say so.
+pub fn bypasses_firewall(labels: &HashMap<String, String>) -> bool {
+    labels
+        .get(FIREWALL)
+        .and_then(|v| firewall_value(v))
+        .unwrap_or(false)
 }
 
 /// `Err` holds one reason per distinct problem.
@@ -337,6 +368,21 @@ mod tests {
             Err(e) => e,
             ok => panic!("expected errors, got {ok:?}"),
         }
+    }
+
+    #[test]
+    fn firewall_bypass_is_validated_and_read_on_any_container() {
+        for (value, bypass) in [("bypass", true), (" BYPASS ", true), ("enforce", false)] {
+            let l = labels(&[(FIREWALL, value)]);
+            assert_eq!(parse(&l), Ok(OptIn::Absent { ignored: vec![] }), "{value}");
+            assert_eq!(bypasses_firewall(&l), bypass, "{value}");
+        }
+        let l = labels(&[(FIREWALL, "off")]);
+        let errors = parse(&l).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("expected enforce or bypass"));
+        assert!(!bypasses_firewall(&l));
+        assert!(!bypasses_firewall(&labels(&[])));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod datapath;
 pub mod docker;
 pub mod endpoint;
 pub mod ethtool;
+pub mod firewall;
 pub mod labels;
 pub mod metrics;
 pub mod netlink;

@@ -4,6 +4,7 @@
 //! interfaces inside a container is read through rtnetlink on a thread inside that namespace.
 use anyhow::{Context, Result};
 use futures::TryStreamExt;
+use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkXdp};
 
 use crate::netns::NetnsPath;
@@ -67,6 +68,35 @@ pub fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interface>> {
             })
         })
         .with_context(|| format!("cannot look up interface {index} in {netns}"))
+}
+
+/// The addresses (IPv4 and IPv6, link-local included) of interface `index` in `netns`: what
+/// the firewall check needs to know which rules could see its packets.
+pub fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {
+    netns
+        .run(move || {
+            ask_here(async |handle| {
+                let msgs: Vec<_> = handle
+                    .address()
+                    .get()
+                    .set_link_index_filter(index)
+                    .execute()
+                    .try_collect()
+                    .await?;
+                let mut addrs: Vec<std::net::IpAddr> = msgs
+                    .into_iter()
+                    .flat_map(|m| m.attributes)
+                    .filter_map(|a| match a {
+                        AddressAttribute::Address(ip) => Some(ip),
+                        _ => None,
+                    })
+                    .collect();
+                addrs.sort();
+                addrs.dedup();
+                Ok(addrs)
+            })
+        })
+        .with_context(|| format!("cannot list the addresses of interface {index} in {netns}"))
 }
 
 /// Runs one rtnetlink conversation from the calling thread's namespace.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the dxdp container image from a dxdp binary built on this machine: no base image, no
-# registry. The image holds the binary, exactly the shared libraries `ldd` says it needs (the
-# loader included) and a minimal /etc/passwd; see Dockerfile next to this script.
+# registry. The image holds the binary, the firewall tools it reads rules with (nft,
+# iptables-save of both backends, xtables plugins), exactly the shared libraries `ldd` says they
+# need (the loader included) and a minimal /etc/passwd; see Dockerfile next to this script.
 #
 # Usage: packaging/container/build.sh [--binary PATH] [--tag NAME:TAG]
 #   --binary  the dxdp to put in the image (default: $CARGO_TARGET_DIR/release/dxdp, else
@@ -52,17 +53,30 @@ copy_in() {
 }
 
 cp --preserve=mode "$binary" "$rootfs/usr/bin/dxdp"
+# dxdp reads the host's firewall before every link (nft, and iptables-save of both backends):
+# the image carries those tools, as the host has them, with xtables' match and target plugins.
+firewall_tools=(/usr/sbin/nft /usr/sbin/iptables-nft-save /usr/sbin/ip6tables-nft-save
+    /usr/sbin/iptables-legacy-save /usr/sbin/ip6tables-legacy-save)
+for tool in "${firewall_tools[@]}"; do
+    [[ -e $tool ]] || die "$tool is not installed on this machine (apt-get install nftables iptables)"
+    copy_in "$tool"
+done
+xtables_plugins=/usr/lib/x86_64-linux-gnu/xtables
+[[ -d $xtables_plugins ]] || die "$xtables_plugins is not there (apt-get install iptables)"
+mkdir -p "$rootfs/usr/lib/x86_64-linux-gnu"
+cp -rL "$xtables_plugins" "$rootfs/usr/lib/x86_64-linux-gnu/xtables"
 # ldd prints the whole closure, the loader (/lib64/ld-linux-x86-64.so.2) on a line of its own;
 # it fails for a static binary, which needs nothing.
-deps=$(ldd "$binary" 2>/dev/null || true)
+deps=$(for f in "$binary" "${firewall_tools[@]}" "$xtables_plugins"/*.so; do ldd "$f" 2>/dev/null || true; done)
 if grep -q 'not found' <<<"$deps"; then
     die "$binary has unresolved libraries:"$'\n'"$(grep 'not found' <<<"$deps")"
 fi
 libs=()
 while read -r lib; do
+    [[ -e $rootfs$lib ]] && continue
     copy_in "$lib"
     libs+=("$lib")
-done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$deps")
+done < <(awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' <<<"$deps" | sort -u)
 
 # dxdp runs as root (uid 0) and resolves no names; these are for tools that print user names.
 cat >"$rootfs/etc/passwd" <<'EOF'

@@ -23,7 +23,7 @@ use crate::{
     cli::BenchArgs,
     datapath::Capacity,
     endpoint::Endpoint,
-    netlink,
+    firewall, netlink,
     netns::NetnsPath,
 };
 
@@ -60,6 +60,9 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
             b.label,
             b.bridge_name
         );
+    }
+    if !args.bypass_firewall && plan.configs.iter().any(|c| c.datapath().is_some()) {
+        firewall::check(&a, &b, "measure with --bypass-firewall")?;
     }
     let server_ip = measure::ipv4_of(b.netns.path(), &b.ifname)
         .with_context(|| format!("cannot find the IPv4 address of {}", b.label))?;

@@ -6,6 +6,8 @@ use aya::util::KernelVersion;
 
 use crate::{
     datapath::{Capacity, Datapath, Kind},
+    docker::BridgeNetwork,
+    firewall::Ruleset,
     netlink,
     netns::NetnsPath,
 };
@@ -42,8 +44,10 @@ fn check(verdict: Verdict, what: impl Into<String>, fix: Option<&str>) -> Check 
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
-    let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir), br_netfilter()];
-    checks.push(docker());
+    let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir)];
+    let (docker, networks) = docker();
+    checks.push(docker);
+    checks.extend(firewall(&networks));
     checks.extend(programs(pin_dir, capacity));
     let worst = checks
         .iter()
@@ -152,29 +156,64 @@ fn bpffs(pin_dir: &Path) -> Check {
     }
 }
 
-fn br_netfilter() -> Check {
-    let on = std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-iptables")
-        .is_ok_and(|v| v.trim() == "1");
-    if on {
-        check(
-            Verdict::Warn,
-            "br_netfilter is on: iptables sees bridged traffic, but not frames of linked pairs",
-            Some("link only containers whose traffic no iptables rule needs to see"),
-        )
-    } else {
-        check(
-            Verdict::Ok,
-            "br_netfilter off: no bridge netfilter hooks to skip",
-            None,
-        )
+/// Per Docker bridge network, the firewall rules that keep pairs on it from being linked.
+fn firewall(networks: &[BridgeNetwork]) -> Vec<Check> {
+    let rules = match Ruleset::read() {
+        Ok(rules) => rules,
+        Err(e) => {
+            return vec![check(
+                Verdict::Fail,
+                format!("cannot read the firewall rules, so no pair can be linked: {e:#}"),
+                Some("install what the message names, or link with --bypass-firewall"),
+            )];
+        }
+    };
+    let mut out = Vec::new();
+    for net in networks {
+        // Docker's own addresses for the network's containers: a rule naming one of them
+        // blocks that container's links.
+        let v4 = net.addrs.iter().any(|a| a.is_ipv4());
+        let v6 = net.addrs.iter().any(|a| a.is_ipv6());
+        if net.addrs.is_empty() {
+            continue;
+        }
+        let blockers = rules.on_bridge(&net.bridge, &net.addrs, v4, v6);
+        if blockers.is_empty() {
+            out.push(check(
+                Verdict::Ok,
+                format!(
+                    "firewall: no rule keeps containers on network {} ({}) from being linked",
+                    net.name, net.bridge
+                ),
+                None,
+            ));
+        } else {
+            let list: Vec<String> = blockers.iter().map(|b| format!("[{b}]")).collect();
+            out.push(check(
+                Verdict::Warn,
+                format!(
+                    "firewall: on network {} ({}), links are refused where these rules may drop \
+                     or alter traffic: {}",
+                    net.name,
+                    net.bridge,
+                    list.join(" ")
+                ),
+                Some(
+                    "remove the rules, or opt in with --bypass-firewall (link) or the label \
+                     dxdp.firewall=bypass on both containers (watch)",
+                ),
+            ));
+        }
     }
+    out
 }
 
-fn docker() -> Check {
+fn docker() -> (Check, Vec<BridgeNetwork>) {
     let probe = async {
         let docker = crate::docker::Docker::connect().await?;
         docker.ping().await?;
-        Ok::<_, anyhow::Error>(docker.api_version())
+        let networks = docker.bridge_networks().await.unwrap_or_default();
+        Ok::<_, anyhow::Error>((docker.api_version(), networks))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -182,11 +221,17 @@ fn docker() -> Check {
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(probe));
     match result {
-        Ok(api) => check(Verdict::Ok, format!("dockerd reachable, API {api}"), None),
-        Err(e) => check(
-            Verdict::Warn,
-            format!("dockerd not reachable: {e:#}"),
-            Some("start dockerd (watch and container names need it; netns: endpoints do not)"),
+        Ok((api, networks)) => (
+            check(Verdict::Ok, format!("dockerd reachable, API {api}"), None),
+            networks,
+        ),
+        Err(e) => (
+            check(
+                Verdict::Warn,
+                format!("dockerd not reachable: {e:#}"),
+                Some("start dockerd (watch and container names need it; netns: endpoints do not)"),
+            ),
+            Vec::new(),
         ),
     }
 }

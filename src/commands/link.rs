@@ -6,13 +6,16 @@ use super::resolve::{Pair, resolve_pair};
 use crate::{
     cli::{DatapathArg, LinkArgs},
     datapath::{Capacity, Datapath, Installed, Kind, LinkRequest, Origin},
-    netlink,
+    firewall, netlink,
     netns::NetnsPath,
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
     let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
+    if !args.bypass_firewall {
+        firewall::check(&a, &b, "link with --bypass-firewall")?;
+    }
     let kind = choose(args.datapath);
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     for kind in datapath.upgrade_programs()? {

@@ -19,7 +19,8 @@ use crate::{
     datapath::{Capacity, Datapath, Kind, LinkRequest, Origin},
     docker::{Container, Docker, endpoint_on},
     endpoint::Endpoint,
-    labels::DatapathChoice,
+    firewall::{self, Ruleset},
+    labels::{self, DatapathChoice},
     metrics::{self, Metrics},
     netlink,
     netns::NetnsPath,
@@ -239,16 +240,19 @@ async fn reconcile(
     let containers = docker.running().await?;
     let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
     let plan = plan::plan(&views);
-    report_new(&plan.diagnostics, reported);
     let pin_dir = pin_dir.to_path_buf();
     let count = containers.len();
-    let links =
+    let applied =
         tokio::task::spawn_blocking(move || apply(&pin_dir, capacity, &containers, &plan.links))
             .await
             .context("reconcile task panicked")??;
+    // Label problems and firewall refusals are logged together, each once while it holds.
+    let mut diagnostics = plan.diagnostics;
+    diagnostics.extend(applied.refused);
+    report_new(&diagnostics, reported);
     Ok(Outcome {
         containers: count,
-        links,
+        links: applied.links,
     })
 }
 
@@ -264,13 +268,23 @@ fn report_new(diagnostics: &[Diagnostic], reported: &mut BTreeSet<Diagnostic>) {
     *reported = current;
 }
 
+/// What one apply did: the links pinned after it, and the pairs a firewall rule kept apart.
+struct Applied {
+    links: usize,
+    refused: Vec<Diagnostic>,
+}
+
 fn apply(
     pin_dir: &Path,
     capacity: Capacity,
     containers: &[Container],
     links: &BTreeSet<plan::DesiredLink>,
-) -> Result<usize> {
+) -> Result<Applied> {
     let host = netlink::interfaces(&NetnsPath::host())?;
+    // Read once per reconcile, and only when a pair needs it. A ruleset that cannot be read
+    // fails the reconcile, which then changes nothing.
+    let mut rules: Option<Ruleset> = None;
+    let mut refused = Vec::new();
     let by_id: HashMap<&str, &Container> =
         containers.iter().map(|c| (c.view.id.as_str(), c)).collect();
     // A container in a group takes part in several links: enter its namespace once, not once
@@ -297,6 +311,37 @@ fn apply(
                     .attachment(&link.network_id)
                     .map(|att| att.network.name.clone())
                     .unwrap_or_default();
+                let bypass = [a, b]
+                    .iter()
+                    .all(|c| labels::bypasses_firewall(&c.view.labels));
+                if !bypass {
+                    let rules = match rules.as_mut() {
+                        Some(rules) => rules,
+                        None => rules.insert(
+                            Ruleset::read().context("cannot read the host's firewall rules")?,
+                        ),
+                    };
+                    let blockers = rules.between(&ea, &eb);
+                    if !blockers.is_empty() {
+                        let (x, y) = (ea.host_ifindex, eb.host_ifindex);
+                        let pair = (x.min(y), x.max(y));
+                        refused.push((
+                            pair,
+                            Diagnostic {
+                                container: a.view.name.clone(),
+                                level: Level::Warn,
+                                message: firewall::refusal(
+                                    &a.view.name,
+                                    &b.view.name,
+                                    &ea.bridge_name,
+                                    &blockers,
+                                    "label both containers dxdp.firewall=bypass",
+                                ),
+                            },
+                        ));
+                        continue;
+                    }
+                }
                 let kind = choose(match link.datapath {
                     DatapathChoice::Auto => DatapathArg::Auto,
                     DatapathChoice::Tc => DatapathArg::Tc,
@@ -343,7 +388,12 @@ fn apply(
     }
     for (low, high) in changes.remove {
         datapath.remove(low, high)?;
+        // Fail closed: a rule that appeared after the link was made takes the link away.
+        if let Some((_, d)) = refused.iter().find(|(pair, _)| *pair == (low, high)) {
+            warn!(container = %d.container, "removed a link: {}", d.message);
+        }
     }
+
     let adds = changes.add.iter().map(|&i| (i, requests[i].2));
     for (i, kind) in adds.chain(unfinished) {
         let (a, b, _, network) = &requests[i];
@@ -359,7 +409,10 @@ fn apply(
             warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
         }
     }
-    Ok(datapath.links()?.len())
+    Ok(Applied {
+        links: datapath.links()?.len(),
+        refused: refused.into_iter().map(|(_, d)| d).collect(),
+    })
 }
 
 fn permission_denied(err: &anyhow::Error) -> bool {

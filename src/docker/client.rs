@@ -209,6 +209,56 @@ impl Docker {
     }
 }
 
+/// A bridge network as `doctor` reports it.
+#[derive(Clone, Debug)]
+pub struct BridgeNetwork {
+    pub name: String,
+    /// The Linux bridge carrying it.
+    pub bridge: String,
+    /// Its containers' addresses, without prefix lengths.
+    pub addrs: Vec<std::net::IpAddr>,
+}
+
+impl Docker {
+    /// Every `bridge` network with the addresses of the containers on it.
+    pub async fn bridge_networks(&self) -> Result<Vec<BridgeNetwork>> {
+        let list = self
+            .client
+            .list_networks(None)
+            .await
+            .context("cannot list networks")?;
+        let mut out = Vec::new();
+        for id in list
+            .into_iter()
+            .filter(|n| n.driver.as_deref() == Some("bridge"))
+            .filter_map(|n| n.id)
+        {
+            let Ok(inspect) = self.client.inspect_network(&id, None).await else {
+                continue;
+            };
+            let options = inspect.options.unwrap_or_default();
+            let addrs = inspect
+                .containers
+                .unwrap_or_default()
+                .into_values()
+                .flat_map(|e| [e.ipv4_address, e.ipv6_address])
+                .flatten()
+                .filter_map(|a| a.split('/').next()?.parse().ok())
+                .collect();
+            out.push(BridgeNetwork {
+                name: inspect.name.unwrap_or_default(),
+                bridge: options
+                    .get(BRIDGE_NAME_OPTION)
+                    .cloned()
+                    .unwrap_or_else(|| format!("br-{}", &id[..id.len().min(12)])),
+                addrs,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
 /// Networks looked up once per snapshot.
 #[derive(Default)]
 struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);

@@ -3,5 +3,5 @@
 mod client;
 mod endpoints;
 
-pub use client::{Container, Docker, NetworkAttachment};
+pub use client::{BridgeNetwork, Container, Docker, NetworkAttachment};
 pub use endpoints::{container_endpoints, endpoint_on};

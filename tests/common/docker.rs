@@ -589,9 +589,12 @@ impl Fleet {
         self.docker_ok(&args);
         self.networks.push(full.clone());
         self.bridges.push(bridge.clone());
-        self.rules.push(crate::common::FirewallRule::accept_bridged(
-            "iptables", &bridge,
-        ));
+        // Engine 28 sets ip6tables' FORWARD policy to DROP too; dxdp refuses a link the bridge
+        // would not carry, and the containers have link-local IPv6.
+        for tool in ["iptables", "ip6tables"] {
+            self.rules
+                .push(crate::common::FirewallRule::accept_bridged(tool, &bridge));
+        }
         self.bases.insert(full.clone(), base);
         self.bridge_of.insert(full.clone(), bridge);
         full

@@ -256,7 +256,7 @@ pub fn must(argv: &[impl AsRef<str>]) -> String {
 }
 
 /// Runs `argv` from a guard's drop: failures are reported, never panicked on.
-fn quietly(argv: &[impl AsRef<str>]) {
+pub fn quietly(argv: &[impl AsRef<str>]) {
     match try_run(argv, CMD_TIMEOUT) {
         Ok(run) if run.success() => {}
         Ok(run) => eprintln!("cleanup: {run}"),

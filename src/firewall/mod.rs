@@ -1,0 +1,302 @@
+//! Never open a path the firewall closes.
+//!
+//! A linked pair's frames skip the bridge, and with it every netfilter hook a bridged frame
+//! would pass: iptables and ip6tables (through br_netfilter, legacy and nf_tables backends),
+//! nftables chains of the ip, ip6, inet and bridge families, and netdev chains. Before a link
+//! is made (and at every resync of the watch) the rules those hooks hold are read and each
+//! direction of the pair's IPv4 and IPv6 traffic is walked through them ([`model`]): the link
+//! is allowed only if every base chain provably accepts all of it, as the bridge would.
+//!
+//! Docker's own rules need no special case: they are ordinary rules about bridges and
+//! subnets, and the walk sees that Docker's `-i BRIDGE -j ACCEPT` for the pair's network comes
+//! before anything that could drop the pair. A rule the walk cannot evaluate (a port match,
+//! conntrack state, a named set) may hold for some packet, so if it could drop or alter it, it
+//! blocks the link: unproven is not harmless.
+//!
+//! Addresses are the endpoints' own. Frames with a forged source MAC are never redirected
+//! (the datapath passes them to the bridge), but a container can forge its source IP; a rule
+//! that matches only forged addresses is out of this check's reach, as it is of the bridge's.
+mod addr;
+mod iptables;
+mod model;
+mod nft;
+mod read;
+
+use std::net::IpAddr;
+
+pub use model::Blocker;
+
+use crate::endpoint::Endpoint;
+use model::{Family, Flow, Hook, Layer, Table};
+
+/// One end of a pair as the rules see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Side<'a> {
+    /// The host-side veth: the bridge port.
+    pub port: &'a str,
+    /// The container interface's addresses, link-local ones included.
+    pub addrs: &'a [IpAddr],
+}
+
+/// The host's rules at one moment.
+#[derive(Debug)]
+pub struct Ruleset {
+    tables: Vec<Table>,
+    /// `None` when br_netfilter is not loaded: no iptables or nft ip/ip6/inet chain sees
+    /// bridged frames then. Otherwise the global `bridge-nf-call-ip(6)tables` switches.
+    bridge_nf: Option<(bool, bool)>,
+    /// A bridge's own `nf_call_ip(6)tables` switches (they add to the global ones).
+    bridge_switches: fn(&str) -> (bool, bool),
+}
+
+impl Ruleset {
+    /// Reads iptables (both backends), ip6tables and the nftables ruleset. Fails, naming the
+    /// tool and the way out, when rules may exist that cannot be read.
+    pub fn read() -> anyhow::Result<Self> {
+        read::ruleset()
+    }
+
+    /// The rules that keep `a` and `b`, ports of `bridge`, from being linked: empty if the
+    /// bridge would accept all their traffic. Distinct, in the order found.
+    pub fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> Vec<Blocker> {
+        let mut directions = Vec::new();
+        for (from, to) in [(a, b), (b, a)] {
+            for family in [Family::V4, Family::V6] {
+                let (src, dst) = (of_family(from.addrs, family), of_family(to.addrs, family));
+                // A receiver without an address of the family drops such packets itself.
+                if !dst.is_empty() {
+                    directions.push(Direction {
+                        family,
+                        ports: (Some(from.port), Some(to.port)),
+                        src,
+                        dst,
+                    });
+                }
+            }
+        }
+        self.walk(bridge, &directions)
+    }
+
+    /// The rules that keep the two endpoints from being linked.
+    pub fn between(&self, a: &Endpoint, b: &Endpoint) -> Vec<Blocker> {
+        fn side(e: &Endpoint) -> Side<'_> {
+            Side {
+                port: &e.host_ifname,
+                addrs: &e.addrs,
+            }
+        }
+        self.blockers(&a.bridge_name, side(a), side(b))
+    }
+
+    /// The rules that could keep some pair of ports of `bridge` apart, for the families the
+    /// bridge's network carries, the pair's addresses being any of `addrs`: what `doctor`
+    /// lists. Ports are unknown.
+    pub fn on_bridge(&self, bridge: &str, addrs: &[IpAddr], v4: bool, v6: bool) -> Vec<Blocker> {
+        let directions: Vec<Direction<'_>> = [(Family::V4, v4), (Family::V6, v6)]
+            .into_iter()
+            .filter(|(_, carried)| *carried)
+            .map(|(family, _)| Direction {
+                family,
+                ports: (None, None),
+                src: of_family(addrs, family),
+                dst: of_family(addrs, family),
+            })
+            .collect();
+        self.walk(bridge, &directions)
+    }
+
+    fn walk(&self, bridge: &str, directions: &[Direction<'_>]) -> Vec<Blocker> {
+        let nf = self.bridge_nf.map(|(v4, v6)| {
+            let (own4, own6) = (self.bridge_switches)(bridge);
+            (v4 || own4, v6 || own6)
+        });
+        let mut found = Vec::new();
+        for d in directions {
+            let inet_sees = nf.is_some_and(|(v4, v6)| match d.family {
+                Family::V4 => v4,
+                Family::V6 => v6,
+            });
+            for table in &self.tables {
+                if !table.families.contains(&d.family) || (table.layer == Layer::Inet && !inet_sees)
+                {
+                    continue;
+                }
+                for base in &table.bases {
+                    if let Err(blocker) =
+                        table.passes(base, &d.flow(table.layer, base.hook, bridge))
+                        && !found.contains(&blocker)
+                    {
+                        found.push(blocker);
+                    }
+                }
+            }
+        }
+        found
+    }
+}
+
+fn of_family(addrs: &[IpAddr], family: Family) -> Vec<IpAddr> {
+    addrs
+        .iter()
+        .copied()
+        .filter(|ip| ip.is_ipv4() == (family == Family::V4))
+        .collect()
+}
+
+/// One direction of a pair's traffic of one family; ports and addresses unknown for `doctor`.
+struct Direction<'a> {
+    family: Family,
+    /// Sender's and receiver's bridge ports.
+    ports: (Option<&'a str>, Option<&'a str>),
+    src: Vec<IpAddr>,
+    dst: Vec<IpAddr>,
+}
+
+impl Direction<'_> {
+    /// How this direction looks at one hook: under br_netfilter the bridge is the in/out
+    /// device and the ports are physdev; in the bridge family the ports are the devices; a
+    /// netdev chain's device is not known here, so its device conditions stay unknown.
+    fn flow<'f>(&'f self, layer: Layer, hook: Hook, bridge: &'f str) -> Flow<'f> {
+        let has_in = hook != Hook::Postrouting;
+        let has_out = hook != Hook::Prerouting;
+        let bridged = layer != Layer::Netdev;
+        let (from, to) = self.ports;
+        let (dev_in, dev_out) = match layer {
+            Layer::Inet => (Some(bridge), Some(bridge)),
+            Layer::Bridge => (from, to),
+            Layer::Netdev => (None, None),
+        };
+        let only = |cond: bool, dev: Option<&'f str>| dev.filter(|_| cond);
+        Flow {
+            family: self.family,
+            src: &self.src,
+            dst: &self.dst,
+            dev_in: only(has_in, dev_in),
+            dev_out: only(has_out, dev_out),
+            phys_in: only(bridged && has_in, from),
+            phys_out: only(bridged && has_out, to),
+            bridge_in: only(bridged, Some(bridge)),
+            bridge_out: only(bridged, Some(bridge)),
+        }
+    }
+}
+
+/// Refuses a pair whose traffic a firewall rule could drop or alter on the bridge, before
+/// anything is made: the link would bypass that rule. `way_out` names the opt-in.
+pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let rules = Ruleset::read().with_context(|| {
+        format!("cannot read the host's firewall rules to check that a link bypasses none; fix that, or {way_out}")
+    })?;
+    let blockers = rules.between(a, b);
+    if blockers.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(refusal(
+        &a.label,
+        &b.label,
+        &a.bridge_name,
+        &blockers,
+        way_out
+    ))
+}
+
+/// Why a pair stays on the bridge, with the way out: one line.
+pub fn refusal(a: &str, b: &str, bridge: &str, blockers: &[Blocker], way_out: &str) -> String {
+    let more = match blockers.len() {
+        0 | 1 => String::new(),
+        n => format!(" (and {} more; `dxdp doctor` lists them)", n - 1),
+    };
+    let first = blockers
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    format!(
+        "{a} and {b} stay on bridge {bridge}: the firewall rule [{first}]{more} may drop or \
+         alter their traffic there, and a link would bypass it; remove the rule, or {way_out}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENGINE_28_V4: &str = include_str!("../../tests/fixtures/firewall/iptables-engine-28.txt");
+    const ENGINE_28_V6: &str =
+        include_str!("../../tests/fixtures/firewall/ip6tables-engine-28.txt");
+
+    fn ruleset(v4: &str, v6: &str, nf: Option<(bool, bool)>) -> Ruleset {
+        let mut tables = iptables::parse("iptables", Family::V4, v4).unwrap();
+        tables.extend(iptables::parse("ip6tables", Family::V6, v6).unwrap());
+        Ruleset {
+            tables,
+            bridge_nf: nf,
+            bridge_switches: |_| (false, false),
+        }
+    }
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn ipv6_is_checked_only_where_the_receiver_has_ipv6() {
+        let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, Some((true, true)));
+        // br-4abc8bbf58d0 is an IPv4-only network: Docker adds no ip6tables accept for it,
+        // and Engine 28 disables IPv6 on its containers' interfaces.
+        let a4 = ips(&["172.18.0.2"]);
+        let b4 = ips(&["172.18.0.3"]);
+        let a = Side {
+            port: "veth1",
+            addrs: &a4,
+        };
+        let b = Side {
+            port: "veth2",
+            addrs: &b4,
+        };
+        assert_eq!(rs.blockers("br-4abc8bbf58d0", a, b), []);
+        // With link-local IPv6 on both ends, ip6tables' FORWARD policy drops the pair on the
+        // bridge, so a link would open a path that is closed today.
+        let a6 = ips(&["172.18.0.2", "fe80::1"]);
+        let b6 = ips(&["172.18.0.3", "fe80::2"]);
+        let a = Side {
+            port: "veth1",
+            addrs: &a6,
+        };
+        let b = Side {
+            port: "veth2",
+            addrs: &b6,
+        };
+        let found = rs.blockers("br-4abc8bbf58d0", a, b);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].to_string(),
+            "ip6tables filter chain FORWARD: policy drop"
+        );
+        // The dual-stack network br-c2359292ee9c has Docker's ip6tables accept.
+        assert_eq!(rs.blockers("br-c2359292ee9c", a, b), []);
+    }
+
+    #[test]
+    fn without_br_netfilter_iptables_sees_no_bridged_frame() {
+        let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, None);
+        let a4 = ips(&["10.9.0.2", "fe80::1"]);
+        let b4 = ips(&["10.9.0.3", "fe80::2"]);
+        let a = Side {
+            port: "veth1",
+            addrs: &a4,
+        };
+        let b = Side {
+            port: "veth2",
+            addrs: &b4,
+        };
+        assert_eq!(rs.blockers("br-mine", a, b), []);
+        let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, Some((true, false)));
+        let found = rs.blockers("br-mine", a, b);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].to_string(),
+            "iptables filter chain FORWARD: policy drop"
+        );
+    }
+}

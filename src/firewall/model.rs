@@ -1,0 +1,502 @@
+//! One model for iptables and nftables rules, and the walk that decides whether a linked pair's
+//! packets would all be accepted by a chain.
+//!
+//! Each condition of a rule is evaluated against the pair's packets as "true for all of them",
+//! "for none" or "maybe for some" ([`Tri`]). A rule that may match and would stop or alter a
+//! packet (drop, reject, queue, NAT, a target we do not know) blocks the link; a rule that
+//! certainly matches and accepts ends the walk; everything else lets the walk go on. So a
+//! chain "passes" only if every packet of the pair provably ends in an accept.
+use std::{collections::HashMap, fmt, net::IpAddr};
+
+use super::addr::{Net, meet};
+
+/// Whether a condition holds for all of a pair's packets, for none, or possibly for some.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tri {
+    Yes,
+    No,
+    Maybe,
+}
+
+impl Tri {
+    fn negate(self, negate: bool) -> Self {
+        match (self, negate) {
+            (Self::Yes, true) => Self::No,
+            (Self::No, true) => Self::Yes,
+            (t, _) => t,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// Which interface a condition names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dev {
+    /// iptables `-i`, nft `iifname`: the bridge under br_netfilter, the port in the bridge family.
+    In,
+    Out,
+    /// iptables `--physdev-in/out`: the bridge port.
+    PhysIn,
+    PhysOut,
+    /// nft bridge family `meta ibrname/obrname`.
+    BridgeIn,
+    BridgeOut,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Src,
+    Dst,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cond {
+    /// Interface names; a trailing `+` (iptables) or `*` (nft) is a wildcard.
+    Dev {
+        dev: Dev,
+        names: Vec<String>,
+        negate: bool,
+    },
+    Addr {
+        end: End,
+        nets: Vec<Net>,
+        negate: bool,
+    },
+    /// The packet is of this family (nft payload `ip …`, `meta nfproto ipv4`).
+    Family { family: Family, negate: bool },
+    /// Holds for any bridged packet (`--physdev-is-bridged`).
+    Always,
+    /// Holds for none of the pair's packets (`meta protocol arp`).
+    Never,
+    /// A condition this module does not evaluate: true for some packets, perhaps.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Accept,
+    /// Drop, reject, queue, NAT, marks, or a target we do not know: the pair's packets may not
+    /// come through unchanged.
+    Block,
+    Return,
+    Jump(String),
+    Goto(String),
+    /// Counting and logging: the walk goes on.
+    Continue,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rule {
+    pub conds: Vec<Cond>,
+    pub action: Action,
+    /// As the tool that wrote it prints it, for messages.
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Chain {
+    pub rules: Vec<Rule>,
+    /// A base chain's policy: `Some(true)` accept, `Some(false)` drop; `None` for a user chain.
+    pub policy_accepts: Option<bool>,
+}
+
+/// Where a base chain sits, which decides how the pair's interfaces look to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Prerouting,
+    Forward,
+    Postrouting,
+    /// netdev family, on one device.
+    Ingress,
+    Egress,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Base {
+    pub chain: String,
+    pub hook: Hook,
+    /// netdev chains: the devices they are bound to.
+    pub devices: Vec<String>,
+}
+
+/// How packets reach a set of chains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// iptables tables and nft ip/ip6/inet tables: bridged packets reach them only through
+    /// br_netfilter, with the bridge as in/out device and the ports as physdev.
+    Inet,
+    /// nft bridge tables: the ports are the in/out devices.
+    Bridge,
+    /// nft netdev tables: one device's ingress or egress.
+    Netdev,
+}
+
+/// The chains of one table of one tool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Table {
+    /// e.g. "iptables (nf_tables) filter", "nftables inet filter".
+    pub name: String,
+    /// The families whose packets this table sees; both for nft inet, bridge and netdev.
+    pub families: Vec<Family>,
+    pub layer: Layer,
+    pub chains: HashMap<String, Chain>,
+    pub bases: Vec<Base>,
+}
+
+/// One direction of a pair's traffic as one hook sees it.
+#[derive(Clone, Debug)]
+pub struct Flow<'a> {
+    pub family: Family,
+    pub src: &'a [IpAddr],
+    pub dst: &'a [IpAddr],
+    pub dev_in: Option<&'a str>,
+    pub dev_out: Option<&'a str>,
+    pub phys_in: Option<&'a str>,
+    pub phys_out: Option<&'a str>,
+    pub bridge_in: Option<&'a str>,
+    pub bridge_out: Option<&'a str>,
+}
+
+/// The rule (or policy) that keeps a pair from being linked.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Blocker {
+    pub table: String,
+    pub chain: String,
+    /// The rule's text, or `policy drop`.
+    pub rule: String,
+}
+
+impl fmt::Display for Blocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} chain {}: {}", self.table, self.chain, self.rule)
+    }
+}
+
+/// Nesting deeper than this is not followed (a loop, or a ruleset we refuse to reason about).
+const MAX_DEPTH: usize = 32;
+
+impl Cond {
+    fn eval(&self, flow: &Flow<'_>) -> Tri {
+        match self {
+            Cond::Dev { dev, names, negate } => {
+                let seen = match dev {
+                    Dev::In => flow.dev_in,
+                    Dev::Out => flow.dev_out,
+                    Dev::PhysIn => flow.phys_in,
+                    Dev::PhysOut => flow.phys_out,
+                    Dev::BridgeIn => flow.bridge_in,
+                    Dev::BridgeOut => flow.bridge_out,
+                };
+                match seen {
+                    None => Tri::Maybe,
+                    Some(name) if names.iter().any(|p| name_matches(p, name)) => {
+                        Tri::Yes.negate(*negate)
+                    }
+                    Some(_) => Tri::No.negate(*negate),
+                }
+            }
+            Cond::Addr { end, nets, negate } => {
+                let addrs = match end {
+                    End::Src => flow.src,
+                    End::Dst => flow.dst,
+                };
+                meet(nets, addrs).negate(*negate)
+            }
+            Cond::Family { family, negate } => {
+                if *family == flow.family {
+                    Tri::Yes.negate(*negate)
+                } else {
+                    Tri::No.negate(*negate)
+                }
+            }
+            Cond::Always => Tri::Yes,
+            Cond::Never => Tri::No,
+            Cond::Unknown => Tri::Maybe,
+        }
+    }
+}
+
+fn name_matches(pattern: &str, name: &str) -> bool {
+    match pattern
+        .strip_suffix('+')
+        .or_else(|| pattern.strip_suffix('*'))
+    {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+impl Rule {
+    pub fn matches(&self, flow: &Flow<'_>) -> Tri {
+        let mut all = Tri::Yes;
+        for cond in &self.conds {
+            match cond.eval(flow) {
+                Tri::No => return Tri::No,
+                Tri::Maybe => all = Tri::Maybe,
+                Tri::Yes => {}
+            }
+        }
+        all
+    }
+}
+
+enum Exit {
+    /// Every packet that reached the chain was accepted.
+    Accepted,
+    /// Some or all packets left the chain (its end or a `return`) to the caller.
+    Fell,
+}
+
+impl Table {
+    /// `Ok` if every packet of `flow` reaching base chain `base` is accepted by this table.
+    pub fn passes(&self, base: &Base, flow: &Flow<'_>) -> Result<(), Blocker> {
+        let Some(chain) = self.chains.get(&base.chain) else {
+            return Ok(());
+        };
+        match self.walk(&base.chain, chain, flow, 0)? {
+            Exit::Accepted => Ok(()),
+            Exit::Fell => match chain.policy_accepts {
+                Some(false) => Err(self.blocker(&base.chain, "policy drop".to_owned())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    fn blocker(&self, chain: &str, rule: String) -> Blocker {
+        Blocker {
+            table: self.name.clone(),
+            chain: chain.to_owned(),
+            rule,
+        }
+    }
+
+    fn walk(
+        &self,
+        name: &str,
+        chain: &Chain,
+        flow: &Flow<'_>,
+        depth: usize,
+    ) -> Result<Exit, Blocker> {
+        for rule in &chain.rules {
+            let matched = rule.matches(flow);
+            if matched == Tri::No {
+                continue;
+            }
+            let certain = matched == Tri::Yes;
+            match &rule.action {
+                Action::Continue => {}
+                Action::Accept if certain => return Ok(Exit::Accepted),
+                Action::Accept => {}
+                Action::Return if certain => return Ok(Exit::Fell),
+                Action::Return => {}
+                Action::Block => return Err(self.blocker(name, rule.text.clone())),
+                Action::Jump(target) | Action::Goto(target) => {
+                    let Some(callee) = self.chains.get(target) else {
+                        return Err(
+                            self.blocker(name, format!("{} (no chain {target})", rule.text))
+                        );
+                    };
+                    if depth >= MAX_DEPTH {
+                        return Err(self.blocker(
+                            name,
+                            format!("{} (chains nested deeper than {MAX_DEPTH})", rule.text),
+                        ));
+                    }
+                    let end = self.walk(target, callee, flow, depth + 1)?;
+                    let goto = matches!(rule.action, Action::Goto(_));
+                    match end {
+                        Exit::Accepted if certain => return Ok(Exit::Accepted),
+                        // A goto does not come back: its end is this chain's end.
+                        Exit::Fell if certain && goto => return Ok(Exit::Fell),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Ok(Exit::Fell)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firewall::addr::Prefix;
+
+    fn flow<'a>(src: &'a [IpAddr], dst: &'a [IpAddr]) -> Flow<'a> {
+        Flow {
+            family: Family::V4,
+            src,
+            dst,
+            dev_in: Some("br-x"),
+            dev_out: Some("br-x"),
+            phys_in: Some("vetha"),
+            phys_out: Some("vethb"),
+            bridge_in: None,
+            bridge_out: None,
+        }
+    }
+
+    fn rule(conds: Vec<Cond>, action: Action) -> Rule {
+        Rule {
+            conds,
+            action,
+            text: "r".into(),
+        }
+    }
+
+    fn dev(dev: Dev, name: &str, negate: bool) -> Cond {
+        Cond::Dev {
+            dev,
+            names: vec![name.into()],
+            negate,
+        }
+    }
+
+    fn table(chains: Vec<(&str, Chain)>) -> Table {
+        Table {
+            name: "t".into(),
+            families: vec![Family::V4],
+            layer: Layer::Inet,
+            chains: chains.into_iter().map(|(n, c)| (n.to_owned(), c)).collect(),
+            bases: vec![],
+        }
+    }
+
+    fn base() -> Base {
+        Base {
+            chain: "FORWARD".into(),
+            hook: Hook::Forward,
+            devices: vec![],
+        }
+    }
+
+    #[test]
+    fn interface_names_and_wildcards() {
+        assert!(name_matches("br-x", "br-x"));
+        assert!(name_matches("br+", "br-x"));
+        assert!(name_matches("veth*", "veth12"));
+        assert!(!name_matches("br-x", "br-xy"));
+    }
+
+    #[test]
+    fn a_certain_accept_before_a_drop_passes_and_a_possible_one_does_not() {
+        let a = ["10.0.0.2".parse().unwrap()];
+        let b = ["10.0.0.3".parse().unwrap()];
+        let drop_all = rule(vec![], Action::Block);
+        let forward = |first: Rule| Chain {
+            rules: vec![first, drop_all.clone()],
+            policy_accepts: Some(true),
+        };
+        let certain = rule(vec![dev(Dev::In, "br-x", false)], Action::Accept);
+        let possible = rule(vec![Cond::Unknown], Action::Accept);
+        let t = table(vec![("FORWARD", forward(certain))]);
+        assert_eq!(t.passes(&base(), &flow(&a, &b)), Ok(()));
+        let t = table(vec![("FORWARD", forward(possible))]);
+        assert!(t.passes(&base(), &flow(&a, &b)).is_err());
+    }
+
+    #[test]
+    fn jumps_returns_gotos_and_policies() {
+        let a = ["10.0.0.2".parse().unwrap()];
+        let b = ["10.0.0.3".parse().unwrap()];
+        let user = Chain {
+            rules: vec![rule(vec![dev(Dev::Out, "br-other", false)], Action::Block)],
+            policy_accepts: None,
+        };
+        let forward = |then: Action, policy| Chain {
+            rules: vec![
+                rule(vec![], Action::Jump("USER".into())),
+                rule(vec![], then),
+            ],
+            policy_accepts: Some(policy),
+        };
+        let t = table(vec![
+            ("USER", user.clone()),
+            ("FORWARD", forward(Action::Accept, false)),
+        ]);
+        assert_eq!(t.passes(&base(), &flow(&a, &b)), Ok(()));
+        let t = table(vec![
+            ("USER", user.clone()),
+            ("FORWARD", forward(Action::Continue, false)),
+        ]);
+        assert_eq!(
+            t.passes(&base(), &flow(&a, &b)).unwrap_err().rule,
+            "policy drop"
+        );
+        // A goto into a chain that falls off its end ends the calling chain too.
+        let goto = Chain {
+            rules: vec![
+                rule(vec![], Action::Goto("USER".into())),
+                rule(vec![], Action::Block),
+            ],
+            policy_accepts: Some(true),
+        };
+        let t = table(vec![("USER", user), ("FORWARD", goto)]);
+        assert_eq!(t.passes(&base(), &flow(&a, &b)), Ok(()));
+    }
+
+    #[test]
+    fn a_rule_for_other_addresses_or_interfaces_blocks_nothing() {
+        let a = ["10.0.0.2".parse().unwrap()];
+        let b = ["10.0.0.3".parse().unwrap()];
+        let other = Prefix::parse("10.0.0.9").unwrap();
+        let mine = Prefix::parse("10.0.0.2").unwrap();
+        let drop_src = |p: Prefix, negate| {
+            rule(
+                vec![Cond::Addr {
+                    end: End::Src,
+                    nets: vec![Net::Prefix(p)],
+                    negate,
+                }],
+                Action::Block,
+            )
+        };
+        let cases = [
+            ("other source", drop_src(other, false), true),
+            ("this source", drop_src(mine, false), false),
+            ("not this source", drop_src(mine, true), true),
+            ("not another source", drop_src(other, true), false),
+            (
+                "other bridge",
+                rule(vec![dev(Dev::In, "br-y", false)], Action::Block),
+                true,
+            ),
+            (
+                "not this bridge",
+                rule(vec![dev(Dev::In, "br-x", true)], Action::Block),
+                true,
+            ),
+            (
+                "its port",
+                rule(vec![dev(Dev::PhysIn, "vetha", false)], Action::Block),
+                false,
+            ),
+        ];
+        for (name, r, passes) in cases {
+            let t = table(vec![(
+                "FORWARD",
+                Chain {
+                    rules: vec![r],
+                    policy_accepts: Some(true),
+                },
+            )]);
+            assert_eq!(t.passes(&base(), &flow(&a, &b)).is_ok(), passes, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_loop_of_jumps_blocks_instead_of_recursing_forever() {
+        let a = ["10.0.0.2".parse().unwrap()];
+        let looping = Chain {
+            rules: vec![rule(vec![Cond::Unknown], Action::Jump("FORWARD".into()))],
+            policy_accepts: Some(true),
+        };
+        let t = table(vec![("FORWARD", looping)]);
+        assert!(t.passes(&base(), &flow(&a, &a)).is_err());
+    }
+}

@@ -1,0 +1,455 @@
+//! The nftables ruleset (`nft -j list ruleset`) as [`Table`]s.
+//!
+//! Chains hooked where a bridged pair's packets pass are kept as base chains: prerouting,
+//! forward and postrouting in the ip, ip6, inet and bridge families, and every netdev (or inet
+//! ingress) chain, whose devices nft 1.0's JSON does not name. Tables that iptables-nft
+//! manages are left to the iptables reader, which shows their rules as the operator wrote them.
+use std::{collections::HashMap, net::IpAddr};
+
+use serde_json::Value;
+
+use super::{
+    addr::{Net, Prefix},
+    model::{Action, Base, Cond, Dev, End, Family, Hook, Layer, Rule, Table},
+};
+
+/// Parses the JSON ruleset. `skip(family, table)` says which tables another reader covers;
+/// `text(family, table, chain, handle)` gives a rule's text as `nft -a list ruleset` prints
+/// it, for messages.
+pub fn parse(
+    json: &str,
+    skip: impl Fn(&str, &str) -> bool,
+    text: impl Fn(&str, &str, &str, u64) -> Option<String>,
+) -> Result<Vec<Table>, String> {
+    let root: Value =
+        serde_json::from_str(json).map_err(|e| format!("nft -j list ruleset: not JSON: {e}"))?;
+    let items = root
+        .get("nftables")
+        .and_then(Value::as_array)
+        .ok_or("nft -j list ruleset: no \"nftables\" array")?;
+    let mut tables: HashMap<(String, String), Table> = HashMap::new();
+    let key = |o: &Value| {
+        let s = |k: &str| {
+            o.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        (s("family"), s("table"), s("name"), s("chain"))
+    };
+    for item in items {
+        if let Some(t) = item.get("table") {
+            let (family, _, name, _) = key(t);
+            let Some((families, layer)) = layer(&family) else {
+                continue;
+            };
+            if skip(&family, &name) {
+                continue;
+            }
+            tables.insert(
+                (family.clone(), name.clone()),
+                Table {
+                    name: format!("nftables {family} {name}"),
+                    families,
+                    layer,
+                    chains: HashMap::new(),
+                    bases: Vec::new(),
+                },
+            );
+        } else if let Some(c) = item.get("chain") {
+            let (family, table, name, _) = key(c);
+            let Some(t) = tables.get_mut(&(family.clone(), table)) else {
+                continue;
+            };
+            let chain = t.chains.entry(name.clone()).or_default();
+            if let Some(hook) = c.get("hook").and_then(Value::as_str) {
+                chain.policy_accepts =
+                    Some(c.get("policy").and_then(Value::as_str) != Some("drop"));
+                if let Some(hook) = base_hook(&family, hook) {
+                    t.bases.push(Base {
+                        chain: name,
+                        hook,
+                        devices: Vec::new(),
+                    });
+                }
+            }
+        } else if let Some(r) = item.get("rule") {
+            let (family, table, _, chain) = key(r);
+            let Some(t) = tables.get_mut(&(family.clone(), table.clone())) else {
+                continue;
+            };
+            let handle = r.get("handle").and_then(Value::as_u64).unwrap_or_default();
+            let exprs = r.get("expr").and_then(Value::as_array).map(Vec::as_slice);
+            let shown = text(&family, &table, &chain, handle)
+                .unwrap_or_else(|| format!("rule handle {handle}"));
+            let rule = rule(exprs.unwrap_or_default(), shown);
+            t.chains.entry(chain).or_default().rules.push(rule);
+        }
+    }
+    let mut tables: Vec<Table> = tables.into_values().collect();
+    tables.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(tables)
+}
+
+fn layer(family: &str) -> Option<(Vec<Family>, Layer)> {
+    let both = vec![Family::V4, Family::V6];
+    Some(match family {
+        "ip" => (vec![Family::V4], Layer::Inet),
+        "ip6" => (vec![Family::V6], Layer::Inet),
+        "inet" => (both, Layer::Inet),
+        "bridge" => (both, Layer::Bridge),
+        "netdev" => (both, Layer::Netdev),
+        // arp tables see ARP only, which dxdp never redirects (it is broadcast or answered
+        // before any IP packet of the pair exists).
+        _ => return None,
+    })
+}
+
+fn base_hook(family: &str, hook: &str) -> Option<Hook> {
+    match hook {
+        "prerouting" => Some(Hook::Prerouting),
+        "forward" => Some(Hook::Forward),
+        "postrouting" => Some(Hook::Postrouting),
+        "ingress" => Some(Hook::Ingress),
+        "egress" if family == "netdev" => Some(Hook::Egress),
+        _ => None,
+    }
+}
+
+/// Statements that only count, log or skip connection tracking: the walk goes on past them.
+const PASSIVE: &[&str] = &["counter", "log", "notrack"];
+
+fn rule(exprs: &[Value], text: String) -> Rule {
+    let mut conds = Vec::new();
+    let mut action = Action::Continue;
+    let mut alters = false;
+    for expr in exprs {
+        let Some((kind, body)) = expr.as_object().and_then(|o| o.iter().next()) else {
+            conds.push(Cond::Unknown);
+            continue;
+        };
+        match kind.as_str() {
+            "match" => conds.extend(condition(body)),
+            "accept" => action = Action::Accept,
+            "drop" | "reject" | "queue" => action = Action::Block,
+            "return" => action = Action::Return,
+            "continue" => action = Action::Continue,
+            "jump" | "goto" => {
+                let target = body
+                    .get("target")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                action = if kind == "jump" {
+                    Action::Jump(target)
+                } else {
+                    Action::Goto(target)
+                };
+            }
+            // A rate or quota holds for some packets only.
+            "limit" | "quota" => conds.push(Cond::Unknown),
+            "xt" => match body.get("type").and_then(Value::as_str) {
+                Some("match") => conds.push(Cond::Unknown),
+                Some("target")
+                    if matches!(
+                        body.get("name").and_then(Value::as_str),
+                        Some("LOG" | "NFLOG" | "TRACE")
+                    ) => {}
+                Some("watcher") => {}
+                _ => alters = true,
+            },
+            _ if PASSIVE.contains(&kind.as_str()) => {}
+            // NAT, marks, payload rewrites, dup/fwd, set updates…: the packet may not reach
+            // the peer as it was sent.
+            _ => alters = true,
+        }
+    }
+    if alters {
+        action = Action::Block;
+    }
+    Rule {
+        conds,
+        action,
+        text,
+    }
+}
+
+/// The conditions one `match` expression stands for.
+fn condition(m: &Value) -> Vec<Cond> {
+    let negate = match m.get("op").and_then(Value::as_str) {
+        Some("==" | "in") => false,
+        Some("!=") => true,
+        _ => return vec![Cond::Unknown],
+    };
+    let (Some(left), Some(right)) = (m.get("left"), m.get("right")) else {
+        return vec![Cond::Unknown];
+    };
+    if let Some(meta) = left
+        .get("meta")
+        .and_then(|m| m.get("key"))
+        .and_then(Value::as_str)
+    {
+        let dev = match meta {
+            "iifname" | "iif" => Dev::In,
+            "oifname" | "oif" => Dev::Out,
+            "ibrname" | "ibridgename" => Dev::BridgeIn,
+            "obrname" | "obridgename" => Dev::BridgeOut,
+            "nfproto" | "protocol" => return vec![family_cond(right, negate)],
+            _ => return vec![Cond::Unknown],
+        };
+        return match strings(right) {
+            Some(names) => vec![Cond::Dev { dev, names, negate }],
+            None => vec![Cond::Unknown],
+        };
+    }
+    if let Some(payload) = left.get("payload") {
+        let s = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or_default();
+        let family = match s("protocol") {
+            "ip" => Family::V4,
+            "ip6" => Family::V6,
+            _ => return vec![Cond::Unknown],
+        };
+        // `ip saddr …` holds only for IPv4 packets, whatever the operator compares it with.
+        let is_family = Cond::Family {
+            family,
+            negate: false,
+        };
+        let end = match s("field") {
+            "saddr" => End::Src,
+            "daddr" => End::Dst,
+            _ => return vec![is_family, Cond::Unknown],
+        };
+        return match nets(right) {
+            Some(nets) => vec![is_family, Cond::Addr { end, nets, negate }],
+            None => vec![is_family, Cond::Unknown],
+        };
+    }
+    vec![Cond::Unknown]
+}
+
+fn family_cond(right: &Value, negate: bool) -> Cond {
+    let family = match right.as_str() {
+        Some("ipv4" | "ip") => Family::V4,
+        Some("ipv6" | "ip6") => Family::V6,
+        // Another protocol (arp, vlan…) is none of the pair's IP packets.
+        Some(_) if negate => return Cond::Always,
+        Some(_) => return Cond::Never,
+        None => return Cond::Unknown,
+    };
+    Cond::Family { family, negate }
+}
+
+/// Strings, or a set of strings.
+fn strings(v: &Value) -> Option<Vec<String>> {
+    match v {
+        Value::String(s) if !s.starts_with('@') => Some(vec![s.clone()]),
+        Value::Object(o) => o
+            .get("set")?
+            .as_array()?
+            .iter()
+            .map(|e| e.as_str().map(str::to_owned))
+            .collect(),
+        _ => None,
+    }
+}
+
+/// Addresses, prefixes and ranges, alone or in an anonymous set; `None` for a named set or
+/// anything else.
+fn nets(v: &Value) -> Option<Vec<Net>> {
+    if let Some(items) = v.get("set").and_then(Value::as_array) {
+        return items.iter().map(net).collect::<Option<Vec<_>>>();
+    }
+    net(v).map(|n| vec![n])
+}
+
+fn net(v: &Value) -> Option<Net> {
+    if let Some(s) = v.as_str() {
+        return Prefix::parse(s).map(Net::Prefix);
+    }
+    if let Some(p) = v.get("prefix") {
+        let addr: IpAddr = p.get("addr")?.as_str()?.parse().ok()?;
+        let len = u8::try_from(p.get("len")?.as_u64()?).ok()?;
+        return Prefix::new(addr, len).map(Net::Prefix);
+    }
+    if let Some([lo, hi]) = v.get("range").and_then(Value::as_array).map(Vec::as_slice) {
+        return Some(Net::Range(
+            lo.as_str()?.parse().ok()?,
+            hi.as_str()?.parse().ok()?,
+        ));
+    }
+    None
+}
+
+/// `nft -a list ruleset` as a map from (family, table, chain, handle) to the rule's text.
+pub fn rule_texts(listing: &str) -> HashMap<(String, String, String, u64), String> {
+    let mut texts = HashMap::new();
+    let (mut family, mut table, mut chain) = (String::new(), String::new(), String::new());
+    for line in listing.lines() {
+        let line = line.trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["table", f, t, ..] => {
+                (family, table) = ((*f).to_owned(), (*t).to_owned());
+                chain.clear();
+            }
+            ["chain", c, ..] => chain = (*c).to_owned(),
+            _ => {
+                let Some((rule, handle)) = line.rsplit_once(" # handle ") else {
+                    continue;
+                };
+                if chain.is_empty() || rule.ends_with('{') {
+                    continue;
+                }
+                if let Ok(handle) = handle.trim().parse() {
+                    texts.insert(
+                        (family.clone(), table.clone(), chain.clone(), handle),
+                        rule.trim().to_owned(),
+                    );
+                }
+            }
+        }
+    }
+    texts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::firewall::model::{Blocker, Flow};
+
+    /// `nft -j list ruleset` with Engine 28.5's iptables-nft tables and a native inet table.
+    const RULESET: &str = include_str!("../../tests/fixtures/firewall/nft-ruleset.json");
+    const LISTING: &str = include_str!("../../tests/fixtures/firewall/nft-ruleset.txt");
+
+    fn tables(json: &str) -> Vec<Table> {
+        let texts = rule_texts(LISTING);
+        parse(
+            json,
+            |family, table| {
+                matches!(family, "ip" | "ip6")
+                    && matches!(table, "filter" | "nat" | "mangle" | "raw" | "security")
+            },
+            |f, t, c, h| texts.get(&(f.into(), t.into(), c.into(), h)).cloned(),
+        )
+        .unwrap()
+    }
+
+    fn check(tables: &[Table], family: Family, src: &str, dst: &str) -> Result<(), Blocker> {
+        let src = [src.parse().unwrap()];
+        let dst = [dst.parse().unwrap()];
+        for table in tables {
+            if !table.families.contains(&family) {
+                continue;
+            }
+            let bridged = table.layer == Layer::Bridge;
+            let flow = Flow {
+                family,
+                src: &src,
+                dst: &dst,
+                dev_in: Some(if bridged { "vetha" } else { "br-x" }),
+                dev_out: Some(if bridged { "vethb" } else { "br-x" }),
+                phys_in: Some("vetha"),
+                phys_out: Some("vethb"),
+                bridge_in: Some("br-x"),
+                bridge_out: Some("br-x"),
+            };
+            for base in &table.bases {
+                table.passes(base, &flow)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn reads_rule_texts_by_handle() {
+        let texts = rule_texts(LISTING);
+        assert_eq!(
+            texts[&("inet".into(), "operator".into(), "forward".into(), 2)],
+            "ip saddr 172.18.0.2 ip daddr 172.18.0.3 drop"
+        );
+    }
+
+    #[test]
+    fn iptables_tables_are_left_to_the_iptables_reader() {
+        let names: Vec<String> = tables(RULESET).into_iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            ["nftables bridge operatorb", "nftables inet operator"]
+        );
+    }
+
+    #[test]
+    fn an_operators_nft_drop_blocks_the_pair_it_names_only() {
+        let t = tables(RULESET);
+        let err = check(&t, Family::V4, "172.18.0.2", "172.18.0.3").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nftables inet operator chain forward: ip saddr 172.18.0.2 ip daddr 172.18.0.3 drop"
+        );
+        assert_eq!(check(&t, Family::V4, "172.18.0.4", "172.18.0.3"), Ok(()));
+        // `ip …` rules do not see IPv6 packets; the fd00::/64 reject is for other addresses.
+        assert_eq!(check(&t, Family::V6, "fd01::2", "fd01::3"), Ok(()));
+        assert!(check(&t, Family::V6, "fd00::2", "fd00::3").is_err());
+    }
+
+    #[test]
+    fn conditions_read_from_match_expressions() {
+        let m = |s: &str| condition(&serde_json::from_str(s).unwrap());
+        assert_eq!(
+            m(r#"{"op":"!=","left":{"meta":{"key":"oifname"}},"right":{"set":["a","b"]}}"#),
+            [Cond::Dev {
+                dev: Dev::Out,
+                names: vec!["a".into(), "b".into()],
+                negate: true
+            }]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"payload":{"protocol":"ip","field":"saddr"}},"right":"@s"}"#),
+            [
+                Cond::Family {
+                    family: Family::V4,
+                    negate: false
+                },
+                Cond::Unknown
+            ]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"meta":{"key":"protocol"}},"right":"arp"}"#),
+            [Cond::Never]
+        );
+        assert_eq!(
+            m(r#"{"op":"<","left":{"meta":{"key":"length"}},"right":100}"#),
+            [Cond::Unknown]
+        );
+    }
+
+    #[test]
+    fn statements_that_alter_packets_block() {
+        let r = |s: &str| {
+            rule(
+                &serde_json::from_str::<Vec<Value>>(s).unwrap(),
+                String::new(),
+            )
+        };
+        assert_eq!(
+            r(r#"[{"counter":null},{"accept":null}]"#).action,
+            Action::Accept
+        );
+        assert_eq!(
+            r(r#"[{"mangle":{"key":{"meta":{"key":"mark"}},"value":1}},{"accept":null}]"#).action,
+            Action::Block
+        );
+        assert_eq!(
+            r(r#"[{"xt":{"type":"target","name":"LOG"}}]"#).action,
+            Action::Continue
+        );
+        assert_eq!(
+            r(r#"[{"xt":{"type":"target","name":"DNAT"}}]"#).action,
+            Action::Block
+        );
+        assert_eq!(
+            r(r#"[{"limit":{"rate":1}},{"drop":null}]"#).conds,
+            [Cond::Unknown]
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Never open a path the firewall closes: real dockerd, real iptables/nftables rules, real ufw.
+//! An operator's rule that could drop a pair's traffic on the bridge keeps the pair unlinked
+//! (and still drops), the explicit opt-ins link it, a rule for other addresses blocks nothing,
+//! and a rule added under a running watch takes the watch's link away within one resync.
+mod common;
+#[path = "common/docker.rs"]
+mod docker;
+
+use std::time::{Duration, Instant};
+
+use common::{FirewallRule, must, quietly, wait_until};
+use docker::{World, docker, require_docker};
+
+/// Whether `from` reaches `ip` (3 pings, 1 s each at most).
+fn pings(from: &str, ip: &str) -> bool {
+    docker(&[
+        "exec", from, "ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "1", ip,
+    ])
+    .success()
+}
+
+fn linked(world: &World) -> usize {
+    if !world.dxdp.pin_dir.exists() {
+        return 0;
+    }
+    world.dxdp.status().links.len()
+}
+
+/// An nftables table of the test's own, deleted on drop.
+struct NftTable {
+    family: &'static str,
+    name: String,
+}
+
+impl NftTable {
+    /// `table FAMILY dxdp_test_<pid> { chain forward { type filter hook forward priority 0;
+    /// RULE } }`
+    #[track_caller]
+    fn forward_rule(family: &'static str, rule: &str) -> Self {
+        let name = format!("dxdp_test_{}", std::process::id());
+        must(&["nft", "add", "table", family, &name]);
+        let table = Self { family, name };
+        let hook = "{ type filter hook forward priority 0; policy accept; }";
+        must(&["nft", "add", "chain", family, &table.name, "forward", hook]);
+        let mut argv = vec!["nft", "add", "rule", family, &table.name, "forward"];
+        argv.extend(rule.split_whitespace());
+        must(&argv);
+        table
+    }
+}
+
+impl Drop for NftTable {
+    fn drop(&mut self) {
+        quietly(&["nft", "delete", "table", self.family, &self.name]);
+    }
+}
+
+#[test]
+fn a_docker_user_drop_keeps_the_pair_on_the_bridge_and_only_the_flag_links_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("fw", &[]);
+    let a = world.run("a", &["--network", &net], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let c = world.run("c", &["--network", &net], &[]);
+    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
+    assert!(pings(&a, &ip_b), "{a} cannot reach {b} before any rule");
+
+    let src = format!("{ip_a}/32");
+    let dst = format!("{ip_b}/32");
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &src, "-d", &dst, "-j", "DROP"],
+    );
+    let run = world.dxdp.run(&["link", &a, &b]);
+    run.assert_failure();
+    let rule_text = format!("-A DOCKER-USER -s {src} -d {dst} -j DROP");
+    assert!(
+        run.stderr.contains(&rule_text)
+            && run.stderr.contains("DOCKER-USER")
+            && run.stderr.contains("--bypass-firewall"),
+        "the refusal names the rule and the way out: {run}"
+    );
+    assert_eq!(run.stderr.trim().lines().count(), 1, "one line: {run}");
+    assert!(
+        !world.dxdp.pin_dir.exists(),
+        "a refused link made nothing, not even the pin directory"
+    );
+    assert!(
+        !pings(&a, &ip_b),
+        "the operator's DROP still drops on the bridge"
+    );
+
+    // The rule names a and b only: a and c link.
+    world.dxdp.run(&["link", &a, &c]).assert_success();
+    assert_eq!(linked(&world), 1);
+
+    // The explicit opt-in links a and b, and then the link carries what the rule drops.
+    world
+        .dxdp
+        .run(&["link", "--bypass-firewall", &a, &b])
+        .assert_success();
+    assert_eq!(linked(&world), 2);
+    assert!(pings(&a, &ip_b), "--bypass-firewall links past the rule");
+}
+
+#[test]
+fn an_nftables_rule_blocks_like_an_iptables_one() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("nft", &[]);
+    let a = world.run("a", &["--network", &net], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
+    let table = NftTable::forward_rule(
+        "inet",
+        &format!("ip saddr {ip_b} ip daddr {ip_a} tcp dport 6379 drop"),
+    );
+    let run = world.dxdp.run(&["link", &a, &b]);
+    run.assert_failure();
+    let rule_text = format!("ip saddr {ip_b} ip daddr {ip_a} tcp dport 6379 drop");
+    assert!(
+        run.stderr
+            .contains(&format!("nftables inet {} chain forward", table.name))
+            && run.stderr.contains(&rule_text),
+        "the refusal names the nft rule: {run}"
+    );
+    drop(table);
+    world.dxdp.run(&["link", &a, &b]).assert_success();
+    assert_eq!(linked(&world), 1);
+}
+
+#[test]
+fn the_watch_leaves_covered_pairs_on_the_bridge_and_removes_a_link_a_new_rule_covers() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("watch", &[]);
+    let group = [
+        "--network",
+        &net,
+        "-l",
+        "dxdp.enable=true",
+        "-l",
+        "dxdp.group=fw",
+    ];
+    let bypass = [&group[..], &["-l", "dxdp.firewall=bypass"]].concat();
+    let a = world.run("a", &group, &[]);
+    let b = world.run("b", &group, &[]);
+    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
+    let resync = 2;
+    let watch = world.watch(&["--resync", &resync.to_string()]);
+    watch.expect_links(1, Duration::from_secs(10));
+
+    // A rule appears: the watch takes the link away at its next resync, naming the rule.
+    let src = format!("{ip_a}/32");
+    let rule = FirewallRule::insert("iptables", "DOCKER-USER", &["-s", &src, "-j", "REJECT"]);
+    let added = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(resync * 3), || linked(&world) == 0),
+        "the link is still there {} s after a rule covered it; watch log:\n{}",
+        resync * 3,
+        watch.log_text()
+    );
+    let took = added.elapsed();
+    assert!(
+        took <= Duration::from_secs(resync + 1),
+        "removed after {took:?}, more than one resync ({resync} s)"
+    );
+    let log = watch.log_text();
+    assert!(
+        log.contains("removed a link")
+            && log.contains(&format!("-A DOCKER-USER -s {src} -j REJECT")),
+        "the watch says which rule took the link: {log}"
+    );
+    assert!(
+        !pings(&a, &ip_b),
+        "the REJECT applies again: the pair is on the bridge"
+    );
+
+    // The rule goes: the link comes back.
+    drop(rule);
+    watch.expect_links(1, Duration::from_secs(resync * 3));
+
+    // Both containers opting in link past a rule; one alone does not.
+    let c = world.run("c", &bypass, &[]);
+    let d = world.run("d", &bypass, &[]);
+    let (ip_c, ip_d) = (world.ip(&c, &net), world.ip(&d, &net));
+    let c_src = format!("{ip_c}/32");
+    let _c_rule = FirewallRule::insert("iptables", "DOCKER-USER", &["-s", &c_src, "-j", "DROP"]);
+    // Group of four: a-b, a-c, a-d, b-c, b-d, c-d; c's rule covers every pair with c except c-d
+    // (both opted in).
+    watch.expect_links(4, Duration::from_secs(resync * 3));
+    let status = world.dxdp.status();
+    let names: Vec<(String, String)> = status
+        .links
+        .iter()
+        .map(|l| (l.low_name.clone(), l.high_name.clone()))
+        .collect();
+    let has = |x: &str, y: &str| {
+        names
+            .iter()
+            .any(|(l, h)| (l == x && h == y) || (l == y && h == x))
+    };
+    assert!(
+        has(&c, &d) && has(&a, &b) && has(&a, &d) && has(&b, &d),
+        "links: {names:?}"
+    );
+    assert!(pings(&c, &ip_d), "c and d opted in: linked past c's DROP");
+    assert!(
+        !pings(&c, &ip_b),
+        "b did not opt in: c's DROP holds for c -> b"
+    );
+}
+
+/// ufw, enabled for the test if it was not, and disabled again on drop.
+struct Ufw {
+    enabled_here: bool,
+}
+
+impl Ufw {
+    #[track_caller]
+    fn enable() -> Self {
+        let status = must(&["ufw", "status"]);
+        let active = status.contains("Status: active");
+        if !active {
+            must(&["ufw", "--force", "enable"]);
+        }
+        Self {
+            enabled_here: !active,
+        }
+    }
+}
+
+impl Drop for Ufw {
+    fn drop(&mut self) {
+        if self.enabled_here {
+            quietly(&["ufw", "--force", "disable"]);
+        }
+    }
+}
+
+#[test]
+fn a_stock_ufw_next_to_docker_blocks_nothing() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("ufw", &[]);
+    let a = world.run("a", &["--network", &net], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let ip_b = world.ip(&b, &net);
+    let _ufw = Ufw::enable();
+    // ufw's FORWARD chains come after Docker's accept for the bridge: they never see the pair.
+    let run = world.dxdp.run(&["link", &a, &b]);
+    run.assert_success();
+    assert!(pings(&a, &ip_b));
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains(&format!("no rule keeps containers on network {net}")),
+        "doctor finds nothing blocking on {net}: {doctor}"
+    );
+}
