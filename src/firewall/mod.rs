@@ -122,6 +122,9 @@ impl Ruleset {
                     continue;
                 }
                 for base in &table.bases {
+                    if !d.may_pass(bridge, &base.devices) {
+                        continue;
+                    }
                     if let Err(blocker) =
                         table.passes(base, &d.flow(table.layer, base.hook, bridge))
                         && !found.contains(&blocker)
@@ -153,6 +156,19 @@ struct Direction<'a> {
 }
 
 impl Direction<'_> {
+    /// Whether a chain bound to `devices` (an ingress or egress chain; empty for any other)
+    /// can see this direction: only on the bridge or one of the pair's ports. With the ports
+    /// unknown (`doctor`), any device may be one.
+    fn may_pass(&self, bridge: &str, devices: &[String]) -> bool {
+        let (from, to) = self.ports;
+        devices.is_empty()
+            || from.is_none()
+            || to.is_none()
+            || devices
+                .iter()
+                .any(|d| d == bridge || Some(d.as_str()) == from || Some(d.as_str()) == to)
+    }
+
     /// How this direction looks at one hook: under br_netfilter the bridge is the in/out
     /// device and the ports are physdev; in the bridge family the ports are the devices; a
     /// netdev chain's device is not known here, so its device conditions stay unknown.
@@ -235,6 +251,10 @@ mod tests {
         }
     }
 
+    fn side<'a>(port: &'a str, addrs: &'a [IpAddr]) -> Side<'a> {
+        Side { port, addrs }
+    }
+
     fn ips(list: &[&str]) -> Vec<IpAddr> {
         list.iter().map(|s| s.parse().unwrap()).collect()
     }
@@ -246,27 +266,15 @@ mod tests {
         // and Engine 28 disables IPv6 on its containers' interfaces.
         let a4 = ips(&["172.18.0.2"]);
         let b4 = ips(&["172.18.0.3"]);
-        let a = Side {
-            port: "veth1",
-            addrs: &a4,
-        };
-        let b = Side {
-            port: "veth2",
-            addrs: &b4,
-        };
+        let a = side("veth1", &a4);
+        let b = side("veth2", &b4);
         assert_eq!(rs.blockers("br-4abc8bbf58d0", a, b), []);
         // With link-local IPv6 on both ends, ip6tables' FORWARD policy drops the pair on the
         // bridge, so a link would open a path that is closed today.
         let a6 = ips(&["172.18.0.2", "fe80::1"]);
         let b6 = ips(&["172.18.0.3", "fe80::2"]);
-        let a = Side {
-            port: "veth1",
-            addrs: &a6,
-        };
-        let b = Side {
-            port: "veth2",
-            addrs: &b6,
-        };
+        let a = side("veth1", &a6);
+        let b = side("veth2", &b6);
         let found = rs.blockers("br-4abc8bbf58d0", a, b);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
@@ -282,14 +290,8 @@ mod tests {
         let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, None);
         let a4 = ips(&["10.9.0.2", "fe80::1"]);
         let b4 = ips(&["10.9.0.3", "fe80::2"]);
-        let a = Side {
-            port: "veth1",
-            addrs: &a4,
-        };
-        let b = Side {
-            port: "veth2",
-            addrs: &b4,
-        };
+        let a = side("veth1", &a4);
+        let b = side("veth2", &b4);
         assert_eq!(rs.blockers("br-mine", a, b), []);
         let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, Some((true, false)));
         let found = rs.blockers("br-mine", a, b);
@@ -297,6 +299,47 @@ mod tests {
         assert_eq!(
             found[0].to_string(),
             "iptables filter chain FORWARD: policy drop"
+        );
+    }
+
+    #[test]
+    fn an_ingress_chain_counts_only_on_the_bridge_or_the_pairs_ports() {
+        use model::{Action, Base, Chain, Rule};
+        let drop_all = |device: &str| Ruleset {
+            tables: vec![Table {
+                name: "nftables netdev t".into(),
+                families: vec![Family::V4, Family::V6],
+                layer: Layer::Netdev,
+                chains: [(
+                    "in".to_owned(),
+                    Chain {
+                        rules: vec![Rule {
+                            conds: vec![],
+                            action: Action::Block,
+                            text: "drop".into(),
+                        }],
+                        policy_accepts: Some(true),
+                    },
+                )]
+                .into(),
+                bases: vec![Base {
+                    chain: "in".into(),
+                    hook: Hook::Ingress,
+                    devices: vec![device.into()],
+                }],
+            }],
+            bridge_nf: None,
+            bridge_switches: |_| (false, false),
+        };
+        let (a4, b4) = (ips(&["10.9.0.2"]), ips(&["10.9.0.3"]));
+        let (a, b) = (side("veth1", &a4), side("veth2", &b4));
+        assert_eq!(drop_all("eth0").blockers("br-x", a, b), []);
+        assert_eq!(drop_all("veth2").blockers("br-x", a, b).len(), 1);
+        assert_eq!(drop_all("br-x").blockers("br-x", a, b).len(), 1);
+        // doctor does not know the ports: any device may be one.
+        assert_eq!(
+            drop_all("eth0").on_bridge("br-x", &a4, true, false).len(),
+            1
         );
     }
 }

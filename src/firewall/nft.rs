@@ -14,12 +14,11 @@ use super::{
 };
 
 /// Parses the JSON ruleset. `skip(family, table)` says which tables another reader covers;
-/// `text(family, table, chain, handle)` gives a rule's text as `nft -a list ruleset` prints
-/// it, for messages.
+/// `listing` adds what only the text listing shows.
 pub fn parse(
     json: &str,
     skip: impl Fn(&str, &str) -> bool,
-    text: impl Fn(&str, &str, &str, u64) -> Option<String>,
+    listing: &Listing,
 ) -> Result<Vec<Table>, String> {
     let root: Value =
         serde_json::from_str(json).map_err(|e| format!("nft -j list ruleset: not JSON: {e}"))?;
@@ -66,10 +65,15 @@ pub fn parse(
                 chain.policy_accepts =
                     Some(c.get("policy").and_then(Value::as_str) != Some("drop"));
                 if let Some(hook) = base_hook(&family, hook) {
+                    let devices = listing
+                        .devices
+                        .get(&(family.clone(), c_table(c), name.clone()))
+                        .cloned()
+                        .unwrap_or_default();
                     t.bases.push(Base {
                         chain: name,
                         hook,
-                        devices: Vec::new(),
+                        devices,
                     });
                 }
             }
@@ -80,7 +84,10 @@ pub fn parse(
             };
             let handle = r.get("handle").and_then(Value::as_u64).unwrap_or_default();
             let exprs = r.get("expr").and_then(Value::as_array).map(Vec::as_slice);
-            let shown = text(&family, &table, &chain, handle)
+            let shown = listing
+                .texts
+                .get(&(family.clone(), table.clone(), chain.clone(), handle))
+                .cloned()
                 .unwrap_or_else(|| format!("rule handle {handle}"));
             let rule = rule(exprs.unwrap_or_default(), shown);
             t.chains.entry(chain).or_default().rules.push(rule);
@@ -89,6 +96,14 @@ pub fn parse(
     let mut tables: Vec<Table> = tables.into_values().collect();
     tables.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(tables)
+}
+
+fn c_table(chain: &Value) -> String {
+    chain
+        .get("table")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn layer(family: &str) -> Option<(Vec<Family>, Layer)> {
@@ -280,36 +295,69 @@ fn net(v: &Value) -> Option<Net> {
     None
 }
 
-/// `nft -a list ruleset` as a map from (family, table, chain, handle) to the rule's text.
-pub fn rule_texts(listing: &str) -> HashMap<(String, String, String, u64), String> {
-    let mut texts = HashMap::new();
-    let (mut family, mut table, mut chain) = (String::new(), String::new(), String::new());
-    for line in listing.lines() {
-        let line = line.trim();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["table", f, t, ..] => {
-                (family, table) = ((*f).to_owned(), (*t).to_owned());
-                chain.clear();
-            }
-            ["chain", c, ..] => chain = (*c).to_owned(),
-            _ => {
-                let Some((rule, handle)) = line.rsplit_once(" # handle ") else {
-                    continue;
-                };
-                if chain.is_empty() || rule.ends_with('{') {
-                    continue;
+/// What `nft -a list ruleset` shows that its JSON (nft 1.0) does not: each rule's text, for
+/// messages, and the devices an ingress or egress chain is bound to.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// (family, table, chain, handle) → the rule as nft prints it.
+    pub texts: HashMap<(String, String, String, u64), String>,
+    /// (family, table, chain) → `device "lo"` or `devices = { a, b }`.
+    pub devices: HashMap<(String, String, String), Vec<String>>,
+}
+
+impl Listing {
+    pub fn parse(listing: &str) -> Self {
+        let mut out = Self::default();
+        let (mut family, mut table, mut chain) = (String::new(), String::new(), String::new());
+        for line in listing.lines() {
+            let line = line.trim();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["table", f, t, ..] => {
+                    (family, table) = ((*f).to_owned(), (*t).to_owned());
+                    chain.clear();
                 }
-                if let Ok(handle) = handle.trim().parse() {
-                    texts.insert(
-                        (family.clone(), table.clone(), chain.clone(), handle),
-                        rule.trim().to_owned(),
-                    );
+                ["chain", c, ..] => chain = (*c).to_owned(),
+                ["type", ..] if !chain.is_empty() => {
+                    if let Some(devices) = devices_of(line) {
+                        out.devices
+                            .insert((family.clone(), table.clone(), chain.clone()), devices);
+                    }
+                }
+                _ => {
+                    let Some((rule, handle)) = line.rsplit_once(" # handle ") else {
+                        continue;
+                    };
+                    if chain.is_empty() || rule.ends_with('{') {
+                        continue;
+                    }
+                    if let Ok(handle) = handle.trim().parse() {
+                        out.texts.insert(
+                            (family.clone(), table.clone(), chain.clone(), handle),
+                            rule.trim().to_owned(),
+                        );
+                    }
                 }
             }
         }
+        out
     }
-    texts
+}
+
+/// The devices named on a chain's `type … hook ingress device "lo" …` line.
+fn devices_of(line: &str) -> Option<Vec<String>> {
+    let clean = |d: &str| d.trim().trim_matches('"').to_owned();
+    if let Some((_, rest)) = line.split_once("devices = {") {
+        let (list, _) = rest.split_once('}')?;
+        return Some(
+            list.split(',')
+                .map(clean)
+                .filter(|d| !d.is_empty())
+                .collect(),
+        );
+    }
+    let (_, rest) = line.split_once(" device ")?;
+    rest.split_whitespace().next().map(|d| vec![clean(d)])
 }
 
 #[cfg(test)]
@@ -322,14 +370,13 @@ mod tests {
     const LISTING: &str = include_str!("../../tests/fixtures/firewall/nft-ruleset.txt");
 
     fn tables(json: &str) -> Vec<Table> {
-        let texts = rule_texts(LISTING);
         parse(
             json,
             |family, table| {
                 matches!(family, "ip" | "ip6")
                     && matches!(table, "filter" | "nat" | "mangle" | "raw" | "security")
             },
-            |f, t, c, h| texts.get(&(f.into(), t.into(), c.into(), h)).cloned(),
+            &Listing::parse(LISTING),
         )
         .unwrap()
     }
@@ -361,8 +408,23 @@ mod tests {
     }
 
     #[test]
-    fn reads_rule_texts_by_handle() {
-        let texts = rule_texts(LISTING);
+    fn reads_rule_texts_by_handle_and_chain_devices() {
+        let texts = Listing::parse(LISTING).texts;
+        let devices = Listing::parse(
+            "table netdev t { # handle 9\n\tchain i { # handle 1\n\t\ttype filter hook \
+             ingress devices = { docker0, lo } priority filter; policy accept;\n\t}\n}\n\
+             table netdev u { # handle 10\n\tchain e { # handle 1\n\t\ttype filter hook \
+             ingress device \"eth0\" priority filter; policy accept;\n\t}\n}",
+        )
+        .devices;
+        assert_eq!(
+            devices[&("netdev".into(), "t".into(), "i".into())],
+            ["docker0", "lo"]
+        );
+        assert_eq!(
+            devices[&("netdev".into(), "u".into(), "e".into())],
+            ["eth0"]
+        );
         assert_eq!(
             texts[&("inet".into(), "operator".into(), "forward".into(), 2)],
             "ip saddr 172.18.0.2 ip daddr 172.18.0.3 drop"

@@ -98,11 +98,10 @@ fn nft_tables(skip: &HashSet<(String, String)>) -> Result<Vec<Table>> {
              rule keeps containers apart; install it (apt-get install nftables)"
         );
     };
-    let texts = nft::rule_texts(&listing);
     nft::parse(
         &json,
         |family, table| skip.contains(&(family.to_owned(), table.to_owned())),
-        |f, t, c, h| texts.get(&(f.into(), t.into(), c.into(), h)).cloned(),
+        &nft::Listing::parse(&listing),
     )
     .map_err(anyhow::Error::msg)
 }
