@@ -14,7 +14,7 @@ use std::{
 
 use crate::common::{DXDP, Dxdp, PinDir, Run, next_id, run_for, try_run, wait_until};
 
-/// The 20.10 client that matches Debian's daemon; the newer CLI first on PATH is not.
+/// The Debian package's client (28.x; it negotiates down to a 20.10 daemon's API 1.41).
 pub const DOCKER: &str = "/usr/bin/docker";
 /// Built by scripts/build-test-image.sh: sh, sleep, ip, ping, iperf3.
 pub const IMAGE: &str = "dxdp-test:local";
@@ -51,6 +51,57 @@ pub fn require_docker() -> bool {
     }
     eprintln!("skipping: {why}");
     false
+}
+
+/// The compose command: `DXDP_COMPOSE` split on spaces (the legacy lane sets `docker-compose`,
+/// Compose 1.29), else Compose v2's `docker compose`.
+pub fn compose_command() -> Vec<String> {
+    let configured = std::env::var("DXDP_COMPOSE").unwrap_or_default();
+    let words: Vec<String> = configured.split_whitespace().map(str::to_owned).collect();
+    if words.is_empty() {
+        vec![DOCKER.to_owned(), "compose".to_owned()]
+    } else {
+        words
+    }
+}
+
+/// `COMPOSE ARGS…` (see [`compose_command`]) within `timeout`, whatever its exit code.
+pub fn compose(args: &[&str], timeout: Duration) -> Run {
+    let mut argv = compose_command();
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    run_for(&argv, timeout)
+}
+
+/// Like [`compose`], but an error to start it is returned rather than a panic.
+pub fn try_compose(args: &[&str], timeout: Duration) -> Result<Run, String> {
+    let mut argv = compose_command();
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    try_run(&argv, timeout)
+}
+
+/// The name of a compose service's first container, looked up by compose's labels: Compose v2
+/// names it `PROJECT-SERVICE-1`, Compose 1.x `PROJECT_SERVICE_1`.
+#[track_caller]
+pub fn compose_container(project: &str, service: &str) -> String {
+    let project = format!("label=com.docker.compose.project={project}");
+    let service = format!("label=com.docker.compose.service={service}");
+    let names = docker_ok(&[
+        "ps",
+        "-a",
+        "--filter",
+        &project,
+        "--filter",
+        &service,
+        "--filter",
+        "label=com.docker.compose.container-number=1",
+        "--format",
+        "{{.Names}}",
+    ]);
+    let mut lines = names.lines();
+    match (lines.next(), lines.next()) {
+        (Some(one), None) => one.to_owned(),
+        _ => panic!("{project} {service}: expected one container numbered 1, found {names:?}"),
+    }
 }
 
 /// `docker ARGS…` within 60 s, whatever its exit code.
@@ -344,8 +395,9 @@ impl Drop for Watch {
 /// sets, and it can be stopped and started at will. It is started the way scripts/setup.sh starts
 /// the host's (`setsid nohup dockerd`: a session of its own, output to a log) with its own socket,
 /// data root and exec root, no default bridge and no iptables rules of its own: each network gets
-/// a named bridge and one `FORWARD -i BR -o BR -j ACCEPT` rule, so bridged traffic flows under the
-/// host's DROP policy. Subnets are 10.232.<k>.0/24, apart from the host daemon's test networks.
+/// a named bridge and a `FORWARD -i BR -o BR -j ACCEPT` rule in iptables and in ip6tables, so
+/// bridged traffic flows under the host's DROP policies. Subnets are 10.232.<k>.0/24, apart from
+/// the host daemon's test networks.
 pub struct Fleet {
     pub prefix: String,
     pub dxdp: Dxdp,
@@ -589,9 +641,12 @@ impl Fleet {
         self.docker_ok(&args);
         self.networks.push(full.clone());
         self.bridges.push(bridge.clone());
-        self.rules.push(crate::common::FirewallRule::accept_bridged(
-            "iptables", &bridge,
-        ));
+        // Both families: Engine 28 sets ip6tables' FORWARD policy to DROP as well, and with
+        // br_netfilter bridged IPv6 (neighbour discovery included) goes through it.
+        for tool in ["iptables", "ip6tables"] {
+            self.rules
+                .push(crate::common::FirewallRule::accept_bridged(tool, &bridge));
+        }
         self.bases.insert(full.clone(), base);
         self.bridge_of.insert(full.clone(), bridge);
         full
