@@ -104,6 +104,17 @@ pub fn compose_container(project: &str, service: &str) -> String {
     }
 }
 
+/// The daemon's major version (20 for Debian 12's 20.10, 28 for Engine 28.5).
+#[track_caller]
+pub fn engine_major() -> u32 {
+    let version = docker_ok(&["version", "--format", "{{.Server.Version}}"]);
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("cannot parse the daemon's version {version:?}"))
+}
+
 /// `docker ARGS…` within 60 s, whatever its exit code.
 pub fn docker(args: &[&str]) -> Run {
     let mut argv = vec![DOCKER];
@@ -175,11 +186,49 @@ impl World {
         full
     }
 
+    /// A bridge network `<prefix>-<name>` with IPv6 (a ULA /64 of its own) and, if `ipv4`, an
+    /// IPv4 subnet as [`World::network`] gives; without it, `--ipv4=false` (Engine 28's IPv6-only
+    /// networks). `extra` go to `docker network create`.
+    #[track_caller]
+    pub fn network_v6(&mut self, name: &str, ipv4: bool, extra: &[&str]) -> String {
+        let full = format!("{}-{name}", self.prefix);
+        let third = (std::process::id() * 7 + self.n * 13 + self.subnets) % 250 + 1;
+        self.subnets += 1;
+        let subnet4 = format!("10.231.{third}.0/24");
+        let subnet6 = format!("fd00:231:{third:x}::/64");
+        let mut args = vec!["network", "create", "--ipv6", "--subnet", &subnet6];
+        if ipv4 {
+            args.extend_from_slice(&["--subnet", &subnet4]);
+        } else {
+            args.push("--ipv4=false");
+        }
+        args.extend_from_slice(extra);
+        args.push(&full);
+        docker_ok(&args);
+        self.networks.push(full.clone());
+        full
+    }
+
     /// `docker run -d --name <prefix>-<name> ARGS… IMAGE [CMD…]`; returns the full name.
     #[track_caller]
     pub fn run(&mut self, name: &str, args: &[&str], cmd: &[&str]) -> String {
         self.start_container(name, args, cmd).assert_success();
         format!("{}-{name}", self.prefix)
+    }
+
+    /// The container's global IPv6 address on a network.
+    #[track_caller]
+    pub fn ip6(&self, container: &str, network: &str) -> String {
+        let format =
+            format!("{{{{(index .NetworkSettings.Networks \"{network}\").GlobalIPv6Address}}}}");
+        docker_ok(&["inspect", "-f", &format, container])
+    }
+
+    /// The container's MAC address on a network, as Docker reports it.
+    #[track_caller]
+    pub fn mac(&self, container: &str, network: &str) -> String {
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").MacAddress}}}}");
+        docker_ok(&["inspect", "-f", &format, container])
     }
 
     /// Like [`World::run`] but returns the `docker run` outcome, for refusal tests.
