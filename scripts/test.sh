@@ -73,7 +73,8 @@ run_step test cargo test --release "${cargo_args[@]}" -- --test-threads=1 "${tes
 if ((${#cargo_args[@]} == 0 && ${#test_args[@]} == 0)); then
     lane_started=$SECONDS
     run_step legacy-engine scripts/legacy-docker.sh run \
-        cargo test --release --test docker --test compose_examples -- --test-threads=1 \
+        cargo test --release --no-fail-fast --test docker --test compose_examples -- \
+        --test-threads=1 \
         --skip engine28_
     lane_took=$((SECONDS - lane_started))
     printf 'test.sh: legacy-engine lane (Docker 20.10 + Compose 1.29) took %ss\n' "$lane_took" >&2
