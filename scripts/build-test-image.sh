@@ -11,8 +11,8 @@
 set -euo pipefail
 
 readonly image=dxdp-test:local
-# The 20.10 client matches the daemon's API 1.41; a newer docker CLI earlier in
-# PATH refuses to talk to it.
+# The Debian package's client, whatever else is earlier in PATH; it negotiates the
+# API version with the daemon (28.x's 1.51, or the legacy lane's 20.10 at 1.41).
 readonly docker=/usr/bin/docker
 
 log() { printf 'build-test-image: %s\n' "$*" >&2; }

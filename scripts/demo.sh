@@ -46,7 +46,16 @@ dxdp=$root/target/release/dxdp
 scripts/build-test-image.sh
 
 project=dxdp-demo
-compose=(docker-compose -p "$project" -f compose-examples/iperf3-pair/docker-compose.yml)
+# Compose v2 (`docker compose`) where the CLI has the plugin, else a standalone docker-compose
+# (v2's binary, or 1.29 on a legacy host); DXDP_COMPOSE overrides both.
+if [[ -n ${DXDP_COMPOSE:-} ]]; then
+    read -r -a compose <<<"$DXDP_COMPOSE"
+elif docker compose version >/dev/null 2>&1; then
+    compose=(docker compose)
+else
+    compose=(docker-compose)
+fi
+compose+=(-p "$project" -f compose-examples/iperf3-pair/docker-compose.yml)
 export DXDP_PIN_DIR=/sys/fs/bpf/dxdp-demo
 export DOCKER_HOST=${DOCKER_HOST:-unix:///var/run/docker.sock}
 watch_pid=

@@ -1,12 +1,14 @@
-//! Every project under compose-examples/ brought up with docker-compose as its README says, with
-//! a `dxdp watch` of the test's own: the watch must make exactly the links the example's README
-//! lists (by `PROJECT_SERVICE_1` container names and Docker network), no more, and a ping
+//! Every project under compose-examples/ brought up with `docker compose` as its README says
+//! (or the command in DXDP_COMPOSE: the legacy lane runs docker-compose 1.29), with a `dxdp
+//! watch` of the test's own: the watch must make exactly the links the example's README lists
+//! (by container names, `PROJECT-SERVICE-1` with Compose v2, and Docker network), no more, and a
+//! ping
 //! between the two ends of each link must move that link's counters in both directions.
 //!
 //! Each example runs under a project name of this process (`dxt<pid>ex<name>`) and a pin
 //! directory of its own (`/sys/fs/bpf/dxdp-ex-<pid>-<n>`). On the way out, also when an
 //! assertion fails: the watch is killed, `dxdp --pin-dir DIR cleanup` removes the links, and
-//! `docker-compose down -v` removes the containers, networks and volumes.
+//! `docker compose down -v` removes the containers, networks and volumes.
 //!
 //! `dxdp watch` follows every container of the host, not only the project's: the examples run
 //! one at a time (a lock), so that one example's watch never links another's containers, and
@@ -26,8 +28,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Dxdp, PinDir, Run, Status, next_id, run_for, try_run, wait_until};
-use docker::{Watch, docker, docker_ok, require_docker};
+use common::{Dxdp, PinDir, Run, Status, next_id, wait_until};
+use docker::{
+    Watch, compose, compose_command, compose_container, docker, docker_ok, require_docker,
+    try_compose,
+};
 
 /// One example at a time: a watch links whatever it sees on the host.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -51,14 +56,17 @@ fn compose_file(example: &str) -> String {
         .into_owned()
 }
 
-/// Like `require_docker`, plus docker-compose: skips with a message, or panics under CI=true.
+/// Like `require_docker`, plus compose: skips with a message, or panics under CI=true.
 fn require_compose() -> bool {
     if !require_docker() {
         return false;
     }
-    match try_run(&["docker-compose", "version"], Duration::from_secs(20)) {
+    match try_compose(&["version"], Duration::from_secs(20)) {
         Ok(run) if run.success() => true,
-        _ => cannot_run("docker-compose is not installed (scripts/setup.sh installs it)"),
+        _ => cannot_run(&format!(
+            "`{}` does not run (scripts/setup.sh installs Compose v2)",
+            compose_command().join(" ")
+        )),
     }
 }
 
@@ -71,14 +79,14 @@ fn cannot_run(why: &str) -> bool {
     false
 }
 
-/// A compose project brought up from an example; `docker-compose down -v` on drop.
+/// A compose project brought up from an example; `docker compose down -v` on drop.
 struct Project {
     name: String,
     file: String,
 }
 
 impl Project {
-    /// `docker-compose -p dxt<pid>ex<example> -f compose-examples/<example>/docker-compose.yml
+    /// `docker compose -p dxt<pid>ex<example> -f compose-examples/<example>/docker-compose.yml
     /// up -d`; the guard exists before `up` runs, so a half-made project is taken down too.
     #[track_caller]
     fn up(example: &str) -> Self {
@@ -91,14 +99,15 @@ impl Project {
     }
 
     fn compose(&self, args: &[&str]) -> Run {
-        let mut argv = vec!["docker-compose", "-p", &self.name, "-f", &self.file];
+        let mut argv = vec!["-p", &self.name, "-f", &self.file];
         argv.extend_from_slice(args);
-        run_for(&argv, Duration::from_secs(120))
+        compose(&argv, Duration::from_secs(120))
     }
 
-    /// docker-compose 1.x's name of a service's first container.
+    /// The name of a service's first container (Compose v2: `PROJECT-SERVICE-1`).
+    #[track_caller]
     fn container(&self, service: &str) -> String {
-        format!("{}_{service}_1", self.name)
+        compose_container(&self.name, service)
     }
 
     /// The project's default network, `PROJECT_default`.
@@ -119,9 +128,8 @@ impl Project {
 impl Drop for Project {
     fn drop(&mut self) {
         // -t 0: the services' PID 1 (`iperf3 -s`, `sleep infinity`) ignores SIGTERM anyway.
-        match try_run(
+        match try_compose(
             &[
-                "docker-compose",
                 "-p",
                 &self.name,
                 "-f",
@@ -446,7 +454,7 @@ fn two_networks_links_each_pair_on_the_network_it_shares() {
         if docker(&["network", "inspect", net]).success() {
             cannot_run(&format!(
                 "network {net} exists: a copy of compose-examples/two-networks is up on this \
-                 host; take it down first (docker-compose -p PROJECT -f \
+                 host; take it down first (docker compose -p PROJECT -f \
                  compose-examples/two-networks/docker-compose.yml down)"
             ));
             return;

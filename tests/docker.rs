@@ -396,3 +396,259 @@ fn killing_and_restarting_the_watch_loses_no_packet() {
         "{l1:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// What changed in the engines since 20.10 (issue 10). Tests named `engine28_…` need Engine 28
+// features (IPv6-only networks, several networks at create, gateway modes); the legacy lane
+// (scripts/legacy-docker.sh, Engine 20.10) runs this file with `--skip engine28_`.
+
+/// Packets of the link between `a` and `b`, both directions summed.
+#[track_caller]
+fn link_packets(world: &World, a: &str, b: &str) -> u64 {
+    let status = world.dxdp.status();
+    let link = link_between(&status, a, b)
+        .unwrap_or_else(|| panic!("no link between {a} and {b}: {status:?}"));
+    link.low_to_high.packets + link.high_to_low.packets
+}
+
+/// `dxdp link a b` must succeed and name `net`; then 20 pings `a -> ip` (of b) must all be
+/// answered and be redirected by the link, both ways.
+#[track_caller]
+fn link_and_ping(world: &World, a: &str, b: &str, net: &str, ip: &str) {
+    let run = world.dxdp.run(&["link", a, b]);
+    run.assert_success();
+    let status = world.dxdp.status();
+    let link = link_between(&status, a, b).expect("linked");
+    assert_eq!(link.network, net, "{a} - {b} linked on the wrong network");
+    let before = link_packets(world, a, b);
+    ping_all(a, ip, 20);
+    let grown = link_packets(world, a, b) - before;
+    assert!(
+        grown >= 40,
+        "{a} -> {b} ({ip}) on {net}: 20 pings should be redirected both ways, the link's \
+         counters grew by {grown}"
+    );
+}
+
+/// The host veth ifindex of `container` in its link with `peer`.
+#[track_caller]
+fn veth_of(world: &World, container: &str, peer: &str) -> u32 {
+    let status = world.dxdp.status();
+    let link = link_between(&status, container, peer).expect("linked");
+    if link.low_name == container {
+        link.low_ifindex
+    } else {
+        link.high_ifindex
+    }
+}
+
+/// A restarted container gets a new veth (and on Engine 28 a new random MAC): the watch follows
+/// it, and frames still addressed to its old MAC are never redirected.
+#[test]
+fn restarted_container_gets_a_new_veth_and_mac_and_the_link_follows() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let group = format!("dxdp.group={}-g", world.prefix);
+    let labels = ["-l", "dxdp.enable=true", "-l", &group, "--network", &net];
+    let a = world.run("a", &labels, &[]);
+    // b rewrites its neighbour table below: NET_ADMIN inside its own namespace.
+    let mut b_args = labels.to_vec();
+    b_args.extend_from_slice(&["--cap-add", "NET_ADMIN"]);
+    let b = world.run("b", &b_args, &[]);
+    let watch = world.watch(&["--resync", "2"]);
+    watch.expect_links(1, Duration::from_secs(10));
+    let (old_mac, old_veth) = (world.mac(&a, &net), veth_of(&world, &a, &b));
+    let ip_a = world.ip(&a, &net);
+    ping_all(&b, &ip_a, 10);
+
+    docker_ok(&["restart", "-t", "0", &a]);
+    let mut new_veth = old_veth;
+    let followed = wait_until(Duration::from_secs(10), || {
+        let status = world.dxdp.status();
+        new_veth = match link_between(&status, &a, &b) {
+            Some(l) if l.low_name == a => l.low_ifindex,
+            Some(l) => l.high_ifindex,
+            None => old_veth,
+        };
+        new_veth != old_veth
+    });
+    assert!(
+        followed,
+        "the link did not move to {a}'s new veth within 10 s\n--- watch log\n{}",
+        watch.log_text()
+    );
+    let new_mac = world.mac(&a, &net);
+    let ip_a = world.ip(&a, &net);
+    if docker::engine_major() >= 28 {
+        assert_ne!(
+            old_mac, new_mac,
+            "Engine 28 gives a restarted container a new MAC"
+        );
+    }
+    let before = link_packets(&world, &a, &b);
+    ping_all(&b, &ip_a, 20);
+    assert!(
+        link_packets(&world, &a, &b) - before >= 40,
+        "traffic after the restart is not redirected"
+    );
+
+    if old_mac != new_mac {
+        // b still believes a's address is at the old MAC: the frames go to the bridge (which
+        // floods them, and a drops them), never redirected to a's new veth.
+        let b_veth = veth_of(&world, &b, &a);
+        docker_ok(&[
+            "exec",
+            &b,
+            "ip",
+            "neigh",
+            "replace",
+            &ip_a,
+            "lladdr",
+            &old_mac,
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ]);
+        let before = world.dxdp.status().counters(b_veth);
+        let run = docker(&[
+            "exec", &b, "ping", "-q", "-n", "-c", "10", "-i", "0.01", "-W", "1", &ip_a,
+        ]);
+        let grown = world.dxdp.status().counters(b_veth).since(&before);
+        assert!(
+            !run.success(),
+            "a answered frames sent to its old MAC: {run}"
+        );
+        assert_eq!(
+            grown.redirected_packets, 0,
+            "frames to the old MAC {old_mac} were redirected: {grown:?}"
+        );
+        assert!(grown.passed_packets >= 10, "{grown:?}");
+        docker_ok(&["exec", &b, "ip", "neigh", "del", &ip_a, "dev", "eth0"]);
+        ping_all(&b, &ip_a, 10);
+    }
+    assert!(
+        !watch.log_text().contains("panicked"),
+        "{}",
+        watch.log_text()
+    );
+}
+
+/// `com.docker.network.endpoint.ifname` names the container-side interface (Engine 28; older
+/// engines ignore it and keep eth0): dxdp finds endpoints by MAC, not by name.
+#[test]
+fn container_interface_not_named_eth0_links() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("net", &[]);
+    let endpoint = format!("name={net},driver-opt=com.docker.network.endpoint.ifname=dx0");
+    let a = world.run("a", &["--network", &endpoint], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let names = docker_ok(&["exec", &a, "ls", "/sys/class/net"]);
+    if docker::engine_major() >= 28 {
+        assert!(
+            names.lines().any(|n| n == "dx0") && !names.lines().any(|n| n == "eth0"),
+            "{a}'s interfaces: {names}"
+        );
+    }
+    let ip_b = world.ip(&b, &net);
+    link_and_ping(&world, &a, &b, &net, &ip_b);
+    let ip_a = world.ip(&a, &net);
+    ping_all(&b, &ip_a, 10);
+}
+
+/// Internal networks (gateway mode `isolated` for the outside world) still connect their
+/// containers to each other, so they link.
+#[test]
+fn internal_network_links() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("internal", &["--internal"]);
+    let a = world.run("a", &["--network", &net], &[]);
+    let b = world.run("b", &["--network", &net], &[]);
+    let ip_b = world.ip(&b, &net);
+    link_and_ping(&world, &a, &b, &net, &ip_b);
+}
+
+/// A container created on two networks at once (`--network a --network b`, API 1.44+) links
+/// with a peer on each, each link on the network the pair shares.
+#[test]
+fn engine28_container_created_on_two_networks_links_on_each() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::new();
+    let one = world.network("one", &[]);
+    let two = world.network("two", &[]);
+    let a = world.run("a", &["--network", &one, "--network", &two], &[]);
+    let b = world.run("b", &["--network", &one], &[]);
+    let c = world.run("c", &["--network", &two], &[]);
+    let ip_b = world.ip(&b, &one);
+    let ip_c = world.ip(&c, &two);
+    link_and_ping(&world, &a, &b, &one, &ip_b);
+    link_and_ping(&world, &a, &c, &two, &ip_c);
+}
+
+/// IPv6-only (`--ipv4=false`) and dual-stack networks link; ping and iperf3 over IPv6 (and over
+/// IPv4 where there is one) go through the link.
+#[test]
+fn engine28_ipv6_only_and_dual_stack_networks_link() {
+    if !require_docker() {
+        return;
+    }
+    for ipv4 in [false, true] {
+        let case = if ipv4 { "dual-stack" } else { "IPv6-only" };
+        let mut world = World::new();
+        let net = world.network_v6("v6", ipv4, &[]);
+        let a = world.run("a", &["--network", &net], &[]);
+        let b = world.run("b", &["--network", &net], &[]);
+        let ip6_b = world.ip6(&b, &net);
+        assert!(ip6_b.contains(':'), "{case}: {b} has no IPv6 address");
+        let ip4_b = world.ip(&b, &net);
+        assert_eq!(
+            !ip4_b.is_empty(),
+            ipv4,
+            "{case}: {b}'s IPv4 address {ip4_b:?}"
+        );
+        link_and_ping(&world, &a, &b, &net, &ip6_b);
+        let before = link_packets(&world, &a, &b);
+        let tcp = iperf3(&b, &a, &ip6_b, false);
+        assert!(tcp > 1e8, "{case}: iperf3 over IPv6 gave {tcp} bit/s");
+        assert!(
+            link_packets(&world, &a, &b) - before > 1000,
+            "{case}: iperf3 over IPv6 was not redirected"
+        );
+        if ipv4 {
+            let before = link_packets(&world, &a, &b);
+            ping_all(&a, &ip4_b, 20);
+            assert!(link_packets(&world, &a, &b) - before >= 40, "{case}: IPv4");
+        }
+    }
+}
+
+/// Gateway modes change how the network reaches the outside (routed: no NAT; nat-unprotected:
+/// no filtering of direct access), not how its containers reach each other: both link.
+#[test]
+fn engine28_gateway_modes_link() {
+    if !require_docker() {
+        return;
+    }
+    for mode in ["routed", "nat-unprotected"] {
+        let mut world = World::new();
+        let opt = format!("com.docker.network.bridge.gateway_mode_ipv4={mode}");
+        let net = world.network(mode, &["-o", &opt]);
+        let a = world.run("a", &["--network", &net], &[]);
+        let b = world.run("b", &["--network", &net], &[]);
+        let ip_b = world.ip(&b, &net);
+        link_and_ping(&world, &a, &b, &net, &ip_b);
+        let ip_a = world.ip(&a, &net);
+        ping_all(&b, &ip_a, 10);
+    }
+}

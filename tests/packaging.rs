@@ -24,7 +24,7 @@ use serde::Deserialize;
 /// The binary under test, built by cargo for this test run.
 const DXDP: &str = env!("CARGO_BIN_EXE_dxdp");
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-/// Debian's 20.10 client, which matches its daemon; a newer CLI earlier in PATH may not.
+/// The Debian package's client (28.x; it negotiates down to a 20.10 daemon's API 1.41).
 const DOCKER: &str = "/usr/bin/docker";
 /// Built by scripts/build-test-image.sh.
 const TEST_IMAGE: &str = "dxdp-test:local";
@@ -334,13 +334,44 @@ impl Drop for TempDir {
 // ---------------------------------------------------------------------------------------------
 // Compose and stack files
 
-/// docker-compose 1.29 parses the compose file of the container and the swarm stack file, and
-/// keeps the options dxdp depends on.
+/// The compose command: DXDP_COMPOSE split on spaces (the legacy lane's docker-compose 1.29),
+/// else Compose v2's `docker compose`.
+fn compose_command() -> Vec<String> {
+    let configured = std::env::var("DXDP_COMPOSE").unwrap_or_default();
+    let words: Vec<String> = configured.split_whitespace().map(str::to_owned).collect();
+    if words.is_empty() {
+        vec![DOCKER.to_owned(), "compose".to_owned()]
+    } else {
+        words
+    }
+}
+
+/// Why the compose command cannot run here, if it cannot.
+fn compose_problems() -> Vec<String> {
+    let compose = compose_command();
+    let works = Command::new(&compose[0])
+        .args(&compose[1..])
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if works {
+        Vec::new()
+    } else {
+        vec![format!("`{} version` fails", compose.join(" "))]
+    }
+}
+
+/// Compose (v2's `docker compose`, or DXDP_COMPOSE: the legacy lane's docker-compose 1.29) parses
+/// the compose file of the container and the swarm stack file, and keeps the options dxdp
+/// depends on.
 #[test]
 fn compose_and_stack_files_parse() {
-    if !runnable(missing_tools(&["docker-compose"])) {
+    if !runnable(compose_problems()) {
         return;
     }
+    let compose = compose_command();
     for (file, expected) in [
         (
             "packaging/container/docker-compose.yml",
@@ -357,7 +388,9 @@ fn compose_and_stack_files_parse() {
         ),
     ] {
         let path = Path::new(REPO).join(file);
-        let config = must(&["docker-compose", "-f", path.to_str().unwrap(), "config"]);
+        let mut argv: Vec<&str> = compose.iter().map(String::as_str).collect();
+        argv.extend(["-f", path.to_str().unwrap(), "config"]);
+        let config = must(&argv);
         for needle in expected {
             assert!(
                 config.contains(needle),
@@ -397,7 +430,8 @@ const RUN_OPTIONS: &[&str] = &[
 /// the host's `dxdp status --json` shows the link with origin "watch" within 15 s.
 #[test]
 fn container_image_watch_links_labeled_containers() {
-    let mut problems = privileged_problems(&["docker-compose"]);
+    let mut problems = privileged_problems(&[]);
+    problems.extend(compose_problems());
     if problems.is_empty() {
         match try_run(&[DOCKER, "info"], &[], Duration::from_secs(20)) {
             Ok(r) if r.status.success() => {}
@@ -533,10 +567,19 @@ fn container_image_watch_links_labeled_containers() {
     must(&[DXDP, "--pin-dir", &pin_dir, "cleanup"]);
     assert!(!Path::new(&pin_dir).exists(), "{pin_dir} survived cleanup");
 
-    // 2. docker-compose with the compose file, the pin directory from the environment.
+    // 2. Compose with the compose file, the pin directory from the environment.
     let compose_file = format!("{REPO}/packaging/container/docker-compose.yml");
+    let compose_argv: Vec<String> = compose_command()
+        .into_iter()
+        .chain([
+            "-p".to_owned(),
+            prefix.clone(),
+            "-f".to_owned(),
+            compose_file,
+        ])
+        .collect();
     let compose = |args: &[&str]| -> Run {
-        let mut argv = vec!["docker-compose", "-p", &prefix, "-f", &compose_file];
+        let mut argv: Vec<&str> = compose_argv.iter().map(String::as_str).collect();
         argv.extend_from_slice(args);
         try_run(
             &argv,
@@ -546,9 +589,11 @@ fn container_image_watch_links_labeled_containers() {
         .unwrap_or_else(|e| panic!("{e}"))
     };
     {
-        let (prefix, compose_file) = (prefix.clone(), compose_file.clone());
+        let compose_argv = compose_argv.clone();
         undo.push("compose project", move || {
-            quietly(&["docker-compose", "-p", &prefix, "-f", &compose_file, "down"])
+            let mut argv: Vec<&str> = compose_argv.iter().map(String::as_str).collect();
+            argv.push("down");
+            quietly(&argv)
         });
     }
     compose(&["up", "-d"]).ok();

@@ -8,8 +8,8 @@
 #   --binary  the dxdp to put in the image (default: $CARGO_TARGET_DIR/release/dxdp, else
 #             target/release/dxdp; build it first with `cargo build --release`)
 #   --tag     image name (default: dxdp:local)
-# Environment: DOCKER, the docker client to use (default: /usr/bin/docker, Debian's 20.10 client,
-# which matches Debian's daemon; a newer CLI earlier in PATH may refuse to talk to it).
+# Environment: DOCKER, the docker client to use (default: /usr/bin/docker, the Debian package's
+# client, which negotiates the API version with any supported daemon).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -53,7 +53,13 @@ impl Docker {
                 "cannot reach dockerd: is it running? (DOCKER_HOST or /var/run/docker.sock)",
             )?;
         let version = client.client_version();
-        debug!(api = %format!("{}.{}", version.major_version, version.minor_version), "connected to dockerd");
+        let api = format!("{}.{}", version.major_version, version.minor_version);
+        // The engine's own version, for the log only: an old engine is worth knowing about.
+        let engine = match client.version().await {
+            Ok(v) => v.version.unwrap_or_default(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        debug!(%api, %engine, "connected to dockerd");
         Ok(Self { client })
     }
 
@@ -76,10 +82,9 @@ impl Docker {
             .since(&since.to_string())
             .filters(&filters)
             .build();
-        self.client.events(Some(options)).map(|event| {
-            let event = event?;
-            Ok(event.action.unwrap_or_default())
-        })
+        self.client
+            .events(Some(options))
+            .map(|event| Ok(event_action(event?)))
     }
 
     /// Every running container, inspected.
@@ -174,19 +179,12 @@ impl Docker {
             .and_then(|h| h.network_mode.clone())
             .unwrap_or_default();
         let mut attachments = Vec::new();
-        let settings = inspect
-            .network_settings
-            .and_then(|n| n.networks)
-            .unwrap_or_default();
-        for (net_name, endpoint) in settings {
-            let Some(net_id) = endpoint.network_id.filter(|i| !i.is_empty()) else {
-                continue;
-            };
+        for (net_name, net_id, mac) in endpoints_of(&inspect) {
             let (network, bridge) = networks.get(&self.client, &net_id, &net_name).await?;
             attachments.push(NetworkAttachment {
                 network,
                 bridge,
-                mac: endpoint.mac_address.as_deref().and_then(parse_mac),
+                mac,
             });
         }
         attachments.sort_by(|x, y| x.network.name.cmp(&y.network.name));
@@ -259,6 +257,13 @@ impl Docker {
     }
 }
 
+/// What an event says happened (`start`, `die`, `connect`, …), from `Action`: API 1.52 drops
+/// the old `status`, `id` and `from` fields, which dxdp never reads (events only say "something
+/// changed"; the reconcile that follows inspects the containers).
+fn event_action(event: bollard::models::EventMessage) -> String {
+    event.action.unwrap_or_default()
+}
+
 /// Networks looked up once per snapshot.
 #[derive(Default)]
 struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
@@ -294,6 +299,28 @@ impl NetworkCache {
         self.0.insert(id.to_owned(), (view.clone(), bridge.clone()));
         Ok((view, bridge))
     }
+}
+
+/// `(network name, network ID, MAC)` of each network a container is on, from the per-network
+/// endpoint settings only: API 1.52 (Engine 29) drops the top-level
+/// `NetworkSettings.MacAddress`/`IPAddress` (one value for the default bridge only), so nothing
+/// reads them. Endpoints without a network ID (not attached yet) are left out.
+fn endpoints_of(inspect: &ContainerInspectResponse) -> Vec<(String, String, Option<MacAddr>)> {
+    let Some(networks) = inspect
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.networks.as_ref())
+    else {
+        return Vec::new();
+    };
+    networks
+        .iter()
+        .filter_map(|(name, endpoint)| {
+            let id = endpoint.network_id.as_deref().filter(|i| !i.is_empty())?;
+            let mac = endpoint.mac_address.as_deref().and_then(parse_mac);
+            Some((name.clone(), id.to_owned(), mac))
+        })
+        .collect()
 }
 
 fn not_found(e: &DockerError) -> bool {
@@ -353,7 +380,61 @@ impl Container {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_mac;
+    use super::{endpoints_of, event_action, parse_mac};
+
+    /// An Engine 28.5 inspect of a container on a user-defined network, in the shape API 1.52
+    /// gives it: the top-level `NetworkSettings.MacAddress`, `IPAddress` (and the rest of the
+    /// default-bridge-only fields) are gone; only the per-network endpoints carry them.
+    const INSPECT_1_52: &str = r#"{
+      "Id": "6a971f4056db6f1e0d3c8e1a1d2b0e6f0b6a3f7d2c1e9b8a7f6e5d4c3b2a1908",
+      "Name": "/dxt-rec-c",
+      "State": {"Status": "running", "Running": true, "Pid": 4242},
+      "Config": {"Labels": {"dxdp.enable": "true"}},
+      "HostConfig": {"NetworkMode": "dxt-rec"},
+      "NetworkSettings": {
+        "SandboxID": "0f4c3b2a19087f6e5d4c",
+        "SandboxKey": "/var/run/docker/netns/0f4c3b2a1908",
+        "Ports": {},
+        "Networks": {
+          "dxt-rec": {
+            "IPAMConfig": null, "Links": null, "Aliases": null,
+            "MacAddress": "d6:44:95:34:8e:6f",
+            "DriverOpts": null, "GwPriority": 0,
+            "NetworkID": "53d14924c787c63386dd531eac63cc37e69d10d0b42414d5c4312fcca2cddc1f",
+            "EndpointID": "bc6daf927d0f8f33c62f5073e19591e58ddd14dab08fb0433fd2e1c15c95f68d",
+            "Gateway": "10.231.251.1", "IPAddress": "10.231.251.2", "IPPrefixLen": 24,
+            "IPv6Gateway": "", "GlobalIPv6Address": "", "GlobalIPv6PrefixLen": 0,
+            "DNSNames": ["dxt-rec-c", "6a971f4056db"]
+          },
+          "not-attached-yet": {"MacAddress": "", "NetworkID": ""}
+        }
+      }
+    }"#;
+
+    #[test]
+    fn endpoints_come_from_the_per_network_settings_of_a_1_52_inspect() {
+        let inspect = serde_json::from_str(INSPECT_1_52).expect("1.52-style inspect parses");
+        assert_eq!(
+            endpoints_of(&inspect),
+            vec![(
+                "dxt-rec".to_owned(),
+                "53d14924c787c63386dd531eac63cc37e69d10d0b42414d5c4312fcca2cddc1f".to_owned(),
+                Some([0xd6, 0x44, 0x95, 0x34, 0x8e, 0x6f]),
+            )]
+        );
+    }
+
+    #[test]
+    fn events_are_read_by_action_without_status_id_or_from() {
+        // A 1.52 container event: Type, Action, Actor, scope and times only.
+        let event = serde_json::from_str(
+            r#"{"Type": "container", "Action": "start",
+                "Actor": {"ID": "6a971f4056db", "Attributes": {"name": "dxt-rec-c"}},
+                "scope": "local", "time": 1764755000, "timeNano": 1764755000123456789}"#,
+        )
+        .expect("1.52-style event parses");
+        assert_eq!(event_action(event), "start");
+    }
 
     #[test]
     fn parses_docker_macs() {

@@ -14,7 +14,7 @@ use std::{
 
 use crate::common::{DXDP, Dxdp, PinDir, Run, next_id, run_for, try_run, wait_until};
 
-/// The 20.10 client that matches Debian's daemon; the newer CLI first on PATH is not.
+/// The Debian package's client (28.x; it negotiates down to a 20.10 daemon's API 1.41).
 pub const DOCKER: &str = "/usr/bin/docker";
 /// Built by scripts/build-test-image.sh: sh, sleep, ip, ping, iperf3.
 pub const IMAGE: &str = "dxdp-test:local";
@@ -51,6 +51,68 @@ pub fn require_docker() -> bool {
     }
     eprintln!("skipping: {why}");
     false
+}
+
+/// The compose command: `DXDP_COMPOSE` split on spaces (the legacy lane sets `docker-compose`,
+/// Compose 1.29), else Compose v2's `docker compose`.
+pub fn compose_command() -> Vec<String> {
+    let configured = std::env::var("DXDP_COMPOSE").unwrap_or_default();
+    let words: Vec<String> = configured.split_whitespace().map(str::to_owned).collect();
+    if words.is_empty() {
+        vec![DOCKER.to_owned(), "compose".to_owned()]
+    } else {
+        words
+    }
+}
+
+/// `COMPOSE ARGS…` (see [`compose_command`]) within `timeout`, whatever its exit code.
+pub fn compose(args: &[&str], timeout: Duration) -> Run {
+    let mut argv = compose_command();
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    run_for(&argv, timeout)
+}
+
+/// Like [`compose`], but an error to start it is returned rather than a panic.
+pub fn try_compose(args: &[&str], timeout: Duration) -> Result<Run, String> {
+    let mut argv = compose_command();
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    try_run(&argv, timeout)
+}
+
+/// The name of a compose service's first container, looked up by compose's labels: Compose v2
+/// names it `PROJECT-SERVICE-1`, Compose 1.x `PROJECT_SERVICE_1`.
+#[track_caller]
+pub fn compose_container(project: &str, service: &str) -> String {
+    let project = format!("label=com.docker.compose.project={project}");
+    let service = format!("label=com.docker.compose.service={service}");
+    let names = docker_ok(&[
+        "ps",
+        "-a",
+        "--filter",
+        &project,
+        "--filter",
+        &service,
+        "--filter",
+        "label=com.docker.compose.container-number=1",
+        "--format",
+        "{{.Names}}",
+    ]);
+    let mut lines = names.lines();
+    match (lines.next(), lines.next()) {
+        (Some(one), None) => one.to_owned(),
+        _ => panic!("{project} {service}: expected one container numbered 1, found {names:?}"),
+    }
+}
+
+/// The daemon's major version (20 for Debian 12's 20.10, 28 for Engine 28.5).
+#[track_caller]
+pub fn engine_major() -> u32 {
+    let version = docker_ok(&["version", "--format", "{{.Server.Version}}"]);
+    version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("cannot parse the daemon's version {version:?}"))
 }
 
 /// `docker ARGS…` within 60 s, whatever its exit code.
@@ -124,11 +186,49 @@ impl World {
         full
     }
 
+    /// A bridge network `<prefix>-<name>` with IPv6 (a ULA /64 of its own) and, if `ipv4`, an
+    /// IPv4 subnet as [`World::network`] gives; without it, `--ipv4=false` (Engine 28's IPv6-only
+    /// networks). `extra` go to `docker network create`.
+    #[track_caller]
+    pub fn network_v6(&mut self, name: &str, ipv4: bool, extra: &[&str]) -> String {
+        let full = format!("{}-{name}", self.prefix);
+        let third = (std::process::id() * 7 + self.n * 13 + self.subnets) % 250 + 1;
+        self.subnets += 1;
+        let subnet4 = format!("10.231.{third}.0/24");
+        let subnet6 = format!("fd00:231:{third:x}::/64");
+        let mut args = vec!["network", "create", "--ipv6", "--subnet", &subnet6];
+        if ipv4 {
+            args.extend_from_slice(&["--subnet", &subnet4]);
+        } else {
+            args.push("--ipv4=false");
+        }
+        args.extend_from_slice(extra);
+        args.push(&full);
+        docker_ok(&args);
+        self.networks.push(full.clone());
+        full
+    }
+
     /// `docker run -d --name <prefix>-<name> ARGS… IMAGE [CMD…]`; returns the full name.
     #[track_caller]
     pub fn run(&mut self, name: &str, args: &[&str], cmd: &[&str]) -> String {
         self.start_container(name, args, cmd).assert_success();
         format!("{}-{name}", self.prefix)
+    }
+
+    /// The container's global IPv6 address on a network.
+    #[track_caller]
+    pub fn ip6(&self, container: &str, network: &str) -> String {
+        let format =
+            format!("{{{{(index .NetworkSettings.Networks \"{network}\").GlobalIPv6Address}}}}");
+        docker_ok(&["inspect", "-f", &format, container])
+    }
+
+    /// The container's MAC address on a network, as Docker reports it.
+    #[track_caller]
+    pub fn mac(&self, container: &str, network: &str) -> String {
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").MacAddress}}}}");
+        docker_ok(&["inspect", "-f", &format, container])
     }
 
     /// Like [`World::run`] but returns the `docker run` outcome, for refusal tests.
@@ -344,8 +444,9 @@ impl Drop for Watch {
 /// sets, and it can be stopped and started at will. It is started the way scripts/setup.sh starts
 /// the host's (`setsid nohup dockerd`: a session of its own, output to a log) with its own socket,
 /// data root and exec root, no default bridge and no iptables rules of its own: each network gets
-/// a named bridge and one `FORWARD -i BR -o BR -j ACCEPT` rule, so bridged traffic flows under the
-/// host's DROP policy. Subnets are 10.232.<k>.0/24, apart from the host daemon's test networks.
+/// a named bridge and a `FORWARD -i BR -o BR -j ACCEPT` rule in iptables and in ip6tables, so
+/// bridged traffic flows under the host's DROP policies. Subnets are 10.232.<k>.0/24, apart from
+/// the host daemon's test networks.
 pub struct Fleet {
     pub prefix: String,
     pub dxdp: Dxdp,
@@ -589,8 +690,8 @@ impl Fleet {
         self.docker_ok(&args);
         self.networks.push(full.clone());
         self.bridges.push(bridge.clone());
-        // Engine 28 sets ip6tables' FORWARD policy to DROP too; dxdp refuses a link the bridge
-        // would not carry, and the containers have link-local IPv6.
+        // Both families: Engine 28 sets ip6tables' FORWARD policy to DROP as well, and with
+        // br_netfilter bridged IPv6 (neighbour discovery included) goes through it.
         for tool in ["iptables", "ip6tables"] {
             self.rules
                 .push(crate::common::FirewallRule::accept_bridged(tool, &bridge));
