@@ -73,7 +73,7 @@ run_step test cargo test --release "${cargo_args[@]}" -- --test-threads=1 "${tes
 if ((${#cargo_args[@]} == 0 && ${#test_args[@]} == 0)); then
     lane_started=$SECONDS
     run_step legacy-engine scripts/legacy-docker.sh run \
-        cargo test --release --no-fail-fast --test docker --test compose_examples -- \
+        cargo test --release --no-fail-fast --test docker --test compose_examples --test firewall -- \
         --test-threads=1 \
         --skip engine28_
     lane_took=$((SECONDS - lane_started))

@@ -247,8 +247,13 @@ mod tests {
     /// The same host after `ufw enable` (Debian's ufw 0.36 with its defaults).
     const ENGINE_28_UFW: &str =
         include_str!("../../tests/fixtures/firewall/iptables-engine-28-ufw.txt");
-    /// `iptables-save` on Debian 12's docker.io 20.10 with one network.
+    /// Debian 12's docker.io 20.10 layout with one network, written from the rules 20.10
+    /// installs (it matches, rule for rule, the 20.10 part of the recording below).
     const ENGINE_20: &str = include_str!("../../tests/fixtures/firewall/iptables-engine-20.txt");
+    /// `iptables-save` recorded here with 20.10 running (network br-958e11ffb28c) on a host where
+    /// Engine 28 and a since-disabled ufw had run before: their chains stay behind.
+    const ENGINE_20_AFTER_28: &str =
+        include_str!("../../tests/fixtures/firewall/iptables-engine-20-after-28.txt");
 
     fn forward(dump: &str, bridge: &str, src: &str, dst: &str) -> Result<(), Blocker> {
         let src = [src.parse().unwrap()];
@@ -299,6 +304,12 @@ mod tests {
             (ENGINE_28, "docker0", "172.17.0.2", "172.17.0.3"),
             (ENGINE_28_UFW, "br-4abc8bbf58d0", "172.18.0.2", "172.18.0.3"),
             (ENGINE_20, "br-6d0c1b8e5f7a", "172.18.0.2", "172.18.0.3"),
+            (
+                ENGINE_20_AFTER_28,
+                "br-958e11ffb28c",
+                "172.21.0.2",
+                "172.21.0.3",
+            ),
         ] {
             assert_eq!(forward(dump, bridge, a, b), Ok(()), "{bridge} {a} -> {b}");
             assert_eq!(forward(dump, bridge, b, a), Ok(()), "{bridge} {b} -> {a}");
