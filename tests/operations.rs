@@ -125,6 +125,7 @@ fn doctor_reports_each_check_and_its_verdict() {
         "capabilities",
         "bpffs mounted",
         "br_netfilter",
+        "firewall:",
         "dockerd",
     ] {
         assert!(

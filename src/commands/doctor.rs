@@ -168,7 +168,14 @@ fn firewall(networks: &[BridgeNetwork]) -> Vec<Check> {
             )];
         }
     };
-    let mut out = Vec::new();
+    let mut out = vec![check(
+        Verdict::Ok,
+        format!(
+            "firewall: {}; every link is checked against these rules",
+            rules.summary()
+        ),
+        None,
+    )];
     for net in networks {
         // Docker's own addresses for the network's containers: a rule naming one of them
         // blocks that container's links.

@@ -56,6 +56,27 @@ impl Ruleset {
         read::ruleset()
     }
 
+    /// One line on what was read and which hooks see bridged frames, for `doctor`.
+    pub fn summary(&self) -> String {
+        let nft = self
+            .tables
+            .iter()
+            .filter(|t| t.name.starts_with("nftables"))
+            .count();
+        let ipt = self.tables.len() - nft;
+        let nf = match self.bridge_nf {
+            None => "br_netfilter off: iptables and nft ip/ip6/inet chains see no bridged frame"
+                .to_owned(),
+            Some((v4, v6)) => format!(
+                "br_netfilter on (bridge-nf-call-iptables={}, -ip6tables={}): those chains see \
+                 bridged frames",
+                u8::from(v4),
+                u8::from(v6)
+            ),
+        };
+        format!("{ipt} iptables/ip6tables tables and {nft} other nftables tables read; {nf}")
+    }
+
     /// The rules that keep `a` and `b`, ports of `bridge`, from being linked: empty if the
     /// bridge would accept all their traffic. Distinct, in the order found.
     pub fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> Vec<Blocker> {
