@@ -172,3 +172,74 @@ fn completions_and_man_page_come_from_the_cli_definitions() {
     );
     assert!(run.stdout.contains("link"));
 }
+
+#[test]
+fn status_names_the_veths_and_marks_a_link_whose_veth_is_gone() {
+    if !common::require_privileges() {
+        return;
+    }
+    let mut topo = common::Topology::new(3);
+    let (a, b, c) = (
+        topo.node(0).clone(),
+        topo.node(1).clone(),
+        topo.node(2).clone(),
+    );
+    topo.dxdp.link(&a, &b, "tc").assert_success();
+    topo.dxdp.link(&a, &c, "tc").assert_success();
+    let json = |run: common::Run| -> serde_json::Value {
+        serde_json::from_str(&run.assert_success().stdout).expect("status --json")
+    };
+    let live = json(topo.dxdp.run(&["status", "--json"]));
+    for link in live["links"].as_array().expect("links") {
+        assert_eq!(link["state"], "live", "{link}");
+        let names = [&link["low_ifname"], &link["high_ifname"]];
+        assert!(
+            names.iter().all(|n| n.as_str() == Some(&a.host_veth)
+                || n.as_str() == Some(&b.host_veth)
+                || n.as_str() == Some(&c.host_veth)),
+            "{link}"
+        );
+    }
+
+    // c's veth disappears while nothing runs that would collect the link.
+    let gone_ifindex = c.host_ifindex();
+    topo.recreate_veth(2);
+    let after = json(topo.dxdp.run(&["status", "--json"]));
+    let links = after["links"].as_array().expect("links");
+    let state_of = |ifindex: u32| {
+        links
+            .iter()
+            .find(|l| l["low_ifindex"] == ifindex || l["high_ifindex"] == ifindex)
+            .map(|l| l["state"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(state_of(gone_ifindex).as_deref(), Some("gone"), "{after}");
+    assert_eq!(
+        state_of(b.host_ifindex()).as_deref(),
+        Some("live"),
+        "{after}"
+    );
+
+    let table = topo.dxdp.run(&["status"]);
+    table.assert_success();
+    let out = &table.stdout;
+    assert!(out.contains("GONE") && out.contains("dxdp unlink"), "{out}");
+    // Columns stay aligned: every row of the links table starts its STATE column at one offset.
+    let rows: Vec<&str> = out.lines().take_while(|l| !l.is_empty()).collect();
+    let header_at = rows[0].find("STATE").expect("STATE column");
+    for row in &rows[1..rows.len() - 1] {
+        let state = &row[header_at..];
+        assert!(
+            state.starts_with("live") || state.starts_with("GONE"),
+            "misaligned row: {row:?}\n{out}"
+        );
+    }
+
+    // Any later link collects it.
+    topo.dxdp.link(&a, &b, "tc").assert_success();
+    let collected = json(topo.dxdp.run(&["status", "--json"]));
+    assert_eq!(
+        collected["links"].as_array().map(Vec::len),
+        Some(1),
+        "{collected}"
+    );
+}

@@ -1,96 +1,171 @@
-use std::{path::Path, process::ExitCode};
+//! `dxdp status`: the pinned links, whether their veths still exist, and the counters.
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+    path::Path,
+    process::ExitCode,
+};
 
 use anyhow::Result;
 use serde::Serialize;
+use tabwriter::TabWriter;
 
 use crate::{
     cli::StatusArgs,
     datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord},
+    netlink,
+    netns::NetnsPath,
 };
 
 #[derive(Serialize)]
 struct Status {
     pin_dir: String,
-    links: Vec<LinkRecord>,
+    links: Vec<LinkStatus>,
     interfaces: Vec<InterfaceStatus>,
+}
+
+/// Whether a link's two host veths still exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum LinkState {
+    Live,
+    /// A veth is gone (its container stopped or was removed while no watch ran): the record
+    /// redirects nothing any more and is collected by the next `link`, `unlink` or watch
+    /// reconcile.
+    Gone,
+}
+
+#[derive(Serialize)]
+struct LinkStatus {
+    #[serde(flatten)]
+    record: LinkRecord,
+    state: LinkState,
+    /// Host-side veth names; `null` where the veth is gone.
+    low_ifname: Option<String>,
+    high_ifname: Option<String>,
 }
 
 #[derive(Serialize)]
 struct InterfaceStatus {
     ifindex: u32,
+    ifname: Option<String>,
     datapath: Kind,
     counters: InterfaceCounters,
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitCode> {
-    let status = if pin_dir.exists() {
+    let mut status = Status {
+        pin_dir: pin_dir.display().to_string(),
+        links: Vec::new(),
+        interfaces: Vec::new(),
+    };
+    if pin_dir.exists() {
         let mut datapath = Datapath::open(pin_dir, capacity)?;
-        let mut interfaces = Vec::new();
-        for (ifindex, datapath_kind) in datapath.interfaces()? {
-            interfaces.push(InterfaceStatus {
+        let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+            .into_iter()
+            .filter(|i| i.is_veth())
+            .map(|i| (i.index, i.name))
+            .collect();
+        for (ifindex, kind) in datapath.interfaces()? {
+            status.interfaces.push(InterfaceStatus {
                 ifindex,
-                datapath: datapath_kind,
+                ifname: veths.get(&ifindex).cloned(),
+                datapath: kind,
                 counters: datapath.counters(ifindex)?.unwrap_or_default(),
             });
         }
-        interfaces.sort_by_key(|i| i.ifindex);
-        Status {
-            pin_dir: pin_dir.display().to_string(),
-            links: datapath.links()?,
-            interfaces,
+        status.interfaces.sort_by_key(|i| i.ifindex);
+        for record in datapath.links()? {
+            let low_ifname = veths.get(&record.low_ifindex).cloned();
+            let high_ifname = veths.get(&record.high_ifindex).cloned();
+            let state = if low_ifname.is_some() && high_ifname.is_some() {
+                LinkState::Live
+            } else {
+                LinkState::Gone
+            };
+            status.links.push(LinkStatus {
+                record,
+                state,
+                low_ifname,
+                high_ifname,
+            });
         }
-    } else {
-        Status {
-            pin_dir: pin_dir.display().to_string(),
-            links: Vec::new(),
-            interfaces: Vec::new(),
-        }
-    };
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print_table(&status);
+        print_tables(&status, &mut io::stdout().lock())?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(status: &Status) {
+/// Both tables, columns aligned whatever the names' lengths (Compose v2 names are long).
+fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
     if status.links.is_empty() {
-        println!("no links (pin directory {})", status.pin_dir);
-        return;
+        writeln!(out, "no links (pin directory {})", status.pin_dir)?;
+        return Ok(());
     }
-    println!(
-        "{:<24} {:<24} {:<20} {:<4} {:<6} {:>12} {:>12}",
-        "ENDPOINT A", "ENDPOINT B", "NETWORK", "PATH", "ORIGIN", "A->B PKTS", "B->A PKTS"
-    );
+    let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "-".to_owned());
+    let mut links = TabWriter::new(&mut *out).padding(2);
+    writeln!(
+        links,
+        "ENDPOINT A\tVETH A\tENDPOINT B\tVETH B\tNETWORK\tPATH\tORIGIN\tSTATE\t\
+         A->B PKTS\tA->B BYTES\tB->A PKTS\tB->A BYTES"
+    )?;
     for l in &status.links {
-        println!(
-            "{:<24} {:<24} {:<20} {:<4} {:<6} {:>12} {:>12}",
-            l.low_name,
-            l.high_name,
-            l.network,
-            l.datapath.to_string(),
-            format!("{:?}", l.origin).to_lowercase(),
-            l.low_to_high.packets,
-            l.high_to_low.packets
-        );
+        let r = &l.record;
+        writeln!(
+            links,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            r.low_name,
+            name(&l.low_ifname),
+            r.high_name,
+            name(&l.high_ifname),
+            r.network,
+            r.datapath,
+            format!("{:?}", r.origin).to_lowercase(),
+            match l.state {
+                LinkState::Live => "live",
+                LinkState::Gone => "GONE",
+            },
+            r.low_to_high.packets,
+            r.low_to_high.bytes,
+            r.high_to_low.packets,
+            r.high_to_low.bytes
+        )?;
     }
-    println!();
-    println!(
-        "{:>8} {:<4} {:>14} {:>16} {:>12} {:>10} {:>8}",
-        "IFINDEX", "PATH", "REDIRECTED", "BYTES", "PASSED", "FALLBACK", "SPOOFED"
-    );
+    links.flush()?;
+    drop(links);
+    if status.links.iter().any(|l| l.state == LinkState::Gone) {
+        writeln!(
+            out,
+            "GONE: a veth of the link no longer exists (its container stopped or was removed \
+             while no watch ran); it redirects nothing. The next `dxdp link`, `dxdp unlink` or \
+             watch reconcile removes it, or `dxdp unlink A B` now."
+        )?;
+    }
+    writeln!(out)?;
+    let mut ifaces = TabWriter::new(out)
+        .padding(2)
+        .alignment(tabwriter::Alignment::Right);
+    writeln!(
+        ifaces,
+        "IFINDEX\tVETH\tPATH\tREDIRECTED\tBYTES\tPASSED\tFALLBACK\tSPOOFED\t"
+    )?;
     for i in &status.interfaces {
         let c = &i.counters;
-        println!(
-            "{:>8} {:<4} {:>14} {:>16} {:>12} {:>10} {:>8}",
+        writeln!(
+            ifaces,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t",
             i.ifindex,
-            i.datapath.to_string(),
+            name(&i.ifname),
+            i.datapath,
             c.redirected_packets,
             c.redirected_bytes,
             c.passed_packets,
             c.fallback_packets,
             c.spoofed_packets
-        );
+        )?;
     }
+    ifaces.flush()
 }
