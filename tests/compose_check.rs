@@ -267,10 +267,10 @@ fn labels_without_opt_in_are_only_warnings() {
 }
 
 #[test]
-fn syntax_error_exits_2_with_the_line() {
+fn syntax_error_exits_1_with_the_line() {
     let path = fixture("syntax-error.yml");
     let run = compose_check(&[&path]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert_eq!(run.code, 1, "{}", run.stdout);
     let errors = run.lines("error:");
     assert_eq!(errors.len(), 1, "{}", run.stdout);
     assert!(errors[0].starts_with(&format!("error: {path}: not YAML dxdp can read: ")));
@@ -278,16 +278,16 @@ fn syntax_error_exits_2_with_the_line() {
 }
 
 #[test]
-fn yaml_without_services_exits_2() {
+fn yaml_without_services_exits_1() {
     let run = compose_check(&[&fixture("no-services.yml")]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(run.stdout.contains("no services section"), "{}", run.stdout);
 }
 
 #[test]
-fn missing_file_exits_2() {
+fn missing_file_exits_1() {
     let run = compose_check(&["tests/fixtures/compose/does-not-exist.yml"]);
-    assert_eq!(run.code, 2);
+    assert_eq!(run.code, 1);
     assert!(
         run.stdout.starts_with(
             "error: tests/fixtures/compose/does-not-exist.yml: cannot read: No such file"
@@ -298,7 +298,7 @@ fn missing_file_exits_2() {
 }
 
 #[test]
-fn oversized_file_exits_2_unread() {
+fn oversized_file_exits_1_unread() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join("compose-check-oversized.yml");
     // Valid YAML all the way: only the size is wrong.
@@ -309,7 +309,7 @@ fn oversized_file_exits_2_unread() {
     fs::write(&path, text).expect("write");
     let run = compose_check(&[path.to_str().unwrap()]);
     fs::remove_file(&path).ok();
-    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(
         run.stdout.contains("over the 1048576-byte limit"),
         "{}",
@@ -328,10 +328,10 @@ fn every_file_is_reported_and_the_worst_status_wins() {
     assert_eq!(run.lines(&format!("error: {bad}:")).len(), 1);
     assert_eq!(run.lines(&format!("warning: {warn}:")).len(), 1);
 
-    // An unparseable file beats errors in the others, which are still all reported.
+    // An unparseable file is one more error; the others are still all reported.
     let broken = fixture("syntax-error.yml");
     let run = compose_check(&[&bad, &broken]);
-    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert_eq!(run.code, 1, "{}", run.stdout);
     assert_eq!(run.lines("error:").len(), 2, "{}", run.stdout);
     assert_eq!(run.summary(), "2 error(s), 0 warning(s) in 2 file(s)");
 }
@@ -364,11 +364,65 @@ fn fixtures_each_show_one_problem_kind() {
 }
 
 #[test]
-fn no_files_is_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_dxdp"))
-        .arg("compose-check")
-        .output()
+fn without_files_compose_finds_the_default_file_or_says_how_to_name_one() {
+    let run = |dir: &Path, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dxdp"));
+        cmd.arg("compose-check")
+            .current_dir(dir)
+            .env_remove("COMPOSE_FILE")
+            .env_remove("COMPOSE_PROJECT_NAME");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run dxdp")
+    };
+    // The repository root has no compose file.
+    let out = run(&root(), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no compose file to check")
+            && stderr.contains("docker compose config | dxdp compose-check -"),
+        "{stderr}"
+    );
+    let example = root().join("compose-examples/mesh");
+    let out = run(&example, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.ends_with("0 error(s), 0 warning(s) in 1 file(s)\n"),
+        "{stdout}"
+    );
+    let out = run(
+        &root(),
+        &[("COMPOSE_FILE", "tests/fixtures/compose/unknown-key.yml")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn stdin_is_read_for_a_dash() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .args(["compose-check", "-"])
+        .current_dir(root())
+        .env_remove("COMPOSE_PROJECT_NAME")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .expect("run dxdp");
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("FILES"));
+    let text = fs::read_to_string(root().join(fixture("unknown-key.yml"))).expect("fixture");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("error: <stdin>: service web: label dxdp.enabel"),
+        "{stdout}"
+    );
 }

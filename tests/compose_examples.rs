@@ -484,3 +484,36 @@ fn two_networks_links_each_pair_on_the_network_it_shares() {
         );
     }
 }
+
+/// What Compose itself will run (`COMPOSE -f FILE config`: overrides, extends and variables
+/// resolved) piped into `dxdp compose-check -`, for every example.
+#[test]
+fn every_example_as_compose_resolves_it_passes_compose_check_from_stdin() {
+    if !require_compose() {
+        return;
+    }
+    for example in TESTED {
+        let file = compose_file(example);
+        let config = docker::compose(&["-f", &file, "config"], Duration::from_secs(30));
+        config.assert_success();
+        let mut child = std::process::Command::new(common::DXDP)
+            .args(["compose-check", "-"])
+            .env_remove("COMPOSE_PROJECT_NAME")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run dxdp");
+        std::io::Write::write_all(
+            &mut child.stdin.take().expect("stdin"),
+            config.stdout.as_bytes(),
+        )
+        .expect("write");
+        let out = child.wait_with_output().expect("dxdp compose-check");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.starts_with("0 error(s), 0 warning(s)"),
+            "{example}: `compose config | dxdp compose-check -`: {stdout}\n--- config\n{}",
+            config.stdout
+        );
+    }
+}

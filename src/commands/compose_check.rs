@@ -1,16 +1,56 @@
 //! `dxdp compose-check`: one line per problem, a summary, and an exit status scripts can use.
 use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::cli::ComposeCheckArgs;
 use crate::compose::{self, CheckOptions, Severity, one_line};
 
-/// Worse than errors in the files: something was not checked at all.
-const UNREADABLE: u8 = 2;
+/// The files Compose looks for in the working directory, in its order.
+const DEFAULT_FILES: [&str; 4] = [
+    "compose.yaml",
+    "compose.yml",
+    "docker-compose.yaml",
+    "docker-compose.yml",
+];
+
+/// The files to check: those named (FILES, then each -f), else COMPOSE_FILE, else the first
+/// default file in `dir`, as Compose finds them.
+fn files_to_check(
+    args: &ComposeCheckArgs,
+    compose_file: Option<&str>,
+    separator: Option<&str>,
+    dir: &Path,
+) -> Result<Vec<PathBuf>> {
+    let named: Vec<PathBuf> = args.files.iter().chain(&args.file).cloned().collect();
+    if !named.is_empty() {
+        return Ok(named);
+    }
+    if let Some(list) = compose_file.filter(|l| !l.is_empty()) {
+        let separator = separator.filter(|s| !s.is_empty()).unwrap_or(":");
+        return Ok(list.split(separator).map(PathBuf::from).collect());
+    }
+    match DEFAULT_FILES.iter().find(|f| dir.join(f).is_file()) {
+        Some(found) => Ok(vec![PathBuf::from(found)]),
+        None => bail!(
+            "no compose file to check: none named, COMPOSE_FILE unset, and no {} in {}; name one \
+             (dxdp compose-check FILE), or check what Compose will run: docker compose config | \
+             dxdp compose-check -",
+            DEFAULT_FILES.join(", "),
+            dir.display()
+        ),
+    }
+}
 
 pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
+    let files = files_to_check(
+        &args,
+        std::env::var("COMPOSE_FILE").ok().as_deref(),
+        std::env::var("COMPOSE_PATH_SEPARATOR").ok().as_deref(),
+        &std::env::current_dir()?,
+    )?;
     let options = CheckOptions {
         allow_external: args.allow_external,
         project: args.project_name,
@@ -18,9 +58,19 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
     let (mut errors, mut warnings, mut unreadable) = (0usize, 0usize, false);
     // Locked once and written with `?`: `dxdp compose-check ... | head` must not panic.
     let mut out = io::stdout().lock();
-    for path in &args.files {
-        let shown = one_line(&path.display().to_string());
-        match compose::read_file(path) {
+    for path in &files {
+        let stdin = path.as_os_str() == "-";
+        let shown = if stdin {
+            "<stdin>".to_owned()
+        } else {
+            one_line(&path.display().to_string())
+        };
+        let read = if stdin {
+            compose::read_from(io::stdin().lock())
+        } else {
+            compose::read_file(path)
+        };
+        match read {
             Err(err) => {
                 unreadable = true;
                 errors += 1;
@@ -40,14 +90,64 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
     writeln!(
         out,
         "{errors} error(s), {warnings} warning(s) in {} file(s)",
-        args.files.len()
+        files.len()
     )?;
     out.flush()?;
-    Ok(if unreadable {
-        ExitCode::from(UNREADABLE)
-    } else if errors > 0 {
+    // An unreadable file counts as an error (its line says so); 2 stays clap's usage error.
+    Ok(if unreadable || errors > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(files: &[&str], file: &[&str]) -> ComposeCheckArgs {
+        ComposeCheckArgs {
+            files: files.iter().map(PathBuf::from).collect(),
+            file: file.iter().map(PathBuf::from).collect(),
+            allow_external: false,
+            project_name: None,
+        }
+    }
+
+    #[test]
+    fn files_are_found_as_compose_finds_them() {
+        let dir = std::env::temp_dir().join(format!("dxdp-compose-lookup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let find = |a: &ComposeCheckArgs, env: Option<&str>, sep: Option<&str>| {
+            files_to_check(a, env, sep, &dir).map(|v| {
+                v.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let none = args(&[], &[]);
+        let err = find(&none, None, None).unwrap_err().to_string();
+        assert!(
+            err.contains("docker compose config | dxdp compose-check -"),
+            "{err}"
+        );
+        std::fs::write(dir.join("docker-compose.yml"), "services: {}\n").unwrap();
+        assert_eq!(find(&none, None, None).unwrap(), ["docker-compose.yml"]);
+        std::fs::write(dir.join("compose.yaml"), "services: {}\n").unwrap();
+        assert_eq!(find(&none, None, None).unwrap(), ["compose.yaml"]);
+        assert_eq!(
+            find(&none, Some("a.yml:b.yml"), None).unwrap(),
+            ["a.yml", "b.yml"]
+        );
+        assert_eq!(
+            find(&none, Some("a.yml;b.yml"), Some(";")).unwrap(),
+            ["a.yml", "b.yml"]
+        );
+        let named = args(&["x.yml"], &["y.yml", "-"]);
+        assert_eq!(
+            find(&named, Some("a.yml"), None).unwrap(),
+            ["x.yml", "y.yml", "-"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -80,10 +80,13 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
 /// Reads at most [`MAX_FILE_BYTES`] (plus one, to tell), whatever the file claims to be:
 /// `/dev/zero` or a growing file must not be read to the end.
 pub fn read_file(path: &Path) -> Result<ComposeFile, LoadError> {
+    read_from(File::open(path)?)
+}
+
+/// Like [`read_file`], from any reader (standard input for `-`).
+pub fn read_from(reader: impl Read) -> Result<ComposeFile, LoadError> {
     let mut bytes = Vec::new();
-    File::open(path)?
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
+    reader.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(LoadError::TooLarge);
     }
