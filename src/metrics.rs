@@ -27,6 +27,9 @@ struct Loop {
     duration_sum: f64,
     last_duration: f64,
     docker_connected: bool,
+    /// Pairs the labels ask for that a firewall rule keeps on the bridge, at the last
+    /// reconcile.
+    firewall_refused: u64,
 }
 
 impl Metrics {
@@ -36,6 +39,12 @@ impl Metrics {
             m.errors += u64::from(!ok);
             m.duration_sum += took.as_secs_f64();
             m.last_duration = took.as_secs_f64();
+        }
+    }
+
+    pub fn firewall_refused(&self, pairs: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.firewall_refused = pairs as u64;
         }
     }
 
@@ -199,6 +208,17 @@ fn render(state: &State, watch: Loop) -> String {
         "# HELP dxdp_docker_connected Whether the watch is connected to dockerd.\n# TYPE dxdp_docker_connected gauge\ndxdp_docker_connected {}",
         u8::from(watch.docker_connected)
     );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_firewall_refused_pairs Pairs the labels ask for that a firewall rule keeps on the bridge (see the watch log for the rules).\n# TYPE dxdp_firewall_refused_pairs gauge\ndxdp_firewall_refused_pairs {}",
+        watch.firewall_refused
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_build_info The running dxdp: its version and the layout (ABI) of the state it pins.\n# TYPE dxdp_build_info gauge\ndxdp_build_info{{version=\"{}\",abi=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        dxdp_common::ABI_VERSION
+    );
     out
 }
 
@@ -306,8 +326,15 @@ mod tests {
                 duration_sum: 0.5,
                 last_duration: 0.25,
                 docker_connected: true,
+                firewall_refused: 3,
             },
         );
+        assert!(text.contains("dxdp_firewall_refused_pairs 3\n"), "{text}");
+        assert!(text.contains(&format!(
+            "dxdp_build_info{{version=\"{}\",abi=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION"),
+            dxdp_common::ABI_VERSION
+        )));
         assert!(text.contains("dxdp_links{datapath=\"tc\"} 1\n"), "{text}");
         assert!(text.contains("dxdp_links{datapath=\"xdp\"} 0\n"));
         assert!(text.contains(

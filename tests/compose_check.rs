@@ -377,7 +377,7 @@ fn without_files_compose_finds_the_default_file_or_says_how_to_name_one() {
         cmd.output().expect("run dxdp")
     };
     // The repository root has no compose file.
-    let out = run(&root(), &[]);
+    let out = run(root(), &[]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -394,7 +394,7 @@ fn without_files_compose_finds_the_default_file_or_says_how_to_name_one() {
         "{stdout}"
     );
     let out = run(
-        &root(),
+        root(),
         &[("COMPOSE_FILE", "tests/fixtures/compose/unknown-key.yml")],
     );
     assert_eq!(out.status.code(), Some(1));

@@ -155,8 +155,26 @@ fn the_watch_leaves_covered_pairs_on_the_bridge_and_removes_a_link_a_new_rule_co
     let b = world.run("b", &group, &[]);
     let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
     let resync = 2;
-    let watch = world.watch(&["--resync", &resync.to_string()]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let watch = world.watch(&["--resync", &resync.to_string(), "--metrics", &addr]);
     watch.expect_links(1, Duration::from_secs(10));
+    let refused_pairs = || {
+        use std::io::{Read, Write};
+        let mut body = String::new();
+        if let Ok(mut conn) = std::net::TcpStream::connect(&addr) {
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
+            let _ = conn.read_to_string(&mut body);
+        }
+        body.lines()
+            .find_map(|l| l.strip_prefix("dxdp_firewall_refused_pairs "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    assert_eq!(refused_pairs(), Some(0));
 
     // A rule appears: the watch takes the link away at its next resync, naming the rule.
     let src = format!("{ip_a}/32");

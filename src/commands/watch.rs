@@ -214,12 +214,15 @@ impl Watcher {
         self.stats.reconciled(started.elapsed(), result.is_ok());
         let ok = result.is_ok();
         match result {
-            Ok(outcome) => debug!(
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                containers = outcome.containers,
-                links = outcome.links,
-                "reconciled"
-            ),
+            Ok(outcome) => {
+                self.stats.firewall_refused(outcome.firewall_refused);
+                debug!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    containers = outcome.containers,
+                    links = outcome.links,
+                    "reconciled"
+                )
+            }
             Err(err) => warn!("reconcile failed: {err:#}"),
         }
         ok
@@ -229,6 +232,7 @@ impl Watcher {
 struct Outcome {
     containers: usize,
     links: usize,
+    firewall_refused: usize,
 }
 
 async fn reconcile(
@@ -247,12 +251,14 @@ async fn reconcile(
             .await
             .context("reconcile task panicked")??;
     // Label problems and firewall refusals are logged together, each once while it holds.
+    let firewall_refused = applied.refused.len();
     let mut diagnostics = plan.diagnostics;
     diagnostics.extend(applied.refused);
     report_new(&diagnostics, reported);
     Ok(Outcome {
         containers: count,
         links: applied.links,
+        firewall_refused,
     })
 }
 
