@@ -57,10 +57,10 @@ pub fn watchdog_interval(
     pid: u32,
 ) -> Option<Duration> {
     let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
-    if let Some(for_pid) = watchdog_pid {
-        if for_pid.trim().parse::<u32>().ok()? != pid {
-            return None;
-        }
+    if let Some(for_pid) = watchdog_pid
+        && for_pid.trim().parse::<u32>().ok()? != pid
+    {
+        return None;
     }
     Some(Duration::from_micros(usec / 2).max(Duration::from_millis(1)))
 }
@@ -190,9 +190,14 @@ fn connect(target: &Target) -> std::io::Result<(UnixDatagram, SocketAddr)> {
 mod tests {
     use super::*;
 
+    /// A case name, the variable(s) as given, what comes out.
+    type Case<In, Out> = (&'static str, In, Out);
+    type SocketCase = Case<Option<&'static str>, Result<Option<Target>, ()>>;
+    type WatchdogCase = Case<(Option<&'static str>, Option<&'static str>), Option<Duration>>;
+
     #[test]
     fn notify_socket_forms() {
-        let cases: &[(&str, Option<&str>, Result<Option<Target>, ()>)] = &[
+        let cases: &[SocketCase] = &[
             ("unset", None, Ok(None)),
             ("empty", Some(""), Ok(None)),
             (
@@ -217,28 +222,19 @@ mod tests {
 
     #[test]
     fn watchdog_interval_is_half_for_us_only() {
-        let cases: &[(&str, Option<&str>, Option<&str>, Option<Duration>)] = &[
-            ("unset", None, None, None),
-            (
-                "60 s",
-                Some("60000000"),
-                None,
-                Some(Duration::from_secs(30)),
-            ),
-            (
-                "our pid",
-                Some("2000000"),
-                Some("4242"),
-                Some(Duration::from_secs(1)),
-            ),
-            ("another pid", Some("2000000"), Some("1"), None),
-            ("bad pid", Some("2000000"), Some("x"), None),
-            ("zero", Some("0"), None, None),
-            ("garbage", Some("1s"), None, None),
-            ("negative", Some("-5"), None, None),
-            ("1 us", Some("1"), None, Some(Duration::from_millis(1))),
+        let secs = Duration::from_secs;
+        let cases: &[WatchdogCase] = &[
+            ("unset", (None, None), None),
+            ("60 s", (Some("60000000"), None), Some(secs(30))),
+            ("our pid", (Some("2000000"), Some("4242")), Some(secs(1))),
+            ("another pid", (Some("2000000"), Some("1")), None),
+            ("bad pid", (Some("2000000"), Some("x")), None),
+            ("zero", (Some("0"), None), None),
+            ("garbage", (Some("1s"), None), None),
+            ("negative", (Some("-5"), None), None),
+            ("1 us", (Some("1"), None), Some(Duration::from_millis(1))),
         ];
-        for (name, usec, pid, want) in cases {
+        for (name, (usec, pid), want) in cases {
             assert_eq!(watchdog_interval(*usec, *pid, 4242), *want, "case {name}");
         }
     }
