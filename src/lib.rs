@@ -14,3 +14,4 @@ pub mod netlink;
 pub mod netns;
 pub mod plan;
 pub mod reconcile;
+pub mod sd_notify;

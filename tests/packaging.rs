@@ -277,6 +277,23 @@ fn systemd_unit_verifies_and_is_hardened() {
         unit.contains("\nExecStart=/usr/bin/dxdp watch $DXDP_ARGS\n"),
         "ExecStart changed; the Debian package installs /usr/bin/dxdp"
     );
+    // The watch speaks sd_notify (tests/sd_notify.rs); the watchdog must leave room for a
+    // first reconcile of a big host (seconds), or systemd restarts a healthy watch.
+    for line in ["Type=notify", "NotifyAccess=main"] {
+        assert!(
+            unit.lines().any(|l| l == line),
+            "{line} missing in the unit"
+        );
+    }
+    let watchdog: u64 = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("WatchdogSec="))
+        .and_then(|v| v.strip_suffix('s')?.parse().ok())
+        .expect("WatchdogSec=<seconds>s in the unit");
+    assert!(
+        (20..=300).contains(&watchdog),
+        "WatchdogSec={watchdog}s: too short for a big reconcile or too slow to notice a hang"
+    );
     let dir = tempdir("unit");
     let copy = dir.path.join("dxdp.service");
     std::fs::write(

@@ -1,5 +1,12 @@
 //! `dxdp watch`: level-triggered reconciliation of labeled containers against pinned links.
 //! Docker events only say "look again"; the periodic resync heals whatever an event missed.
+//!
+//! Under systemd (`Type=notify`) the watch says `READY=1` once it runs its loop: after its first
+//! reconcile, or after its first attempt to reach dockerd failed. Ready means the pinned state is
+//! usable (programs upgraded, links adopted) and the loop is running; waiting for dockerd would
+//! make `systemctl start dxdp` hang or fail while dockerd is down, and a restart would not bring
+//! it back sooner (the unit only `Wants=` docker.service for the same reason). `WATCHDOG=1` is
+//! sent from the select loop itself, so that a loop stuck in a reconcile stops the pings.
 use std::{
     collections::{BTreeSet, HashMap},
     path::{Path, PathBuf},
@@ -26,6 +33,7 @@ use crate::{
     netns::NetnsPath,
     plan::{self, Diagnostic, Level},
     reconcile::{Wanted, diff},
+    sd_notify::Notifier,
 };
 
 /// Container and network actions that can change which links should exist.
@@ -92,17 +100,47 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         capacity,
         stats: Arc::clone(&stats),
     };
+    let mut notify = if args.once {
+        Notifier::disabled()
+    } else {
+        Notifier::from_env()
+    };
+    // Ticks only wake the loop up; the ping itself is sent by the loop, between its steps.
+    let mut watchdog = notify.watchdog_interval().map(|every| {
+        let mut interval = tokio::time::interval(every);
+        // After a long reconcile, one ping at once, not a burst of the missed ones.
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    });
+    let mut ready = false;
+    let mut connects = 0u64;
     loop {
+        notify.watchdog();
         let docker = match Docker::connect().await {
             Ok(docker) => docker,
             Err(err) => {
                 stats.docker_connected(false);
                 // Links keep working without dockerd (live-restore keeps containers running).
                 warn!("{err:#}; retrying in {}s", backoff.as_secs());
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
-                    _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
+                let status = format!(
+                    "dockerd unreachable, retrying in {}s; links stay in place",
+                    backoff.as_secs()
+                );
+                if ready {
+                    notify.status(&status);
+                } else {
+                    notify.ready(&status);
+                    ready = true;
+                }
+                let sleep = tokio::time::sleep(backoff);
+                tokio::pin!(sleep);
+                loop {
+                    tokio::select! {
+                        _ = &mut sleep => break,
+                        _ = tick(&mut watchdog) => notify.watchdog(),
+                        _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup, &mut notify).await,
+                        _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup, &mut notify).await,
+                    }
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
@@ -110,8 +148,18 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         };
         backoff = Duration::from_secs(1);
         stats.docker_connected(true);
+        connects += 1;
         // Also after every reconnect, so that an operator sees the watch caught up with dockerd.
         info!(api = %docker.api_version(), "connected to dockerd");
+        let connection = if connects == 1 {
+            format!("dockerd API {}", docker.api_version())
+        } else {
+            format!(
+                "dockerd API {}, reconnected {} times",
+                docker.api_version(),
+                connects - 1
+            )
+        };
         // Events since just before the listing are replayed, so a container started between
         // the listing and the stream's first poll is not missed.
         let since = SystemTime::now()
@@ -121,11 +169,18 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         let reconciled = watcher.reconcile(&docker, &mut reported).await;
         if args.once {
             // A one-shot run (cron, scripts) reports a failed reconcile in its exit status.
-            return Ok(if reconciled {
+            return Ok(if reconciled.is_some() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
             });
+        }
+        let status = status_line(reconciled.as_ref(), &connection);
+        if ready {
+            notify.status(&status);
+        } else {
+            notify.ready(&status);
+            ready = true;
         }
         let mut resync = tokio::time::interval(Duration::from_secs(args.resync));
         resync.tick().await;
@@ -139,14 +194,17 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                         debug!(action, "docker event");
                         // A burst (compose up) becomes one reconcile.
                         while let Some(Some(Ok(_))) = events.next().now_or_never() {}
-                        watcher.reconcile(&docker, &mut reported).await;
+                        let outcome = watcher.reconcile(&docker, &mut reported).await;
+                        notify.status(&status_line(outcome.as_ref(), &connection));
                     }
                     Some(Err(err)) => {
                         warn!("docker event stream failed: {err:#}; reconnecting");
+                        notify.status("docker event stream failed; reconnecting");
                         break;
                     }
                     None => {
                         warn!("docker event stream ended; reconnecting");
+                        notify.status("docker event stream ended; reconnecting");
                         break;
                     }
                 },
@@ -154,14 +212,40 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                     // A stream can stall silently; a failing ping means reconnect.
                     if let Err(err) = docker.ping().await {
                         warn!("dockerd does not answer: {err:#}; reconnecting");
+                        notify.status("dockerd does not answer; reconnecting");
                         break;
                     }
-                    watcher.reconcile(&docker, &mut reported).await;
+                    let outcome = watcher.reconcile(&docker, &mut reported).await;
+                    notify.status(&status_line(outcome.as_ref(), &connection));
                 }
-                _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
-                _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup).await,
+                // Sent between the loop's steps: a step that never returns (a reconcile stuck
+                // in the kernel or on dockerd) stops the pings, and systemd restarts the watch.
+                _ = tick(&mut watchdog) => notify.watchdog(),
+                _ = sigterm.recv() => return finish(&pin_dir, capacity, args.cleanup, &mut notify).await,
+                _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup, &mut notify).await,
             }
         }
+    }
+}
+
+/// Waits for the next watchdog tick, or forever without a watchdog.
+async fn tick(watchdog: &mut Option<tokio::time::Interval>) {
+    match watchdog {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The service's STATUS= line after a reconcile.
+fn status_line(outcome: Option<&Outcome>, connection: &str) -> String {
+    match outcome {
+        Some(o) => format!(
+            "{} links, {} running containers; {connection}",
+            o.links, o.containers
+        ),
+        None => format!("the last reconcile failed (see the log); {connection}"),
     }
 }
 
@@ -170,11 +254,18 @@ fn is_relevant(action: &str) -> bool {
     RELEVANT.contains(&verb)
 }
 
-async fn finish(pin_dir: &Path, capacity: Capacity, cleanup: bool) -> Result<ExitCode> {
+async fn finish(
+    pin_dir: &Path,
+    capacity: Capacity,
+    cleanup: bool,
+    notify: &mut Notifier,
+) -> Result<ExitCode> {
     if !cleanup {
+        notify.stopping("stopping; links stay in place");
         info!("dxdp watch stopping; links stay in place");
         return Ok(ExitCode::SUCCESS);
     }
+    notify.stopping("stopping; removing the links the watch made");
     let pin_dir = pin_dir.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || -> Result<usize> {
         let mut datapath = Datapath::open(&pin_dir, capacity)?;
@@ -207,12 +298,15 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// Returns whether the reconcile succeeded; a failure is logged.
-    async fn reconcile(&self, docker: &Docker, reported: &mut BTreeSet<Diagnostic>) -> bool {
+    /// Returns what the reconcile found, or `None` if it failed; a failure is logged.
+    async fn reconcile(
+        &self,
+        docker: &Docker,
+        reported: &mut BTreeSet<Diagnostic>,
+    ) -> Option<Outcome> {
         let started = Instant::now();
         let result = reconcile(docker, &self.pin_dir, self.capacity, reported).await;
         self.stats.reconciled(started.elapsed(), result.is_ok());
-        let ok = result.is_ok();
         match result {
             Ok(outcome) => {
                 self.stats.firewall_refused(outcome.firewall_refused);
@@ -221,11 +315,14 @@ impl Watcher {
                     containers = outcome.containers,
                     links = outcome.links,
                     "reconciled"
-                )
+                );
+                Some(outcome)
             }
-            Err(err) => warn!("reconcile failed: {err:#}"),
+            Err(err) => {
+                warn!("reconcile failed: {err:#}");
+                None
+            }
         }
-        ok
     }
 }
 

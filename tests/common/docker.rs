@@ -778,6 +778,18 @@ impl Fleet {
         Watch::start_with_env(&self.dxdp, extra, &[("DOCKER_HOST", &self.host)])
     }
 
+    /// Like [`Fleet::watch`], with more environment for the watch process.
+    pub fn watch_with_env(&self, extra: &[&str], env: &[(&str, &str)]) -> Watch {
+        let mut all = vec![("DOCKER_HOST", self.host.as_str())];
+        all.extend_from_slice(env);
+        Watch::start_with_env(&self.dxdp, extra, &all)
+    }
+
+    /// The pid of the private dockerd, while it runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Child::id)
+    }
+
     /// `dxdp --pin-dir DIR ARGS…` talking to this daemon, within `timeout`.
     pub fn dxdp_for(&self, args: &[&str], timeout: Duration) -> Run {
         let env = format!("DOCKER_HOST={}", self.host);
