@@ -474,6 +474,31 @@ fn container_image_watch_links_labeled_containers() {
 
     let build = format!("{REPO}/packaging/container/build.sh");
     must(&[&build, "--binary", DXDP, "--tag", IMAGE]);
+    let labels = must(&[
+        DOCKER,
+        "image",
+        "inspect",
+        "-f",
+        "{{json .Config.Labels}}",
+        IMAGE,
+    ]);
+    let labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(labels.trim()).expect("image labels");
+    let version = must(&[DXDP, "--version"]);
+    assert_eq!(
+        labels
+            .get("org.opencontainers.image.version")
+            .map(String::as_str),
+        version.trim().strip_prefix("dxdp "),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels
+            .get("org.opencontainers.image.licenses")
+            .map(String::as_str),
+        Some("MIT OR Apache-2.0"),
+        "{labels:?}"
+    );
 
     // Docker refuses rslave on a private mount; hosts booted with systemd have it shared, this
     // one may not (the README tells users to run the same command).
@@ -702,8 +727,14 @@ fn deb_package_installs_links_and_removes_everything() {
     );
     eprintln!("built {deb} after {:?}", started.elapsed());
     let fields = must(&[
-        "dpkg-deb", "-f", &deb, "Package", "Section", "Priority", "Depends",
+        "dpkg-deb", "-f", &deb, "Package", "Section", "Priority", "Depends", "Suggests",
     ]);
+    assert!(
+        fields
+            .lines()
+            .any(|l| l.starts_with("Suggests: ") && l.contains("iperf3")),
+        "the package suggests iperf3 for `dxdp bench`:\n{fields}"
+    );
     for field in ["Package: dxdp", "Section: net", "Priority: optional"] {
         assert!(fields.contains(field), "control lacks `{field}`:\n{fields}");
     }
