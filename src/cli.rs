@@ -1,9 +1,12 @@
 //! Command-line definitions; the doc comments are the help text.
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::{datapath::Capacity, endpoint::EndpointSpec};
+use crate::{
+    datapath::{Capacity, Choice},
+    endpoint::EndpointSpec,
+};
 
 /// Accelerate container-to-container links on one host: frames between linked containers skip
 /// the Linux bridge through eBPF (TC redirect_peer or XDP devmap redirect).
@@ -85,17 +88,6 @@ pub enum Command {
     Man,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum DatapathArg {
-    /// tc where the kernel has bpf_redirect_peer, else xdp.
-    #[default]
-    Auto,
-    /// TCX ingress + bpf_redirect_peer (keeps GSO and checksum offload).
-    Tc,
-    /// Native XDP + devmap redirect (turns GRO on and tx checksum offload off in the containers).
-    Xdp,
-}
-
 /// Endpoints: netns:NAME[:IFACE] (a namespace under /run/netns), pid:PID[:IFACE], or a
 /// container name, ID prefix or compose service.
 #[derive(Debug, Args)]
@@ -103,7 +95,7 @@ pub struct LinkArgs {
     pub a: EndpointSpec,
     pub b: EndpointSpec,
     #[arg(long, value_enum, default_value_t)]
-    pub datapath: DatapathArg,
+    pub datapath: Choice,
     /// Link even if a firewall rule (iptables, ip6tables, nftables) could drop the pair's
     /// traffic on the bridge: the link bypasses such rules. Without it, such a pair is refused
     /// with the rule named.

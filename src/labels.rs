@@ -24,10 +24,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::str::FromStr;
 
 use serde::Serialize;
 use thiserror::Error;
+
+use crate::datapath::Choice;
 
 pub const PREFIX: &str = "dxdp.";
 pub const ENABLE: &str = "dxdp.enable";
@@ -47,58 +48,6 @@ pub const MAX_GROUPS: usize = 64;
 
 /// Longest value echoed back in a [`LabelError`]; an oversized value would drown the message.
 const SHOWN_VALUE_CHARS: usize = 64;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DatapathChoice {
-    #[default]
-    Auto,
-    Tc,
-    Xdp,
-}
-
-impl DatapathChoice {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::Tc => "tc",
-            Self::Xdp => "xdp",
-        }
-    }
-
-    /// Choice for a link from the choices of its two ends: a stated datapath beats `auto`, and
-    /// two different stated datapaths have no answer (`None`).
-    pub fn merge(self, other: Self) -> Option<Self> {
-        match (self, other) {
-            (Self::Auto, x) | (x, Self::Auto) => Some(x),
-            (x, y) if x == y => Some(x),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for DatapathChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown datapath {0:?}; expected auto, tc or xdp")]
-pub struct ParseDatapathError(pub String);
-
-impl FromStr for DatapathChoice {
-    type Err = ParseDatapathError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "tc" => Ok(Self::Tc),
-            "xdp" => Ok(Self::Xdp),
-            _ => Err(ParseDatapathError(s.to_owned())),
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum NameError {
@@ -142,7 +91,7 @@ pub struct Policy {
     pub peers: Vec<String>,
     /// Deduplicated, in written order.
     pub groups: Vec<String>,
-    pub datapath: DatapathChoice,
+    pub datapath: Choice,
     pub network: Option<String>,
 }
 
@@ -254,7 +203,7 @@ pub fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>>
             },
             DATAPATH => match value.parse() {
                 Ok(choice) => policy.datapath = choice,
-                Err(ParseDatapathError(_)) => fail("unknown datapath".to_owned()),
+                Err(_) => fail("unknown datapath".to_owned()),
             },
             FIREWALL => {
                 if firewall_value(value).is_none() {
@@ -529,45 +478,15 @@ mod tests {
 
     #[test]
     fn datapath_values() {
-        assert_eq!(enabled(&[]).datapath, DatapathChoice::Auto);
-        assert_eq!(enabled(&[(DATAPATH, "tc")]).datapath, DatapathChoice::Tc);
-        assert_eq!(enabled(&[(DATAPATH, " XDP")]).datapath, DatapathChoice::Xdp);
-        assert_eq!(
-            enabled(&[(DATAPATH, "auto")]).datapath,
-            DatapathChoice::Auto
-        );
+        assert_eq!(enabled(&[]).datapath, Choice::Auto);
+        assert_eq!(enabled(&[(DATAPATH, "tc")]).datapath, Choice::Tc);
+        assert_eq!(enabled(&[(DATAPATH, " XDP")]).datapath, Choice::Xdp);
+        assert_eq!(enabled(&[(DATAPATH, "auto")]).datapath, Choice::Auto);
         let e = errors(&[(ENABLE, "true"), (DATAPATH, "fast")]);
         assert_eq!(
             e[0].to_string(),
             r#"label dxdp.datapath="fast": unknown datapath; write dxdp.datapath=auto, tc or xdp"#
         );
-    }
-
-    #[test]
-    fn datapath_from_str_display_roundtrip() {
-        for d in [
-            DatapathChoice::Auto,
-            DatapathChoice::Tc,
-            DatapathChoice::Xdp,
-        ] {
-            assert_eq!(d.to_string().parse::<DatapathChoice>(), Ok(d));
-        }
-        let err = "".parse::<DatapathChoice>().unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            r#"unknown datapath ""; expected auto, tc or xdp"#
-        );
-    }
-
-    #[test]
-    fn datapath_merge() {
-        use DatapathChoice::*;
-        assert_eq!(Auto.merge(Auto), Some(Auto));
-        assert_eq!(Auto.merge(Tc), Some(Tc));
-        assert_eq!(Xdp.merge(Auto), Some(Xdp));
-        assert_eq!(Tc.merge(Tc), Some(Tc));
-        assert_eq!(Tc.merge(Xdp), None);
-        assert_eq!(Xdp.merge(Tc), None);
     }
 
     #[test]

@@ -1,7 +1,5 @@
 //! dxdp: container-to-container links on one host that bypass the Linux bridge with eBPF.
 pub mod bench;
-pub mod cli;
-pub mod commands;
 pub mod compose;
 pub mod datapath;
 pub mod docker;

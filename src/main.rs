@@ -1,7 +1,16 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use dxdp::{cli::Cli, commands};
+// The library's modules, under the paths the commands use (`crate::datapath`, ...).
+use dxdp::{
+    bench, compose, datapath, docker, endpoint, firewall, labels, metrics, netlink, netns, plan,
+    reconcile, sd_notify,
+};
+
+use cli::Cli;
+
+mod cli;
+mod commands;
 
 fn main() -> ExitCode {
     // `dxdp status | head` should end quietly, as other command-line tools do, rather than

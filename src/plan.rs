@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::labels::{self, DatapathChoice, OptIn, Policy};
+use crate::datapath::Choice;
+use crate::labels::{self, OptIn, Policy};
 
 pub const COMPOSE_PROJECT: &str = "com.docker.compose.project";
 pub const COMPOSE_SERVICE: &str = "com.docker.compose.service";
@@ -63,7 +64,7 @@ pub struct DesiredLink {
     pub a: String,
     pub b: String,
     pub network_id: String,
-    pub datapath: DatapathChoice,
+    pub datapath: Choice,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -329,8 +330,8 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
     };
 
     let (da, db) = (
-        pa.map_or(DatapathChoice::Auto, |p| p.datapath),
-        pb.map_or(DatapathChoice::Auto, |p| p.datapath),
+        pa.map_or(Choice::Auto, |p| p.datapath),
+        pb.map_or(Choice::Auto, |p| p.datapath),
     );
     let Some(datapath) = da.merge(db) else {
         refuse(
@@ -497,7 +498,7 @@ mod tests {
                 a: "id-a".into(),
                 b: "id-b".into(),
                 network_id: "nid-n1".into(),
-                datapath: DatapathChoice::Auto,
+                datapath: Choice::Auto,
             })
         );
         assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
@@ -900,10 +901,10 @@ mod tests {
             ]);
             (p.links.first().map(|l| l.datapath), p)
         };
-        assert_eq!(dp("auto", "auto").0, Some(DatapathChoice::Auto));
-        assert_eq!(dp("auto", "tc").0, Some(DatapathChoice::Tc));
-        assert_eq!(dp("xdp", "auto").0, Some(DatapathChoice::Xdp));
-        assert_eq!(dp("xdp", "xdp").0, Some(DatapathChoice::Xdp));
+        assert_eq!(dp("auto", "auto").0, Some(Choice::Auto));
+        assert_eq!(dp("auto", "tc").0, Some(Choice::Tc));
+        assert_eq!(dp("xdp", "auto").0, Some(Choice::Xdp));
+        assert_eq!(dp("xdp", "xdp").0, Some(Choice::Xdp));
         let (link, p) = dp("tc", "xdp");
         assert_eq!(link, None);
         assert_diag(

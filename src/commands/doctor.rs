@@ -4,8 +4,9 @@ use std::{fmt, path::Path, process::ExitCode};
 use anyhow::Result;
 use aya::util::KernelVersion;
 
+use super::privileges::missing_capabilities;
 use crate::{
-    datapath::{Capacity, Datapath, Kind},
+    datapath::{Capacity, Datapath, Kind, TC_SINCE, XDP_SINCE, kernel_has},
     docker::BridgeNetwork,
     firewall::Ruleset,
     netlink,
@@ -69,12 +70,12 @@ pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
 
 fn kernel() -> Check {
     match KernelVersion::current() {
-        Ok(v) if v >= KernelVersion::new(6, 6, 0) => check(
+        Ok(v) if kernel_has(v, TC_SINCE) => check(
             Verdict::Ok,
             format!("kernel {v}: TCX, bpf_redirect_peer, native XDP on veth"),
             None,
         ),
-        Ok(v) if v >= KernelVersion::new(5, 10, 0) => check(
+        Ok(v) if kernel_has(v, XDP_SINCE) => check(
             Verdict::Warn,
             format!("kernel {v}: no TCX (6.6), so only the xdp datapath can be pinned"),
             Some("use --datapath xdp, or upgrade to Linux 6.6 or later"),
@@ -90,36 +91,6 @@ fn kernel() -> Check {
             None,
         ),
     }
-}
-
-/// The capabilities dxdp needs, by bit number in CapEff.
-const NEEDED_CAPABILITIES: [(u32, &str); 3] = [
-    (39, "CAP_BPF"),
-    (12, "CAP_NET_ADMIN"),
-    (21, "CAP_SYS_ADMIN"),
-];
-
-const CAP_BPF: u32 = 39;
-const CAP_SYS_ADMIN: u32 = 21;
-
-/// Which of [`NEEDED_CAPABILITIES`] this process lacks, from CapEff in /proc/self/status.
-pub(crate) fn missing_capabilities() -> Vec<&'static str> {
-    let eff = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0);
-    let has = |bit: u32| eff & (1 << bit) != 0;
-    NEEDED_CAPABILITIES
-        .iter()
-        // The kernel lets CAP_SYS_ADMIN stand in for CAP_BPF, and Docker 20.10 cannot grant
-        // CAP_BPF to a container at all.
-        .filter(|(bit, _)| !(has(*bit) || (*bit == CAP_BPF && has(CAP_SYS_ADMIN))))
-        .map(|(_, name)| *name)
-        .collect()
 }
 
 fn capabilities() -> Check {

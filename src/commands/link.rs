@@ -4,8 +4,8 @@ use anyhow::Result;
 
 use super::resolve::{Pair, resolve_pair};
 use crate::{
-    cli::{DatapathArg, LinkArgs},
-    datapath::{Capacity, Datapath, Installed, Kind, LinkRequest, Origin},
+    cli::LinkArgs,
+    datapath::{Capacity, Datapath, Installed, LinkRequest, Origin},
     firewall, netlink,
     netns::NetnsPath,
 };
@@ -16,7 +16,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
     if !args.bypass_firewall {
         firewall::check(&a, &b, "link with --bypass-firewall")?;
     }
-    let kind = choose(args.datapath);
+    let kind = args.datapath.resolve();
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     for kind in datapath.upgrade_programs()? {
         println!("replaced the pinned {kind} program with this binary's in every attachment");
@@ -46,22 +46,4 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
         a.label, a.host_ifname, b.label, b.host_ifname
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// `auto` is tc: bpf_redirect_peer (5.10) and TCX (6.6) keep GSO and checksum offload, so it
-/// is never slower than the bridge; xdp only on kernels without them.
-pub fn choose(arg: DatapathArg) -> Kind {
-    match arg {
-        DatapathArg::Tc => Kind::Tc,
-        DatapathArg::Xdp => Kind::Xdp,
-        DatapathArg::Auto => {
-            if aya::util::KernelVersion::current()
-                .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0))
-            {
-                Kind::Tc
-            } else {
-                Kind::Xdp
-            }
-        }
-    }
 }

@@ -5,6 +5,7 @@ mod compose_check;
 mod docs;
 mod doctor;
 mod link;
+mod privileges;
 mod resolve;
 mod status;
 mod unlink;
@@ -54,7 +55,7 @@ fn privileged(command: &Command) -> Option<&'static str> {
 /// Refuses up front, saying what is needed, instead of failing later on the first EPERM or
 /// EACCES from bpf(2), setns(2) or a pinned file.
 fn check_privileges(command: &str) -> Result<()> {
-    let missing = doctor::missing_capabilities();
+    let missing = privileges::missing_capabilities();
     if missing.is_empty() {
         return Ok(());
     }
@@ -63,4 +64,12 @@ fn check_privileges(command: &str) -> Result<()> {
          CAP_SYS_ADMIN (this process lacks {}); run it with sudo",
         missing.join(", ")
     )
+}
+
+/// The runtime of the commands that talk to dockerd; two workers are plenty for one client.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }

@@ -18,7 +18,7 @@ pub struct Pair {
 pub fn resolve_pair(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> Result<Pair> {
     match (a, b) {
         (EndpointSpec::Container { reference: ra }, EndpointSpec::Container { reference: rb }) => {
-            runtime()?.block_on(containers(ra, rb, host))
+            super::runtime()?.block_on(containers(ra, rb, host))
         }
         (EndpointSpec::Container { .. }, _) | (_, EndpointSpec::Container { .. }) => {
             bail!("{a} and {b}: link two containers, or two netns:/pid: endpoints, not one of each")
@@ -57,11 +57,4 @@ async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<Pair> {
         b: endpoint_on(&b, &net.id, host)?,
         network: net.name.clone(),
     })
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }

@@ -20,14 +20,14 @@ use futures::{FutureExt, StreamExt};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{debug, info, warn};
 
-use super::{link::choose, resolve::runtime};
+use super::runtime;
 use crate::{
-    cli::{DatapathArg, WatchArgs},
+    cli::WatchArgs,
     datapath::{Capacity, Datapath, Kind, LinkRequest, Origin},
     docker::{Container, Docker, endpoint_on},
     endpoint::Endpoint,
     firewall::{self, Ruleset},
-    labels::{self, DatapathChoice},
+    labels,
     metrics::{self, Metrics},
     netlink,
     netns::NetnsPath,
@@ -445,11 +445,7 @@ fn apply(
                         continue;
                     }
                 }
-                let kind = choose(match link.datapath {
-                    DatapathChoice::Auto => DatapathArg::Auto,
-                    DatapathChoice::Tc => DatapathArg::Tc,
-                    DatapathChoice::Xdp => DatapathArg::Xdp,
-                });
+                let kind = link.datapath.resolve();
                 requests.push((ea, eb, kind, network));
             }
             // A container that just stopped or is still starting: the next event catches up.

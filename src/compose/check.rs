@@ -4,9 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use crate::labels::{
-    self, DatapathChoice, ENABLE, GROUP, LabelError, NETWORK, OptIn, PEERS, PREFIX, Policy,
-};
+use crate::datapath::Choice;
+use crate::labels::{self, ENABLE, GROUP, LabelError, NETWORK, OptIn, PEERS, PREFIX, Policy};
 
 use super::model::{ComposeFile, External, NetworkDef, Scalar, Service};
 
@@ -392,8 +391,8 @@ impl<'a> Info<'a> {
         self.policy().and_then(|p| p.network.as_deref())
     }
 
-    fn datapath(&self) -> DatapathChoice {
-        self.policy().map_or(DatapathChoice::Auto, |p| p.datapath)
+    fn datapath(&self) -> Choice {
+        self.policy().map_or(Choice::Auto, |p| p.datapath)
     }
 }
 

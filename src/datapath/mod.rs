@@ -1,6 +1,7 @@
 //! The only code that talks to the kernel's BPF objects: loading and adopting the pinned maps and
 //! programs, attaching them, and keeping the maps consistent with the links that exist.
 mod attach;
+mod choice;
 mod fixups;
 mod pins;
 mod state;
@@ -19,6 +20,7 @@ use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NA
 use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
+pub use choice::{Choice, ParseChoiceError, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, on_bpffs};
 pub use state::Capacity;
 
