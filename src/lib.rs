@@ -1,10 +1,14 @@
 //! dxdp: container-to-container links on one host that bypass the Linux bridge with eBPF.
+//!
+//! The library is what the `dxdp` binary (its command line and one module per subcommand, under
+//! `src/main.rs`) and the tests use; everything else is `pub(crate)`.
+#![warn(unreachable_pub)]
 pub mod bench;
 pub mod compose;
 pub mod datapath;
 pub mod docker;
 pub mod endpoint;
-pub mod ethtool;
+mod ethtool;
 pub mod firewall;
 pub mod labels;
 pub mod metrics;

@@ -50,9 +50,7 @@ use std::path::Path;
 use thiserror::Error;
 
 pub use check::{CheckOptions, Problem, Severity, check, normalize_project, one_line};
-pub use model::{
-    ComposeFile, Deploy, External, Labels, NetworkDef, Scalar, Service, ServiceNetworks,
-};
+pub use model::ComposeFile;
 
 /// Compose files are a few kilobytes; anything this big is a mistake or an attack.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

@@ -9,7 +9,7 @@ mod state;
 use std::{
     fmt,
     fs::File,
-    path::{Path, PathBuf},
+    path::Path,
     str::FromStr,
     time::{SystemTime, UNIX_EPOCH},
 };
@@ -20,7 +20,7 @@ use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NA
 use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
-pub use choice::{Choice, ParseChoiceError, TC_SINCE, XDP_SINCE, has as kernel_has};
+pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, on_bpffs};
 pub use state::Capacity;
 
@@ -213,10 +213,6 @@ impl Datapath {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
         Ok(replaced)
-    }
-
-    pub fn pin_root(&self) -> &Path {
-        self.pins.root()
     }
 
     /// Installs both directions of a link, or nothing: every step taken is undone on failure.
@@ -504,11 +500,6 @@ fn fixed_name(name: &str) -> [u8; NAME_LEN] {
 fn unfixed_name(raw: &[u8; NAME_LEN]) -> String {
     let end = raw.iter().position(|b| *b == 0).unwrap_or(NAME_LEN);
     String::from_utf8_lossy(&raw[..end]).into_owned()
-}
-
-/// The pin root from `--pin-dir` or `DXDP_PIN_DIR`.
-pub fn pin_root(flag: Option<PathBuf>) -> PathBuf {
-    flag.unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_DIR))
 }
 
 #[cfg(test)]

@@ -41,18 +41,3 @@ pub fn endpoint_on(
     }
     Ok(ep)
 }
-
-/// Every endpoint of a container, one per bridge network it is on; networks whose endpoint
-/// cannot be found are skipped.
-pub fn container_endpoints(container: &Container, host: &[Interface]) -> Vec<(String, Endpoint)> {
-    container
-        .attachments
-        .iter()
-        .filter(|a| a.bridge.is_some())
-        .filter_map(|a| {
-            endpoint_on(container, &a.network.id, host)
-                .ok()
-                .map(|ep| (a.network.name.clone(), ep))
-        })
-        .collect()
-}

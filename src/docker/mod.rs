@@ -4,4 +4,4 @@ mod client;
 mod endpoints;
 
 pub use client::{BridgeNetwork, Container, Docker, NetworkAttachment};
-pub use endpoints::{container_endpoints, endpoint_on};
+pub use endpoints::endpoint_on;
