@@ -9,7 +9,7 @@ use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Feature {
+pub(crate) enum Feature {
     /// Generic receive offload; on a veth it also gives the receive side a NAPI context, without
     /// which frames redirected into it by XDP are dropped.
     Gro,
@@ -26,7 +26,7 @@ impl Feature {
         }
     }
 
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Feature::Gro => "generic-receive-offload",
             Feature::TxChecksum => "tx-checksumming",
@@ -47,7 +47,7 @@ struct IfReq {
     _pad: [u8; 16],
 }
 
-pub fn get(ifname: &str, feature: Feature) -> Result<bool> {
+pub(crate) fn get(ifname: &str, feature: Feature) -> Result<bool> {
     let mut value = EthtoolValue {
         cmd: feature.commands().0,
         data: 0,
@@ -57,7 +57,7 @@ pub fn get(ifname: &str, feature: Feature) -> Result<bool> {
     Ok(value.data != 0)
 }
 
-pub fn set(ifname: &str, feature: Feature, on: bool) -> Result<()> {
+pub(crate) fn set(ifname: &str, feature: Feature, on: bool) -> Result<()> {
     let mut value = EthtoolValue {
         cmd: feature.commands().1,
         data: u32::from(on),

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{endpoint::Endpoint, netlink::Interface};
 
-pub struct Programs<'p> {
+pub(super) struct Programs<'p> {
     pins: &'p Pins,
     tc: SchedClassifier,
     xdp: Xdp,
@@ -30,7 +30,7 @@ pub struct Programs<'p> {
 
 impl<'p> Programs<'p> {
     /// Adopts the pinned programs, loading and pinning them first if this is the first run.
-    pub fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
+    pub(super) fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
         if !pins.prog(Kind::Tc).exists() {
             let prog: &mut SchedClassifier = program(ebpf, names::TC_PROGRAM)?.try_into()?;
             prog.load()
@@ -59,7 +59,7 @@ impl<'p> Programs<'p> {
     /// Replaces pinned programs that differ from the ones this binary carries (an upgrade), in
     /// every attachment at once through bpf_link_update, so no frame meets a detached hook.
     /// Returns the kinds replaced.
-    pub fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<Kind>> {
+    pub(super) fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<Kind>> {
         let mut replaced = Vec::new();
         if !pins.prog(Kind::Tc).exists() || !pins.prog(Kind::Xdp).exists() {
             return Ok(replaced);
@@ -98,7 +98,7 @@ impl<'p> Programs<'p> {
     }
 
     /// Is our program of `kind` attached to this host veth right now?
-    pub fn attached(&self, kind: Kind, ifname: &str, host: Option<&Interface>) -> Result<bool> {
+    pub(super) fn attached(&self, kind: Kind, ifname: &str, host: Option<&Interface>) -> Result<bool> {
         match kind {
             Kind::Tc => Ok(tcx_ingress(ifname)?.iter().any(|p| p.id() == self.tc_id)),
             Kind::Xdp => Ok(host.and_then(|h| h.xdp_prog_id) == Some(self.xdp_id)),
@@ -106,7 +106,7 @@ impl<'p> Programs<'p> {
     }
 
     /// Attaches `kind` to the endpoint's host veth unless ours is there already.
-    pub fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
+    pub(super) fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
         let path = self.pins.link(kind, ep.host_ifindex);
         if self.attached_now(kind, ep)? {
             if path.exists() {
@@ -191,7 +191,7 @@ impl<'p> Programs<'p> {
     }
 
     /// Programs of other tools on a veth: TCX ingress ones beside ours, or an XDP program.
-    pub fn foreign_on(&self, iface: &Interface) -> Result<Vec<String>> {
+    pub(super) fn foreign_on(&self, iface: &Interface) -> Result<Vec<String>> {
         let mut out: Vec<String> = tcx_ingress(&iface.name)?
             .iter()
             .filter(|p| p.id() != self.tc_id)
@@ -205,7 +205,7 @@ impl<'p> Programs<'p> {
 
     /// Removes attachment pins whose interface is no longer managed or no longer carries our
     /// program (its device was destroyed, which detached the link).
-    pub fn drop_stale_pins(&self, managed: &[u32], host: &[Interface]) -> Result<usize> {
+    pub(super) fn drop_stale_pins(&self, managed: &[u32], host: &[Interface]) -> Result<usize> {
         let mut dropped = 0;
         for (kind, ifindex, path) in pins::link_pins(self.pins)? {
             let iface = host.iter().find(|i| i.index == ifindex);
@@ -225,7 +225,7 @@ impl<'p> Programs<'p> {
 
 /// Refuses to touch a veth where another tool's XDP program sits: XDP has one slot per device
 /// and replacing it would silently break that tool.
-pub fn check_foreign(
+pub(super) fn check_foreign(
     kind: Kind,
     ep: &Endpoint,
     host: &[Interface],
@@ -249,7 +249,7 @@ pub fn check_foreign(
     }
 }
 
-pub fn describe_program(id: u32) -> String {
+pub(super) fn describe_program(id: u32) -> String {
     let name = aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .find(|p| p.id() == id)

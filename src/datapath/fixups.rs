@@ -13,7 +13,7 @@ use crate::{
 /// Turns GRO on (a frame redirected into a veth by XDP is dropped unless the receiving peer has
 /// NAPI) and tx checksum offload off (XDP cannot finish a CHECKSUM_PARTIAL frame) on the
 /// container-side interface. Returns what was actually changed, so only that is undone.
-pub fn apply(ep: &Endpoint, undo: &mut Journal) -> Result<u8> {
+pub(super) fn apply(ep: &Endpoint, undo: &mut Journal) -> Result<u8> {
     let ifname = ep.ifname.clone();
     let changed = ep
         .netns
@@ -39,7 +39,7 @@ pub fn apply(ep: &Endpoint, undo: &mut Journal) -> Result<u8> {
 }
 
 /// Undoes `changed` on `ifname` inside `netns`.
-pub fn revert(netns: &NetnsPath, ifname: &str, changed: u8) -> Result<()> {
+pub(super) fn revert(netns: &NetnsPath, ifname: &str, changed: u8) -> Result<()> {
     let ifname = ifname.to_owned();
     netns.run(move || {
         if changed & FIXUP_GRO_ENABLED != 0 {
@@ -54,7 +54,7 @@ pub fn revert(netns: &NetnsPath, ifname: &str, changed: u8) -> Result<()> {
 
 /// Undoes the fix-ups recorded for a managed interface, finding its container's namespace by
 /// inode. A container that is gone took its interface with it: nothing to undo then.
-pub fn restore(rec: &dxdp_common::Endpoint) -> Result<()> {
+pub(super) fn restore(rec: &dxdp_common::Endpoint) -> Result<()> {
     let Some(ns) = netns::find_by_inode(rec.netns_ino) else {
         return Ok(());
     };

@@ -126,7 +126,7 @@ pub fn on_bpffs(path: &Path) -> bool {
 }
 
 /// Pinned attachments of `ifindex`, by parsing `KIND-IFINDEX` file names.
-pub fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
+pub(super) fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
     let mut out = Vec::new();
     let dir = pins.links();
     let entries = match std::fs::read_dir(&dir) {
@@ -147,14 +147,14 @@ pub fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
 }
 
 /// Unpinning the last reference to a bpf_link detaches its program.
-pub fn remove_link_pins(pins: &Pins, ifindex: u32) -> Result<()> {
+pub(super) fn remove_link_pins(pins: &Pins, ifindex: u32) -> Result<()> {
     for kind in [Kind::Tc, Kind::Xdp] {
         remove_if_present(&pins.link(kind, ifindex))?;
     }
     Ok(())
 }
 
-pub fn remove_if_present(path: &Path) -> Result<()> {
+pub(super) fn remove_if_present(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -163,7 +163,7 @@ pub fn remove_if_present(path: &Path) -> Result<()> {
 }
 
 /// Removes the whole pin tree; bpffs has no recursive unlink, so walk it.
-pub fn remove_all(root: &Path) -> Result<()> {
+pub(super) fn remove_all(root: &Path) -> Result<()> {
     if !root.exists() {
         return Ok(());
     }

@@ -83,11 +83,11 @@ pub(super) fn stamp_abi(ebpf: &mut Ebpf) -> Result<()> {
 }
 
 /// Same container interface as recorded, not a new veth that inherited the ifindex.
-pub fn same_endpoint(rec: &EndpointRec, ep: &Endpoint) -> bool {
+pub(super) fn same_endpoint(rec: &EndpointRec, ep: &Endpoint) -> bool {
     rec.netns_ino == ep.netns_ino && rec.peer_ifindex == ep.ifindex && rec.mac == ep.mac
 }
 
-pub struct Maps<'a> {
+pub(super) struct Maps<'a> {
     endpoints: HashMap<&'a mut MapData, u32, EndpointRec>,
     links: PerCpuHashMap<&'a mut MapData, LinkKey, LinkTarget>,
     targets: DevMapHash<&'a mut MapData>,
@@ -100,7 +100,7 @@ fn missing(name: &str) -> anyhow::Error {
 }
 
 impl<'a> Maps<'a> {
-    pub fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
+    pub(super) fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
         let [endpoints, links, targets, counters, link_meta] = ebpf.maps_disjoint_mut([
             names::ENDPOINTS,
             names::LINKS,
@@ -117,11 +117,11 @@ impl<'a> Maps<'a> {
         })
     }
 
-    pub fn endpoint(&self, ifindex: u32) -> Result<Option<EndpointRec>> {
+    pub(super) fn endpoint(&self, ifindex: u32) -> Result<Option<EndpointRec>> {
         absent_is_none(self.endpoints.get(&ifindex, 0))
     }
 
-    pub fn managed(&self) -> Result<Vec<(u32, Kind)>> {
+    pub(super) fn managed(&self) -> Result<Vec<(u32, Kind)>> {
         let mut out = Vec::new();
         for item in self.endpoints.iter() {
             let (ifindex, rec) = item?;
@@ -130,15 +130,15 @@ impl<'a> Maps<'a> {
         Ok(out)
     }
 
-    pub fn link_meta(&self, key: &LinkMetaKey) -> Result<Option<LinkMeta>> {
+    pub(super) fn link_meta(&self, key: &LinkMetaKey) -> Result<Option<LinkMeta>> {
         absent_is_none(self.link_meta.get(key, 0))
     }
 
-    pub fn all_link_meta(&self) -> Result<Vec<(LinkMetaKey, LinkMeta)>> {
+    pub(super) fn all_link_meta(&self) -> Result<Vec<(LinkMetaKey, LinkMeta)>> {
         Ok(self.link_meta.iter().collect::<Result<_, _>>()?)
     }
 
-    pub fn has_link(&self, from: &Endpoint, to: &Endpoint) -> Result<bool> {
+    pub(super) fn has_link(&self, from: &Endpoint, to: &Endpoint) -> Result<bool> {
         Ok(self.target(&LinkKey::new(from.host_ifindex, to.mac))? == Some(to.host_ifindex))
     }
 
@@ -148,7 +148,7 @@ impl<'a> Maps<'a> {
     }
 
     /// Every directed link with its target and its traffic summed over CPUs.
-    pub fn directions(&self) -> Result<Vec<(LinkKey, LinkTarget)>> {
+    pub(super) fn directions(&self) -> Result<Vec<(LinkKey, LinkTarget)>> {
         let mut out = Vec::new();
         for item in self.links.iter() {
             let (key, per_cpu) = item?;
@@ -163,7 +163,7 @@ impl<'a> Maps<'a> {
         Ok(out)
     }
 
-    pub fn counters(&self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
+    pub(super) fn counters(&self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
         let Some(per_cpu) = absent_is_none(self.counters.get(&ifindex, 0))? else {
             return Ok(None);
         };
@@ -179,7 +179,7 @@ impl<'a> Maps<'a> {
         Ok(Some(sum.into()))
     }
 
-    pub fn add_endpoint(
+    pub(super) fn add_endpoint(
         &mut self,
         ep: &Endpoint,
         kind: Kind,
@@ -209,7 +209,7 @@ impl<'a> Maps<'a> {
             .map_err(|e| full(e, names::ENDPOINTS, &ep.label))
     }
 
-    pub fn add_direction(
+    pub(super) fn add_direction(
         &mut self,
         from: &Endpoint,
         to: &Endpoint,
@@ -229,7 +229,7 @@ impl<'a> Maps<'a> {
             .map_err(|e| full(e, names::LINKS, &from.label))
     }
 
-    pub fn set_link_meta(
+    pub(super) fn set_link_meta(
         &mut self,
         key: LinkMetaKey,
         meta: LinkMeta,
@@ -248,7 +248,7 @@ impl<'a> Maps<'a> {
     }
 
     /// Removes both directions and the record of the link between two host ifindexes.
-    pub fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
+    pub(super) fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
         self.remove_directions(|from, to| (from, to) == (x, y) || (from, to) == (y, x))?;
         ignore_absent(self.link_meta.remove(&super::meta_key(x, y)))
     }
@@ -282,7 +282,7 @@ impl<'a> Maps<'a> {
     }
 
     /// Interfaces at either end of some directed link.
-    pub fn interfaces_in_use(&self) -> Result<HashSet<u32>> {
+    pub(super) fn interfaces_in_use(&self) -> Result<HashSet<u32>> {
         Ok(self
             .directions()?
             .iter()
@@ -291,7 +291,7 @@ impl<'a> Maps<'a> {
     }
 
     /// Forgets an interface and every link that touches it.
-    pub fn purge_interface(&mut self, ifindex: u32) -> Result<()> {
+    pub(super) fn purge_interface(&mut self, ifindex: u32) -> Result<()> {
         let touches = |x: u32, y: u32| x == ifindex || y == ifindex;
         self.remove_directions(touches)?;
         self.remove_meta(touches)?;
@@ -301,7 +301,7 @@ impl<'a> Maps<'a> {
     }
 
     /// Drops entries that refer to an interface no longer managed.
-    pub fn drop_dangling(&mut self) -> Result<()> {
+    pub(super) fn drop_dangling(&mut self) -> Result<()> {
         let managed: Vec<u32> = self.managed()?.into_iter().map(|(i, _)| i).collect();
         let is_managed = |i: u32| managed.contains(&i);
         let dangling = |x: u32, y: u32| !is_managed(x) || !is_managed(y);
@@ -359,7 +359,7 @@ fn full(err: MapError, map: &str, what: &str) -> anyhow::Error {
 }
 
 /// One step to take back if a change fails halfway.
-pub enum Undo {
+pub(super) enum Undo {
     Endpoint(u32),
     Direction(LinkKey),
     Meta(LinkMetaKey),
@@ -373,18 +373,18 @@ pub enum Undo {
 
 /// Steps taken so far, undone in reverse order unless committed.
 #[derive(Default)]
-pub struct Journal(Vec<Undo>);
+pub(super) struct Journal(Vec<Undo>);
 
 impl Journal {
-    pub fn push(&mut self, step: Undo) {
+    pub(super) fn push(&mut self, step: Undo) {
         self.0.push(step);
     }
 
-    pub fn commit(&mut self) {
+    pub(super) fn commit(&mut self) {
         self.0.clear();
     }
 
-    pub fn roll_back(&mut self, ebpf: &mut Ebpf) {
+    pub(super) fn roll_back(&mut self, ebpf: &mut Ebpf) {
         let steps: Vec<_> = self.0.drain(..).rev().collect();
         let mut maps = match Maps::new(ebpf) {
             Ok(maps) => maps,

@@ -5,20 +5,20 @@ use super::model::Tri;
 
 /// `addr/len`; a bare address is a host prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prefix {
+pub(super) struct Prefix {
     addr: IpAddr,
     len: u8,
 }
 
 impl Prefix {
-    pub fn new(addr: IpAddr, len: u8) -> Option<Self> {
+    pub(super) fn new(addr: IpAddr, len: u8) -> Option<Self> {
         let max = if addr.is_ipv4() { 32 } else { 128 };
         (len <= max).then_some(Self { addr, len })
     }
 
     /// `10.0.0.0/8`, `10.1.2.3`, `fd00::/64`, `::1`; iptables-save's dotted masks
     /// (`10.0.0.0/255.0.0.0`) are read too.
-    pub fn parse(text: &str) -> Option<Self> {
+    pub(super) fn parse(text: &str) -> Option<Self> {
         let (addr, len) = match text.split_once('/') {
             Some((addr, len)) => (addr, Some(len)),
             None => (text, None),
@@ -35,7 +35,7 @@ impl Prefix {
         Self::new(addr, len)
     }
 
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(super) fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
@@ -64,13 +64,13 @@ fn mask_len(mask: IpAddr) -> Option<u8> {
 
 /// What an address condition names: a prefix or an inclusive range (nft `a-b`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Net {
+pub(super) enum Net {
     Prefix(Prefix),
     Range(IpAddr, IpAddr),
 }
 
 impl Net {
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(super) fn contains(&self, ip: IpAddr) -> bool {
         match *self {
             Net::Prefix(p) => p.contains(ip),
             Net::Range(lo, hi) => {
@@ -82,7 +82,7 @@ impl Net {
 
 /// Whether every, none or some of `addrs` fall in any of `nets`. An empty `addrs` is
 /// `Maybe`: nothing is known about the packets' addresses then.
-pub fn meet(nets: &[Net], addrs: &[IpAddr]) -> Tri {
+pub(super) fn meet(nets: &[Net], addrs: &[IpAddr]) -> Tri {
     let inside = addrs
         .iter()
         .filter(|ip| nets.iter().any(|n| n.contains(**ip)))

@@ -31,7 +31,7 @@ fn hooks(table: &str) -> &'static [(&'static str, Hook)] {
 /// Parses one tool's dump. `tool` names it in messages ("iptables (nf_tables)").
 /// Fails on a line it cannot read, naming it: a ruleset we cannot read is not one we can
 /// prove harmless.
-pub fn parse(tool: &str, family: Family, dump: &str) -> Result<Vec<Table>, String> {
+pub(super) fn parse(tool: &str, family: Family, dump: &str) -> Result<Vec<Table>, String> {
     let mut tables = Vec::new();
     let mut current: Option<Table> = None;
     for (n, line) in dump.lines().enumerate() {

@@ -12,7 +12,7 @@ use super::addr::{Net, meet};
 
 /// Whether a condition holds for all of a pair's packets, for none, or possibly for some.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tri {
+pub(super) enum Tri {
     Yes,
     No,
     Maybe,
@@ -29,14 +29,14 @@ impl Tri {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
+pub(super) enum Family {
     V4,
     V6,
 }
 
 /// Which interface a condition names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dev {
+pub(super) enum Dev {
     /// iptables `-i`, nft `iifname`: the bridge under br_netfilter, the port in the bridge family.
     In,
     Out,
@@ -49,13 +49,13 @@ pub enum Dev {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum End {
+pub(super) enum End {
     Src,
     Dst,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Cond {
+pub(super) enum Cond {
     /// Interface names; a trailing `+` (iptables) or `*` (nft) is a wildcard.
     Dev {
         dev: Dev,
@@ -78,7 +78,7 @@ pub enum Cond {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     Accept,
     /// Drop, reject, queue, NAT, marks, or a target we do not know: the pair's packets may not
     /// come through unchanged.
@@ -91,7 +91,7 @@ pub enum Action {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Rule {
+pub(super) struct Rule {
     pub conds: Vec<Cond>,
     pub action: Action,
     /// As the tool that wrote it prints it, for messages.
@@ -99,7 +99,7 @@ pub struct Rule {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Chain {
+pub(super) struct Chain {
     pub rules: Vec<Rule>,
     /// A base chain's policy: `Some(true)` accept, `Some(false)` drop; `None` for a user chain.
     pub policy_accepts: Option<bool>,
@@ -107,7 +107,7 @@ pub struct Chain {
 
 /// Where a base chain sits, which decides how the pair's interfaces look to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hook {
+pub(super) enum Hook {
     Prerouting,
     Forward,
     Postrouting,
@@ -117,7 +117,7 @@ pub enum Hook {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Base {
+pub(super) struct Base {
     pub chain: String,
     pub hook: Hook,
     /// netdev chains: the devices they are bound to.
@@ -126,7 +126,7 @@ pub struct Base {
 
 /// How packets reach a set of chains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layer {
+pub(super) enum Layer {
     /// iptables tables and nft ip/ip6/inet tables: bridged packets reach them only through
     /// br_netfilter, with the bridge as in/out device and the ports as physdev.
     Inet,
@@ -138,7 +138,7 @@ pub enum Layer {
 
 /// The chains of one table of one tool.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Table {
+pub(super) struct Table {
     /// e.g. "iptables (nf_tables) filter", "nftables inet filter".
     pub name: String,
     /// The families whose packets this table sees; both for nft inet, bridge and netdev.
@@ -150,7 +150,7 @@ pub struct Table {
 
 /// One direction of a pair's traffic as one hook sees it.
 #[derive(Clone, Debug)]
-pub struct Flow<'a> {
+pub(super) struct Flow<'a> {
     pub family: Family,
     pub src: &'a [IpAddr],
     pub dst: &'a [IpAddr],
@@ -232,7 +232,7 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 }
 
 impl Rule {
-    pub fn matches(&self, flow: &Flow<'_>) -> Tri {
+    pub(super) fn matches(&self, flow: &Flow<'_>) -> Tri {
         let mut all = Tri::Yes;
         for cond in &self.conds {
             match cond.eval(flow) {
@@ -254,7 +254,7 @@ enum Exit {
 
 impl Table {
     /// `Ok` if every packet of `flow` reaching base chain `base` is accepted by this table.
-    pub fn passes(&self, base: &Base, flow: &Flow<'_>) -> Result<(), Blocker> {
+    pub(super) fn passes(&self, base: &Base, flow: &Flow<'_>) -> Result<(), Blocker> {
         let Some(chain) = self.chains.get(&base.chain) else {
             return Ok(());
         };

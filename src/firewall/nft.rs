@@ -15,7 +15,7 @@ use super::{
 
 /// Parses the JSON ruleset. `skip(family, table)` says which tables another reader covers;
 /// `listing` adds what only the text listing shows.
-pub fn parse(
+pub(super) fn parse(
     json: &str,
     skip: impl Fn(&str, &str) -> bool,
     listing: &Listing,
@@ -298,7 +298,7 @@ fn net(v: &Value) -> Option<Net> {
 /// What `nft -a list ruleset` shows that its JSON (nft 1.0) does not: each rule's text, for
 /// messages, and the devices an ingress or egress chain is bound to.
 #[derive(Debug, Default)]
-pub struct Listing {
+pub(super) struct Listing {
     /// (family, table, chain, handle) → the rule as nft prints it.
     pub texts: HashMap<(String, String, String, u64), String>,
     /// (family, table, chain) → `device "lo"` or `devices = { a, b }`.
@@ -306,7 +306,7 @@ pub struct Listing {
 }
 
 impl Listing {
-    pub fn parse(listing: &str) -> Self {
+    pub(super) fn parse(listing: &str) -> Self {
         let mut out = Self::default();
         let (mut family, mut table, mut chain) = (String::new(), String::new(), String::new());
         for line in listing.lines() {

@@ -36,7 +36,7 @@ fn legacy_in_use(proc_file: &str) -> bool {
     std::fs::read_to_string(proc_file).is_ok_and(|names| !names.trim().is_empty())
 }
 
-pub fn ruleset() -> Result<Ruleset> {
+pub(super) fn ruleset() -> Result<Ruleset> {
     let mut tables = Vec::new();
     // iptables-nft's tables, read here as iptables rules; nft's reader skips them.
     let mut iptables_nft = HashSet::new();
