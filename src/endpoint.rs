@@ -24,8 +24,8 @@ pub enum EndpointSpec {
     "endpoint {input:?}: {reason}; write netns:NAME[:IFACE], pid:PID[:IFACE] or a container name"
 )]
 pub struct EndpointParseError {
-    pub input: String,
-    pub reason: String,
+    pub(crate) input: String,
+    pub(crate) reason: String,
 }
 
 const IFNAMSIZ: usize = 16;
@@ -143,7 +143,7 @@ impl Endpoint {
 
 /// Finds, inside `netns`, the veth named `iface` (or carrying `mac`, or else the only one) whose
 /// host-side peer hangs on a bridge in the host namespace described by `host`.
-pub fn locate(
+pub(crate) fn locate(
     label: String,
     netns: NetnsPath,
     iface: Option<&str>,

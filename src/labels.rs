@@ -30,27 +30,27 @@ use thiserror::Error;
 
 use crate::datapath::Choice;
 
-pub const PREFIX: &str = "dxdp.";
-pub const ENABLE: &str = "dxdp.enable";
-pub const PEERS: &str = "dxdp.peers";
-pub const GROUP: &str = "dxdp.group";
-pub const DATAPATH: &str = "dxdp.datapath";
-pub const NETWORK: &str = "dxdp.network";
-pub const FIREWALL: &str = "dxdp.firewall";
-pub const KEYS: [&str; 6] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL];
+pub(crate) const PREFIX: &str = "dxdp.";
+pub(crate) const ENABLE: &str = "dxdp.enable";
+pub(crate) const PEERS: &str = "dxdp.peers";
+pub(crate) const GROUP: &str = "dxdp.group";
+pub(crate) const DATAPATH: &str = "dxdp.datapath";
+pub(crate) const NETWORK: &str = "dxdp.network";
+pub(crate) const FIREWALL: &str = "dxdp.firewall";
+pub(crate) const KEYS: [&str; 6] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL];
 
 /// Docker's container-name limit, so that any container name can be written as a peer.
-pub const MAX_NAME_LEN: usize = 128;
-pub const MAX_VALUE_LEN: usize = 1024;
-pub const MAX_PEERS: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 128;
+pub(crate) const MAX_VALUE_LEN: usize = 1024;
+pub(crate) const MAX_PEERS: usize = 64;
 /// Same bound as peers: groups cost a quadratic number of pairs.
-pub const MAX_GROUPS: usize = 64;
+pub(crate) const MAX_GROUPS: usize = 64;
 
 /// Longest value echoed back in a [`LabelError`]; an oversized value would drown the message.
 const SHOWN_VALUE_CHARS: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum NameError {
+pub(crate) enum NameError {
     #[error("name is empty")]
     Empty,
     #[error("name must start with a letter or digit, not {0:?}")]
@@ -63,7 +63,7 @@ pub enum NameError {
 
 /// Checks `[A-Za-z0-9][A-Za-z0-9_.-]*` of at most [`MAX_NAME_LEN`] characters, the shape of
 /// Docker container, compose service and network names (without a leading `/`).
-pub fn validate_name(name: &str) -> Result<(), NameError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), NameError> {
     let mut chars = name.chars();
     let first = chars.next().ok_or(NameError::Empty)?;
     if !first.is_ascii_alphanumeric() {
@@ -80,24 +80,24 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
 }
 
 /// Container name as Docker reports it in lists (`docker inspect` prefixes a `/`).
-pub fn normalize_name(raw: &str) -> &str {
+pub(crate) fn normalize_name(raw: &str) -> &str {
     let trimmed = raw.trim();
     trimmed.strip_prefix('/').unwrap_or(trimmed)
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Normalised (no leading `/`), deduplicated, in written order.
-    pub peers: Vec<String>,
+    pub(crate) peers: Vec<String>,
     /// Deduplicated, in written order.
-    pub groups: Vec<String>,
-    pub datapath: Choice,
-    pub network: Option<String>,
+    pub(crate) groups: Vec<String>,
+    pub(crate) datapath: Choice,
+    pub(crate) network: Option<String>,
 }
 
 /// What a container's labels say about taking part.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OptIn {
+pub(crate) enum OptIn {
     /// No `dxdp.enable`: the container asks for nothing but may be named as a peer.
     /// `ignored` lists the other `dxdp.*` keys present, sorted; they have no effect.
     Absent {
@@ -111,13 +111,13 @@ pub enum OptIn {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LabelError {
-    pub key: String,
-    pub value: String,
+pub(crate) struct LabelError {
+    pub(crate) key: String,
+    pub(crate) value: String,
     /// What is wrong.
-    pub reason: String,
+    pub(crate) reason: String,
     /// What to write instead.
-    pub hint: String,
+    pub(crate) hint: String,
 }
 
 impl LabelError {
@@ -163,7 +163,7 @@ impl std::error::Error for LabelError {}
 
 /// Reads the `dxdp.*` labels; other labels are not looked at.
 /// `Err` carries every problem found, sorted by key, not just the first.
-pub fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>> {
+pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<LabelError>> {
     let mut ours: Vec<(&str, &str)> = labels
         .iter()
         .filter(|(k, _)| k.starts_with(PREFIX))

@@ -17,3 +17,6 @@ pub mod netns;
 pub mod plan;
 pub mod reconcile;
 pub mod sd_notify;
+
+#[cfg(test)]
+mod fuzz_parsers;

@@ -60,9 +60,9 @@ impl Metrics {
 }
 
 /// The pinned state at scrape time.
-pub struct State {
-    pub links: Vec<LinkRecord>,
-    pub interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
+pub(crate) struct State {
+    pub(crate) links: Vec<LinkRecord>,
+    pub(crate) interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
 }
 
 fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {

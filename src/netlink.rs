@@ -9,7 +9,7 @@ use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, L
 
 use crate::netns::NetnsPath;
 
-pub type MacAddr = [u8; 6];
+pub(crate) type MacAddr = [u8; 6];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
@@ -34,7 +34,7 @@ impl Interface {
         self.kind.as_deref() == Some("veth")
     }
 
-    pub fn is_bridge(&self) -> bool {
+    pub(crate) fn is_bridge(&self) -> bool {
         self.kind.as_deref() == Some("bridge")
     }
 }
@@ -53,7 +53,7 @@ pub fn interfaces(netns: &NetnsPath) -> Result<Vec<Interface>> {
 
 /// The interface with `index` in the namespace at `netns`, if there is one: one request where
 /// [`interfaces`] would dump them all.
-pub fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interface>> {
+pub(crate) fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interface>> {
     netns
         .run(move || {
             ask_here(async |handle| {
@@ -72,7 +72,7 @@ pub fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interface>> {
 
 /// The addresses (IPv4 and IPv6, link-local included) of interface `index` in `netns`: what
 /// the firewall check needs to know which rules could see its packets.
-pub fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {
+pub(crate) fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {
     netns
         .run(move || {
             ask_here(async |handle| {
@@ -158,7 +158,7 @@ fn kind_name(kind: &InfoKind) -> String {
     }
 }
 
-pub fn format_mac(mac: &MacAddr) -> String {
+pub(crate) fn format_mac(mac: &MacAddr) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()

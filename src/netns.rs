@@ -17,11 +17,11 @@ use nix::sched::{CloneFlags, setns};
 pub struct NetnsPath(PathBuf);
 
 impl NetnsPath {
-    pub fn named(name: &str) -> Self {
+    pub(crate) fn named(name: &str) -> Self {
         Self(Path::new("/run/netns").join(name))
     }
 
-    pub fn of_pid(pid: u32) -> Self {
+    pub(crate) fn of_pid(pid: u32) -> Self {
         Self(PathBuf::from(format!("/proc/{pid}/ns/net")))
     }
 
@@ -34,7 +34,7 @@ impl NetnsPath {
     }
 
     /// The namespace's inode: equal inodes mean the same namespace.
-    pub fn inode(&self) -> Result<u64> {
+    pub(crate) fn inode(&self) -> Result<u64> {
         match std::fs::metadata(&self.0) {
             Ok(meta) => Ok(meta.ino()),
             // Another process's namespace opens only with ptrace access to it.
@@ -53,7 +53,7 @@ impl NetnsPath {
     }
 
     /// Runs `work` on a dedicated thread inside this namespace and returns its result.
-    pub fn run<T, F>(&self, work: F) -> Result<T>
+    pub(crate) fn run<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce() -> Result<T> + Send + 'static,
@@ -83,7 +83,7 @@ impl std::fmt::Display for NetnsPath {
 
 /// Finds a way into the namespace with inode `ino`: a named namespace or any process inside it.
 /// Used to undo fix-ups when only the pinned state remembers where a container lived.
-pub fn find_by_inode(ino: u64) -> Option<NetnsPath> {
+pub(crate) fn find_by_inode(ino: u64) -> Option<NetnsPath> {
     let named = std::fs::read_dir("/run/netns")
         .into_iter()
         .flatten()

@@ -32,8 +32,8 @@ use serde::Serialize;
 use crate::datapath::Choice;
 use crate::labels::{self, OptIn, Policy};
 
-pub const COMPOSE_PROJECT: &str = "com.docker.compose.project";
-pub const COMPOSE_SERVICE: &str = "com.docker.compose.service";
+pub(crate) const COMPOSE_PROJECT: &str = "com.docker.compose.project";
+pub(crate) const COMPOSE_SERVICE: &str = "com.docker.compose.service";
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerView {

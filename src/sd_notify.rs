@@ -25,7 +25,7 @@ use tracing::{debug, warn};
 
 /// Where notifications go, if anywhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A socket file, e.g. `/run/systemd/notify`.
     Path(std::path::PathBuf),
     /// A name in the abstract namespace (`@name` in the variable, without the `@` here).
@@ -34,7 +34,7 @@ pub enum Target {
 
 /// Reads `$NOTIFY_SOCKET`. `None` when unset or empty; an address of a kind dxdp does not speak
 /// (systemd also allows `vsock:`) is an error the caller logs.
-pub fn parse_socket(value: Option<&OsStr>) -> Result<Option<Target>, String> {
+pub(crate) fn parse_socket(value: Option<&OsStr>) -> Result<Option<Target>, String> {
     let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
@@ -51,7 +51,7 @@ pub fn parse_socket(value: Option<&OsStr>) -> Result<Option<Target>, String> {
 
 /// How often to send `WATCHDOG=1`: half of `$WATCHDOG_USEC`, as sd_watchdog_enabled(3)
 /// recommends, if it is set to a positive number and `$WATCHDOG_PID` is unset or `pid`.
-pub fn watchdog_interval(
+pub(crate) fn watchdog_interval(
     usec: Option<&str>,
     watchdog_pid: Option<&str>,
     pid: u32,
@@ -67,7 +67,7 @@ pub fn watchdog_interval(
 
 /// One notification: `KEY=value` lines. A `STATUS=` text is kept on one line, since a newline
 /// would start another assignment.
-pub fn message(fields: &[(&str, &str)]) -> String {
+pub(crate) fn message(fields: &[(&str, &str)]) -> String {
     let mut out = String::new();
     for (key, value) in fields {
         out.push_str(key);

@@ -49,7 +49,7 @@ pub fn check_interrupted() -> Result<()> {
 }
 
 /// The host tools the bench runs, each with what to tell a user who lacks it.
-pub const TOOLS: &[(&str, &str)] = &[
+pub(crate) const TOOLS: &[(&str, &str)] = &[
     (
         "iperf3",
         "install iperf3 (apt-get install iperf3, dnf install iperf3)",
@@ -74,7 +74,7 @@ pub fn missing_tool() -> Option<(&'static str, &'static str)> {
 }
 
 /// `program args…` inside the network namespace at `netns`.
-pub fn in_netns(netns: &Path, program: &str) -> Command {
+pub(crate) fn in_netns(netns: &Path, program: &str) -> Command {
     let mut cmd = Command::new("nsenter");
     cmd.arg(format!("--net={}", netns.display()))
         .arg("--")
@@ -83,10 +83,10 @@ pub fn in_netns(netns: &Path, program: &str) -> Command {
 }
 
 /// A child that is killed and reaped when dropped, however the caller leaves.
-pub struct KillOnDrop(Child);
+pub(crate) struct KillOnDrop(Child);
 
 impl KillOnDrop {
-    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
+    pub(crate) fn spawn(cmd: &mut Command, what: &str) -> Result<Self> {
         Ok(Self(
             cmd.spawn().with_context(|| format!("cannot run {what}"))?,
         ))
@@ -114,20 +114,20 @@ impl Drop for KillOnDrop {
     }
 }
 
-pub struct Output {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Output {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// Runs `cmd` to completion, killing it after `limit` or on an interrupt. Output is drained on
 /// threads: iperf3's JSON of a long multi-stream run can outgrow a pipe buffer before it exits.
-pub fn run_bounded(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+pub(crate) fn run_bounded(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
     run(cmd, limit, what, true)
 }
 
 /// Like [`run_bounded`] but deaf to interrupts: for undoing changes after Ctrl-C.
-pub fn run_to_end(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+pub(crate) fn run_to_end(cmd: Command, limit: Duration, what: &str) -> Result<Output> {
     run(cmd, limit, what, false)
 }
 
@@ -173,7 +173,7 @@ fn run(mut cmd: Command, limit: Duration, what: &str, interruptible: bool) -> Re
 
 /// How one iperf3 client run ended.
 #[derive(Debug, PartialEq)]
-pub enum IperfError {
+pub(crate) enum IperfError {
     /// Nothing listens yet: the server has not bound its port, worth retrying briefly.
     NotListening,
     Failed(String),
@@ -181,7 +181,7 @@ pub enum IperfError {
 
 /// The client's JSON report, or why there is none. iperf3 3.12 exits 0 even when it could not
 /// connect, so the `error` field decides, not the exit status.
-pub fn parse_iperf(json: &str) -> Result<Value, IperfError> {
+pub(crate) fn parse_iperf(json: &str) -> Result<Value, IperfError> {
     let value: Value = serde_json::from_str(json)
         .map_err(|e| IperfError::Failed(format!("iperf3 printed no JSON report ({e})")))?;
     if let Some(error) = value.get("error").and_then(Value::as_str) {
@@ -206,13 +206,13 @@ fn number(value: &Value, path: &[&str]) -> Result<f64> {
 }
 
 /// TCP goodput the receiver saw, in Gbit/s.
-pub fn tcp_gbps(report: &Value) -> Result<f64> {
+pub(crate) fn tcp_gbps(report: &Value) -> Result<f64> {
     Ok(number(report, &["end", "sum_received", "bits_per_second"])? / 1e9)
 }
 
 /// UDP packets per second that reached the receiver: with `-b 0` the sender outruns any path,
 /// so what counts is what arrived, not what was sent.
-pub fn udp_pps(report: &Value) -> Result<f64> {
+pub(crate) fn udp_pps(report: &Value) -> Result<f64> {
     let packets = number(report, &["end", "sum", "packets"])?;
     let lost = number(report, &["end", "sum", "lost_packets"])?;
     let seconds = number(report, &["end", "sum", "seconds"])?;
@@ -224,7 +224,7 @@ pub fn udp_pps(report: &Value) -> Result<f64> {
 
 /// Every round-trip time ping printed, in µs. Duplicates are left out: they answer a request
 /// that already has its time.
-pub fn ping_rtts_us(output: &str) -> Vec<f64> {
+pub(crate) fn ping_rtts_us(output: &str) -> Vec<f64> {
     output
         .lines()
         .filter(|line| !line.contains("DUP!"))
@@ -246,7 +246,7 @@ pub fn ping_rtts_us(output: &str) -> Vec<f64> {
 }
 
 /// The first IPv4 address in `ip -j -4 addr show` output, preferring global scope.
-pub fn first_ipv4(json: &str) -> Result<Ipv4Addr> {
+pub(crate) fn first_ipv4(json: &str) -> Result<Ipv4Addr> {
     let links: Vec<Value> = serde_json::from_str(json).context("cannot parse `ip -j addr`")?;
     let addrs: Vec<&Value> = links
         .iter()
@@ -293,16 +293,16 @@ pub struct Runner {
 const LISTEN_WAIT: Duration = Duration::from_secs(5);
 
 impl Runner {
-    pub fn tcp_gbps(&self, streams: u32) -> Result<f64> {
+    pub(crate) fn tcp_gbps(&self, streams: u32) -> Result<f64> {
         tcp_gbps(&self.iperf(&["-P", &streams.to_string()])?)
     }
 
-    pub fn udp_pps(&self, payload: u32) -> Result<f64> {
+    pub(crate) fn udp_pps(&self, payload: u32) -> Result<f64> {
         udp_pps(&self.iperf(&["-u", "-b", "0", "-l", &payload.to_string()])?)
     }
 
     /// `count` pings 5 ms apart; the interval below 200 ms needs root, which the bench has.
-    pub fn ping_us(&self, count: u32) -> Result<Vec<f64>> {
+    pub(crate) fn ping_us(&self, count: u32) -> Result<Vec<f64>> {
         let mut cmd = in_netns(&self.client_ns, "ping");
         cmd.args(["-n", "-c", &count.to_string(), "-i", "0.005", "-W", "1"])
             .arg(self.target.to_string());

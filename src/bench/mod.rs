@@ -34,7 +34,7 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 4] = [Config::Bridge, Config::Tc, Config::Xdp, Config::Loopback];
+    pub(crate) const ALL: [Config; 4] = [Config::Bridge, Config::Tc, Config::Xdp, Config::Loopback];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -93,7 +93,7 @@ impl Metric {
         Metric::RttP99,
     ];
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
@@ -110,7 +110,7 @@ impl Metric {
     }
 
     /// Column header of the table.
-    pub fn header(self) -> &'static str {
+    pub(crate) fn header(self) -> &'static str {
         match self {
             Metric::Tcp1 => "TCP1 Gbit/s",
             Metric::Tcp4 => "TCP4 Gbit/s",
@@ -122,7 +122,7 @@ impl Metric {
     }
 
     /// Progress and chart label.
-    pub fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Metric::Tcp1 => "tcp1",
             Metric::Tcp4 => "tcp4",
@@ -141,7 +141,7 @@ impl Metric {
         }
     }
 
-    pub fn lower_is_better(self) -> bool {
+    pub(crate) fn lower_is_better(self) -> bool {
         matches!(self, Metric::RttMedian | Metric::RttP99)
     }
 }
@@ -178,7 +178,7 @@ impl Samples {
         &self.per_metric[metric.index()]
     }
 
-    pub fn push(&mut self, metric: Metric, value: f64) {
+    pub(crate) fn push(&mut self, metric: Metric, value: f64) {
         self.per_metric[metric.index()].push(value);
     }
 }
@@ -190,14 +190,14 @@ pub struct Results {
 }
 
 impl Results {
-    pub fn samples(&self, config: Config) -> Option<&Samples> {
+    pub(crate) fn samples(&self, config: Config) -> Option<&Samples> {
         self.configs
             .iter()
             .find(|(c, _)| *c == config)
             .map(|(_, s)| s)
     }
 
-    pub fn spread(&self, config: Config, metric: Metric) -> Option<Spread> {
+    pub(crate) fn spread(&self, config: Config, metric: Metric) -> Option<Spread> {
         Spread::of(self.samples(config)?.of(metric))
     }
 

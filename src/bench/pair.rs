@@ -123,7 +123,7 @@ impl PairState {
     }
 
     /// Links the pair with `want`, or unlinks it for `None`.
-    pub fn switch(&mut self, want: Option<Kind>) -> Result<()> {
+    pub(crate) fn switch(&mut self, want: Option<Kind>) -> Result<()> {
         self.set(want.map(|kind| (kind, Origin::Manual, self.network.clone())))
     }
 
@@ -170,7 +170,7 @@ impl PairState {
     }
 
     /// Packets redirected from either veth.
-    pub fn redirected(&self) -> Result<u64> {
+    pub(crate) fn redirected(&self) -> Result<u64> {
         self.count(|c| c.redirected_packets)
     }
 
@@ -188,7 +188,7 @@ impl PairState {
 
     /// Brings up `lo` in A's namespace if it is down (as in a fresh `ip netns add`); it goes
     /// down again on restore.
-    pub fn ensure_loopback_up(&mut self) -> Result<()> {
+    pub(crate) fn ensure_loopback_up(&mut self) -> Result<()> {
         if self.lo_raised.is_some() {
             return Ok(());
         }

@@ -7,9 +7,9 @@ use serde::Serialize;
 /// The median and the range of one metric's samples.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 impl Spread {
@@ -24,7 +24,7 @@ impl Spread {
         })
     }
 
-    pub fn is_single(&self) -> bool {
+    pub(crate) fn is_single(&self) -> bool {
         self.min == self.max
     }
 }
@@ -45,13 +45,13 @@ fn median_sorted(sorted: &[f64]) -> Option<f64> {
 }
 
 /// The median; even counts average the two middle samples.
-pub fn median(samples: &[f64]) -> Option<f64> {
+pub(crate) fn median(samples: &[f64]) -> Option<f64> {
     median_sorted(&sorted(samples))
 }
 
 /// Nearest-rank percentile: always one of the samples, so a p99 of 200 pings is a latency that
 /// really happened rather than an interpolation between two of them.
-pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
+pub(crate) fn percentile(samples: &[f64], p: f64) -> Option<f64> {
     let sorted = sorted(samples);
     if sorted.is_empty() || !(0.0..=100.0).contains(&p) {
         return None;

@@ -7,28 +7,28 @@ use std::fmt::Write;
 
 use super::{Config, Metric, Results};
 
-pub struct Group {
-    pub label: String,
+pub(crate) struct Group {
+    pub(crate) label: String,
     /// A second, smaller line under the label.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
-pub struct Series {
-    pub name: String,
-    pub color: &'static str,
+pub(crate) struct Series {
+    pub(crate) name: String,
+    pub(crate) color: &'static str,
     /// One value per group; `None` draws no bar (no data, or no baseline to divide by).
-    pub values: Vec<Option<f64>>,
+    pub(crate) values: Vec<Option<f64>>,
 }
 
 pub struct Chart {
     pub title: String,
     pub subtitle: String,
     pub baseline: String,
-    pub groups: Vec<Group>,
-    pub series: Vec<Series>,
+    pub(crate) groups: Vec<Group>,
+    pub(crate) series: Vec<Series>,
 }
 
-pub fn color(config: Config) -> &'static str {
+pub(crate) fn color(config: Config) -> &'static str {
     match config {
         Config::Bridge => "#8c8c8c",
         Config::Tc => "#1f77b4",

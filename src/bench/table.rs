@@ -11,7 +11,7 @@ fn decimals(v: f64) -> usize {
     }
 }
 
-pub fn number(v: f64) -> String {
+pub(crate) fn number(v: f64) -> String {
     if v.is_finite() {
         format!("{v:.*}", decimals(v))
     } else {
@@ -21,7 +21,7 @@ pub fn number(v: f64) -> String {
 
 /// `median (min–max)`, or the lone value of a single round; the range takes the median's
 /// precision so the three numbers line up by eye.
-pub fn cell(spread: Option<Spread>) -> String {
+pub(crate) fn cell(spread: Option<Spread>) -> String {
     let Some(s) = spread else {
         return "n/a".to_owned();
     };
@@ -36,7 +36,7 @@ pub fn cell(spread: Option<Spread>) -> String {
     }
 }
 
-pub fn ratio(r: Option<f64>) -> String {
+pub(crate) fn ratio(r: Option<f64>) -> String {
     r.filter(|r| r.is_finite())
         .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}x"))
 }

@@ -50,10 +50,10 @@ use std::path::Path;
 use thiserror::Error;
 
 pub use check::{CheckOptions, Problem, Severity, check, normalize_project, one_line};
-pub use model::ComposeFile;
+pub(crate) use model::ComposeFile;
 
 /// Compose files are a few kilobytes; anything this big is a mistake or an attack.
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -93,7 +93,7 @@ pub fn read_from(reader: impl Read) -> Result<ComposeFile, LoadError> {
     parse_str(&text)
 }
 
-pub fn parse_str(text: &str) -> Result<ComposeFile, LoadError> {
+pub(crate) fn parse_str(text: &str) -> Result<ComposeFile, LoadError> {
     let file: ComposeFile = serde_saphyr::from_str_with_options(text, options())?;
     if file.services.is_none() {
         return Err(LoadError::NoServices);
@@ -133,6 +133,7 @@ fn options() -> serde_saphyr::Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compose::model::Scalar;
 
     fn yaml_error(text: &str) -> String {
         match parse_str(text) {

@@ -15,46 +15,46 @@ pub struct ComposeFile {
     /// Top-level project name (compose specification; docker-compose 1.x rejects it).
     pub name: Option<String>,
     /// `None` when the key is missing, which makes the file no compose file dxdp can check.
-    pub services: Option<BTreeMap<String, Service>>,
+    pub(crate) services: Option<BTreeMap<String, Service>>,
     /// A network may be declared with no body (`front:`), hence the inner `Option`.
-    pub networks: Option<BTreeMap<String, Option<NetworkDef>>>,
+    pub(crate) networks: Option<BTreeMap<String, Option<NetworkDef>>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Service {
-    pub labels: Option<Labels>,
-    pub networks: Option<ServiceNetworks>,
-    pub network_mode: Option<String>,
-    pub container_name: Option<String>,
+pub(crate) struct Service {
+    pub(crate) labels: Option<Labels>,
+    pub(crate) networks: Option<ServiceNetworks>,
+    pub(crate) network_mode: Option<String>,
+    pub(crate) container_name: Option<String>,
     /// File format 2.x.
-    pub scale: Option<Scalar>,
+    pub(crate) scale: Option<Scalar>,
     /// File format 3.x.
-    pub deploy: Option<Deploy>,
+    pub(crate) deploy: Option<Deploy>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Deploy {
-    pub replicas: Option<Scalar>,
+pub(crate) struct Deploy {
+    pub(crate) replicas: Option<Scalar>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct NetworkDef {
-    pub name: Option<String>,
-    pub external: Option<External>,
-    pub driver: Option<String>,
-    pub driver_opts: Option<BTreeMap<String, Scalar>>,
+pub(crate) struct NetworkDef {
+    pub(crate) name: Option<String>,
+    pub(crate) external: Option<External>,
+    pub(crate) driver: Option<String>,
+    pub(crate) driver_opts: Option<BTreeMap<String, Scalar>>,
 }
 
 /// `external: true` or the older `external: {name: NAME}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum External {
+pub(crate) enum External {
     Flag(bool),
     Named(Option<String>),
 }
 
 /// A YAML scalar as compose passes it on: label values and options may be written unquoted.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     Text(String),
     Bool(bool),
     /// In the spelling Rust prints, which for label values dxdp reads is never in doubt.
@@ -65,7 +65,7 @@ pub enum Scalar {
 impl Scalar {
     /// The string Docker ends up with. Null becomes empty, as docker-compose passes `key:`
     /// with no value as an empty label.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         match self {
             Self::Text(s) | Self::Number(s) => s.clone(),
             Self::Bool(b) => b.to_string(),
@@ -74,7 +74,7 @@ impl Scalar {
     }
 
     /// `Some(n)` for a literal count; `None` for anything else, such as `${REPLICAS}`.
-    pub fn as_count(&self) -> Option<u64> {
+    pub(crate) fn as_count(&self) -> Option<u64> {
         match self {
             Self::Text(s) | Self::Number(s) => s.trim().parse().ok(),
             Self::Bool(_) | Self::Null => None,
@@ -128,7 +128,7 @@ impl<'de> Deserialize<'de> for Scalar {
 /// Labels in written order. The list form can repeat a key, which the checker reports, so this
 /// is not a map.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Labels(pub Vec<(String, Scalar)>);
+pub(crate) struct Labels(pub Vec<(String, Scalar)>);
 
 impl<'de> Deserialize<'de> for Labels {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -161,7 +161,7 @@ impl<'de> Deserialize<'de> for Labels {
 
 /// The compose keys of the networks a service joins, in written order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServiceNetworks(pub Vec<String>);
+pub(crate) struct ServiceNetworks(pub Vec<String>);
 
 impl<'de> Deserialize<'de> for ServiceNetworks {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -98,7 +98,12 @@ impl<'p> Programs<'p> {
     }
 
     /// Is our program of `kind` attached to this host veth right now?
-    pub(super) fn attached(&self, kind: Kind, ifname: &str, host: Option<&Interface>) -> Result<bool> {
+    pub(super) fn attached(
+        &self,
+        kind: Kind,
+        ifname: &str,
+        host: Option<&Interface>,
+    ) -> Result<bool> {
         match kind {
             Kind::Tc => Ok(tcx_ingress(ifname)?.iter().any(|p| p.id() == self.tc_id)),
             Kind::Xdp => Ok(host.and_then(|h| h.xdp_prog_id) == Some(self.xdp_id)),

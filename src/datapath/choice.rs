@@ -29,7 +29,7 @@ pub enum Choice {
 }
 
 impl Choice {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Auto => "auto",
             Self::Tc => "tc",
@@ -39,7 +39,7 @@ impl Choice {
 
     /// Choice for a link from the choices of its two ends: a stated datapath beats `auto`, and
     /// two different stated datapaths have no answer (`None`).
-    pub fn merge(self, other: Self) -> Option<Self> {
+    pub(crate) fn merge(self, other: Self) -> Option<Self> {
         match (self, other) {
             (Self::Auto, x) | (x, Self::Auto) => Some(x),
             (x, y) if x == y => Some(x),

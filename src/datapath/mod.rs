@@ -42,14 +42,14 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const fn code(self) -> u8 {
+    pub(crate) const fn code(self) -> u8 {
         match self {
             Kind::Tc => DATAPATH_TC,
             Kind::Xdp => DATAPATH_XDP,
         }
     }
 
-    pub const fn from_code(code: u8) -> Option<Self> {
+    pub(crate) const fn from_code(code: u8) -> Option<Self> {
         match code {
             DATAPATH_TC => Some(Kind::Tc),
             DATAPATH_XDP => Some(Kind::Xdp),
@@ -127,7 +127,7 @@ pub struct Traffic {
 }
 
 impl LinkRecord {
-    pub fn involves(&self, ifindex: u32) -> bool {
+    pub(crate) fn involves(&self, ifindex: u32) -> bool {
         self.low_ifindex == ifindex || self.high_ifindex == ifindex
     }
 }

@@ -12,41 +12,41 @@ pub struct Pins {
 }
 
 impl Pins {
-    pub fn new(root: &Path) -> Self {
+    pub(crate) fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
         }
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn maps(&self) -> PathBuf {
+    pub(crate) fn maps(&self) -> PathBuf {
         self.root.join("maps")
     }
 
-    pub fn progs(&self) -> PathBuf {
+    pub(crate) fn progs(&self) -> PathBuf {
         self.root.join("progs")
     }
 
-    pub fn links(&self) -> PathBuf {
+    pub(crate) fn links(&self) -> PathBuf {
         self.root.join("links")
     }
 
-    pub fn prog(&self, kind: Kind) -> PathBuf {
+    pub(crate) fn prog(&self, kind: Kind) -> PathBuf {
         self.progs().join(match kind {
             Kind::Tc => names::TC_PROGRAM,
             Kind::Xdp => names::XDP_PROGRAM,
         })
     }
 
-    pub fn link(&self, kind: Kind, ifindex: u32) -> PathBuf {
+    pub(crate) fn link(&self, kind: Kind, ifindex: u32) -> PathBuf {
         self.links().join(format!("{kind}-{ifindex}"))
     }
 
     /// Checks the root is on bpffs and creates the directories.
-    pub fn prepare(&self) -> Result<()> {
+    pub(crate) fn prepare(&self) -> Result<()> {
         let parent = self.root.parent().unwrap_or(Path::new("/"));
         let probe = if self.root.exists() {
             self.root.as_path()

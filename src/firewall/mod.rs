@@ -24,18 +24,18 @@ mod read;
 
 use std::net::IpAddr;
 
-pub use model::Blocker;
+pub(crate) use model::Blocker;
 
 use crate::endpoint::Endpoint;
 use model::{Family, Flow, Hook, Layer, Table};
 
 /// One end of a pair as the rules see it.
 #[derive(Clone, Copy, Debug)]
-pub struct Side<'a> {
+pub(crate) struct Side<'a> {
     /// The host-side veth: the bridge port.
-    pub port: &'a str,
+    pub(crate) port: &'a str,
     /// The container interface's addresses, link-local ones included.
-    pub addrs: &'a [IpAddr],
+    pub(crate) addrs: &'a [IpAddr],
 }
 
 /// The host's rules at one moment.
@@ -79,7 +79,7 @@ impl Ruleset {
 
     /// The rules that keep `a` and `b`, ports of `bridge`, from being linked: empty if the
     /// bridge would accept all their traffic. Distinct, in the order found.
-    pub fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> Vec<Blocker> {
+    pub(crate) fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> Vec<Blocker> {
         let mut directions = Vec::new();
         for (from, to) in [(a, b), (b, a)] {
             for family in [Family::V4, Family::V6] {

@@ -92,17 +92,17 @@ pub(super) enum Action {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Rule {
-    pub conds: Vec<Cond>,
-    pub action: Action,
+    pub(crate) conds: Vec<Cond>,
+    pub(crate) action: Action,
     /// As the tool that wrote it prints it, for messages.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct Chain {
-    pub rules: Vec<Rule>,
+    pub(crate) rules: Vec<Rule>,
     /// A base chain's policy: `Some(true)` accept, `Some(false)` drop; `None` for a user chain.
-    pub policy_accepts: Option<bool>,
+    pub(crate) policy_accepts: Option<bool>,
 }
 
 /// Where a base chain sits, which decides how the pair's interfaces look to it.
@@ -118,10 +118,10 @@ pub(super) enum Hook {
 
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Base {
-    pub chain: String,
-    pub hook: Hook,
+    pub(crate) chain: String,
+    pub(crate) hook: Hook,
     /// netdev chains: the devices they are bound to.
-    pub devices: Vec<String>,
+    pub(crate) devices: Vec<String>,
 }
 
 /// How packets reach a set of chains.
@@ -140,26 +140,26 @@ pub(super) enum Layer {
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Table {
     /// e.g. "iptables (nf_tables) filter", "nftables inet filter".
-    pub name: String,
+    pub(crate) name: String,
     /// The families whose packets this table sees; both for nft inet, bridge and netdev.
-    pub families: Vec<Family>,
-    pub layer: Layer,
-    pub chains: HashMap<String, Chain>,
-    pub bases: Vec<Base>,
+    pub(crate) families: Vec<Family>,
+    pub(crate) layer: Layer,
+    pub(crate) chains: HashMap<String, Chain>,
+    pub(crate) bases: Vec<Base>,
 }
 
 /// One direction of a pair's traffic as one hook sees it.
 #[derive(Clone, Debug)]
 pub(super) struct Flow<'a> {
-    pub family: Family,
-    pub src: &'a [IpAddr],
-    pub dst: &'a [IpAddr],
-    pub dev_in: Option<&'a str>,
-    pub dev_out: Option<&'a str>,
-    pub phys_in: Option<&'a str>,
-    pub phys_out: Option<&'a str>,
-    pub bridge_in: Option<&'a str>,
-    pub bridge_out: Option<&'a str>,
+    pub(crate) family: Family,
+    pub(crate) src: &'a [IpAddr],
+    pub(crate) dst: &'a [IpAddr],
+    pub(crate) dev_in: Option<&'a str>,
+    pub(crate) dev_out: Option<&'a str>,
+    pub(crate) phys_in: Option<&'a str>,
+    pub(crate) phys_out: Option<&'a str>,
+    pub(crate) bridge_in: Option<&'a str>,
+    pub(crate) bridge_out: Option<&'a str>,
 }
 
 /// The rule (or policy) that keeps a pair from being linked.

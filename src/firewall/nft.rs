@@ -300,9 +300,9 @@ fn net(v: &Value) -> Option<Net> {
 #[derive(Debug, Default)]
 pub(super) struct Listing {
     /// (family, table, chain, handle) → the rule as nft prints it.
-    pub texts: HashMap<(String, String, String, u64), String>,
+    pub(crate) texts: HashMap<(String, String, String, u64), String>,
     /// (family, table, chain) → `device "lo"` or `devices = { a, b }`.
-    pub devices: HashMap<(String, String, String), Vec<String>>,
+    pub(crate) devices: HashMap<(String, String, String), Vec<String>>,
 }
 
 impl Listing {

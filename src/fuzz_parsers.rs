@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use dxdp::{
+use crate::{
     endpoint::EndpointSpec,
     labels::{self, OptIn},
 };
