@@ -30,14 +30,9 @@ use thiserror::Error;
 
 use crate::datapath::Choice;
 
-pub(crate) const PREFIX: &str = "dxdp.";
-pub(crate) const ENABLE: &str = "dxdp.enable";
-pub(crate) const PEERS: &str = "dxdp.peers";
-pub(crate) const GROUP: &str = "dxdp.group";
-pub(crate) const DATAPATH: &str = "dxdp.datapath";
-pub(crate) const NETWORK: &str = "dxdp.network";
-pub(crate) const FIREWALL: &str = "dxdp.firewall";
-pub(crate) const KEYS: [&str; 6] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL];
+pub(crate) use crate::rules::keys::{
+    DATAPATH, ENABLE, FIREWALL, GROUP, KEYS, NETWORK, PEERS, PREFIX,
+};
 
 /// Docker's container-name limit, so that any container name can be written as a peer.
 pub(crate) const MAX_NAME_LEN: usize = 128;
@@ -144,22 +139,23 @@ impl LabelError {
 
 impl fmt::Display for LabelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.value.chars().count() > SHOWN_VALUE_CHARS {
-            let head: String = self.value.chars().take(SHOWN_VALUE_CHARS).collect();
-            write!(
-                f,
-                "label {}={head:?}... ({} bytes)",
-                self.key,
-                self.value.len()
-            )?;
-        } else {
-            write!(f, "label {}={:?}", self.key, self.value)?;
-        }
+        write!(f, "label {}={}", self.key, shown_value(&self.value))?;
         write!(f, ": {}; {}", self.reason, self.hint)
     }
 }
 
 impl std::error::Error for LabelError {}
+
+/// A label value as messages echo it: quoted, and cut to its first characters when long (with
+/// its size), so that an oversized value does not drown the message.
+pub(crate) fn shown_value(value: &str) -> String {
+    if value.chars().count() > SHOWN_VALUE_CHARS {
+        let head: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
+        format!("{head:?}... ({} bytes)", value.len())
+    } else {
+        format!("{value:?}")
+    }
+}
 
 /// Reads the `dxdp.*` labels; other labels are not looked at.
 /// `Err` carries every problem found, sorted by key, not just the first.

@@ -16,6 +16,7 @@ pub mod netlink;
 pub mod netns;
 pub mod plan;
 pub mod reconcile;
+mod rules;
 pub mod sd_notify;
 
 #[cfg(test)]

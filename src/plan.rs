@@ -15,11 +15,9 @@
 //!   snapshot will see it start.
 //! - The named side need not be enabled, but `dxdp.enable=false` is an opt-out that wins, and a
 //!   container whose `dxdp.*` labels are malformed is left out of every link, to be safe.
-//! - If both sides set `dxdp.network` they must agree, and only that network counts.
-//! - Stated datapaths must agree; one stated datapath beats `auto`.
-//! - Among the networks both containers are on, only `bridge` networks with inter-container
-//!   traffic allowed (icc) qualify, and the first by name is used: one link per pair at most.
-//!   Unqualified networks are reported only when they leave the pair with no link.
+//! - The rest is [`crate::rules`], shared with `compose-check`: labels that agree, and the first
+//!   (by name) shared `bridge` network with inter-container traffic allowed. One link per pair
+//!   at most; unqualified networks are reported only when they leave the pair with no link.
 //!
 //! The result depends only on the set of containers, never on their order: containers are
 //! walked by id, and diagnostics are sorted. Ids are unique in Docker; a snapshot repeating an
@@ -31,9 +29,10 @@ use serde::Serialize;
 
 use crate::datapath::Choice;
 use crate::labels::{self, OptIn, Policy};
-
-pub(crate) const COMPOSE_PROJECT: &str = "com.docker.compose.project";
-pub(crate) const COMPOSE_SERVICE: &str = "com.docker.compose.service";
+use crate::rules::{
+    self, Refusal, Side, Unusable,
+    keys::{COMPOSE_PROJECT, COMPOSE_SERVICE},
+};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerView {
@@ -109,6 +108,15 @@ impl Node<'_> {
         match &self.status {
             Status::Enabled(p) => Some(p),
             _ => None,
+        }
+    }
+
+    fn side(&self) -> Side<'_> {
+        let policy = self.policy();
+        Side {
+            name: self.name,
+            network: policy.and_then(|p| p.network.as_deref()),
+            datapath: policy.map_or(Choice::Auto, |p| p.datapath),
         }
     }
 }
@@ -287,7 +295,7 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
     if !a.view.running || !b.view.running {
         return None;
     }
-    let mut refuse = |level: Level, why: String| {
+    let mut refuse = |level: Level, why: Refusal| {
         diags.push(
             asker.name,
             level,
@@ -295,116 +303,101 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
         );
     };
     for n in [a, b] {
+        let name = n.name.to_owned();
         match n.status {
             Status::Invalid => {
-                refuse(Level::Info, format!("{} has malformed dxdp labels", n.name));
+                refuse(Level::Info, Refusal::Malformed { name });
                 return None;
             }
             Status::OptedOut => {
-                refuse(
-                    Level::Info,
-                    format!("{} opted out with dxdp.enable=false", n.name),
-                );
+                refuse(Level::Info, Refusal::OptedOut { name });
                 return None;
             }
             Status::Absent | Status::Enabled(_) => {}
         }
     }
-    let (pa, pb) = (a.policy(), b.policy());
-
-    let wanted = match (
-        pa.and_then(|p| p.network.as_deref()),
-        pb.and_then(|p| p.network.as_deref()),
-    ) {
-        (Some(x), Some(y)) if x != y => {
-            refuse(
-                Level::Warn,
-                format!(
-                    "{} sets dxdp.network={x} but {} sets dxdp.network={y}; make them agree or drop one",
-                    a.name, b.name
-                ),
-            );
+    let agreed = match rules::agree(a.side(), b.side()) {
+        Ok(agreed) => agreed,
+        Err(refusals) => {
+            refusals
+                .into_iter()
+                .for_each(|why| refuse(Level::Warn, why));
             return None;
         }
-        (x, y) => x.or(y),
     };
-
-    let (da, db) = (
-        pa.map_or(Choice::Auto, |p| p.datapath),
-        pb.map_or(Choice::Auto, |p| p.datapath),
-    );
-    let Some(datapath) = da.merge(db) else {
-        refuse(
-            Level::Warn,
-            format!(
-                "{} sets dxdp.datapath={da} but {} sets dxdp.datapath={db}; make them agree or set one to auto",
-                a.name, b.name
-            ),
-        );
-        return None;
-    };
-
-    match choose_network(a.view, b.view, wanted) {
+    match choose_network(
+        a.view,
+        b.view,
+        agreed.network.map(|(net, setter)| (net, setter)),
+    ) {
         Ok(net) => Some(DesiredLink {
             a: a.view.id.clone(),
             b: b.view.id.clone(),
             network_id: net.id.clone(),
-            datapath,
+            datapath: agreed.datapath,
         }),
-        Err(reasons) => {
-            for why in reasons {
-                refuse(Level::Warn, why);
-            }
+        Err(refusals) => {
+            refusals
+                .into_iter()
+                .for_each(|why| refuse(Level::Warn, why));
             None
         }
     }
 }
 
-/// The network a link between `a` and `b` uses: among the networks both are on (only `wanted`,
-/// if given), the first by name that is a `bridge` network with inter-container traffic
-/// allowed. Otherwise every reason there is none, each ready to show a user.
-pub fn choose_network<'v>(
+/// The network `dxdp link A B` uses for two containers (no labels involved), or every reason
+/// there is none, each ready to show a user.
+pub fn network_for_link<'v>(
     a: &'v ContainerView,
     b: &ContainerView,
-    wanted: Option<&str>,
 ) -> Result<&'v NetworkView, Vec<String>> {
+    choose_network(a, b, None)
+        .map_err(|refusals| refusals.iter().map(ToString::to_string).collect())
+}
+
+impl rules::Candidate for NetworkView {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn unusable(&self) -> Option<Unusable> {
+        if self.driver != "bridge" {
+            Some(Unusable::Driver(self.driver.clone()))
+        } else if !self.icc {
+            Some(Unusable::IccDisabled)
+        } else {
+            None
+        }
+    }
+}
+
+/// The network a link between `a` and `b` uses, by [`rules::pick_network`]: among the networks
+/// both are on (only the one `named` by `dxdp.network` of the given setter, if any), the first
+/// by name that can carry it. Otherwise every reason there is none.
+pub(crate) fn choose_network<'v>(
+    a: &'v ContainerView,
+    b: &ContainerView,
+    named: Option<(&str, &str)>,
+) -> Result<&'v NetworkView, Vec<Refusal>> {
     let b_nets: BTreeSet<&str> = b.networks.iter().map(|n| n.id.as_str()).collect();
     let mut shared: Vec<&NetworkView> = a
         .networks
         .iter()
         .filter(|n| b_nets.contains(n.id.as_str()))
-        .filter(|n| wanted.is_none_or(|w| n.name == w))
+        .filter(|n| named.is_none_or(|(w, _)| n.name == w))
         .collect();
     shared.sort_by(|x, y| (&x.name, &x.id).cmp(&(&y.name, &y.id)));
     shared.dedup_by(|x, y| x.id == y.id);
-
-    if let Some(net) = shared.iter().find(|n| n.driver == "bridge" && n.icc) {
-        return Ok(net);
-    }
-    let mut reasons = Vec::new();
-    match wanted {
-        _ if !shared.is_empty() => {}
-        Some(w) => reasons.push(format!(
-            "they do not share network {w}, which dxdp.network names"
-        )),
-        None => {
-            reasons.push("they share no network; connect both to one bridge network".to_owned())
-        }
-    }
-    for net in shared {
-        if net.driver != "bridge" {
-            reasons.push(format!(
-                "network {} has driver {}; dxdp accelerates bridge networks only",
-                net.name, net.driver
-            ));
-        } else {
-            reasons.push(format!(
-                "Docker disables inter-container traffic on network {} (enable_icc=false); dxdp never opens a path Docker closes",
-                net.name
-            ));
-        }
-    }
-    Err(reasons)
+    let named = named.map(|(network, setter)| {
+        let on = |c: &ContainerView| c.networks.iter().any(|n| n.name == network);
+        let missing = match (on(a), on(b)) {
+            (false, true) => Some(labels::normalize_name(&a.name)),
+            (true, false) => Some(labels::normalize_name(&b.name)),
+            _ => None,
+        };
+        (network, setter, missing)
+    });
+    rules::pick_network(&shared, named)
 }
 
 #[cfg(test)]
@@ -788,7 +781,7 @@ mod tests {
             &p,
             "a",
             Level::Warn,
-            "Docker disables inter-container traffic on network secure (enable_icc=false); dxdp never opens a path Docker closes",
+            "Docker disables inter-container traffic on network secure (com.docker.network.bridge.enable_icc=false); dxdp never opens a path Docker closes",
         );
     }
 
@@ -857,7 +850,7 @@ mod tests {
             &p,
             "a",
             Level::Warn,
-            "they do not share network front, which dxdp.network names",
+            "a is not on network front, which dxdp.network of a names",
         );
 
         // Narrowed to an unusable network: no fallback to another one.

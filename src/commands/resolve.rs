@@ -44,7 +44,7 @@ async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<Pair> {
             bail!(why);
         }
     }
-    let net = plan::choose_network(&a.view, &b.view, None).map_err(|reasons| {
+    let net = plan::network_for_link(&a.view, &b.view).map_err(|reasons| {
         anyhow!(
             "cannot link {} and {}: {}",
             a.view.name,

@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use crate::datapath::Choice;
-use crate::labels::{self, ENABLE, GROUP, LabelError, NETWORK, OptIn, PEERS, PREFIX, Policy};
+use crate::labels::{self, LabelError, OptIn, Policy, shown_value};
+use crate::rules::{
+    self, Candidate, Side, Unusable,
+    keys::{ENABLE, GROUP, ICC_OPTION, KEYS, NETWORK, PEERS, PREFIX},
+};
 
 use super::model::{ComposeFile, External, NetworkDef, Scalar, Service};
-
-/// Longest label value echoed back in a message, as in [`LabelError`]'s own display.
-const SHOWN_VALUE_CHARS: usize = 64;
-const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
@@ -201,7 +201,7 @@ struct Net {
     key: Option<String>,
     docker: DockerName,
     /// Why dxdp would refuse to accelerate on it, as far as the file tells.
-    unusable: Option<String>,
+    unusable: Option<Unusable>,
 }
 
 impl Net {
@@ -218,6 +218,20 @@ impl Net {
             Some(key) if *key != docker => format!("{key} (Docker name {docker})"),
             _ => docker,
         }
+    }
+}
+
+/// Refusals name a network by its compose key, which is what the file's reader knows.
+impl Candidate for Net {
+    fn name(&self) -> String {
+        match (&self.key, &self.docker) {
+            (Some(key), _) => key.clone(),
+            (None, DockerName::Fixed(name) | DockerName::Prefixed(name)) => name.clone(),
+        }
+    }
+
+    fn unusable(&self) -> Option<Unusable> {
+        self.unusable.clone()
     }
 }
 
@@ -394,6 +408,15 @@ impl<'a> Info<'a> {
     fn datapath(&self) -> Choice {
         self.policy().map_or(Choice::Auto, |p| p.datapath)
     }
+
+    /// What the pair rules need of this service; `dxdp.network` only when it is known.
+    fn side(&self, network_known: bool) -> Side<'_> {
+        Side {
+            name: self.name,
+            network: self.network_label().filter(|_| network_known),
+            datapath: self.datapath(),
+        }
+    }
 }
 
 fn may_scale(svc: &Service) -> bool {
@@ -475,13 +498,8 @@ fn network(file: &ComposeFile, key: String) -> Net {
         .and_then(|o| o.get(ICC_OPTION))
         .is_some_and(is_false);
     let unusable = match def.driver.as_deref().map(str::trim) {
-        Some(driver) if driver != "bridge" => Some(format!(
-            "network {key} has driver {driver}; dxdp accelerates bridge networks only"
-        )),
-        _ if icc_off => Some(format!(
-            "network {key} sets {ICC_OPTION}=false, which blocks traffic between its containers; \
-             dxdp never opens a path Docker closes"
-        )),
+        Some(driver) if driver != "bridge" => Some(Unusable::Driver(driver.to_owned())),
+        _ if icc_off => Some(Unusable::IccDisabled),
         _ => None,
     };
     Net {
@@ -517,18 +535,9 @@ fn interpolation(value: &str) -> Interpolation {
     }
 }
 
-fn shown_value(value: &str) -> String {
-    if value.chars().count() > SHOWN_VALUE_CHARS {
-        let head: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
-        format!("{head:?}... ({} bytes)", value.len())
-    } else {
-        format!("{value:?}")
-    }
-}
-
 /// The reason and hint of a [`LabelError`]; the key is already in the line's `label KEY:`.
 fn label_error_message(e: &LabelError) -> String {
-    if labels::KEYS.contains(&e.key.as_str()) {
+    if KEYS.contains(&e.key.as_str()) {
         format!("{} in {}; {}", e.reason, shown_value(&e.value), e.hint)
     } else {
         format!("{}; {}", e.reason, e.hint)
@@ -686,76 +695,52 @@ fn groups(infos: &[Info]) -> BTreeMap<String, Vec<usize>> {
     out
 }
 
-/// The refusals `dxdp watch` would log for the pair `a` asked for (by `key`), as far as the file
-/// can tell.
+/// The refusal `dxdp watch` would log for the pair `a` asked for (by `key`), as far as the file
+/// can tell, by the same [`rules`].
 fn check_pair(a: &Info, b: &Info, key: &str, out: &mut Out) {
     let (Ok(a_nets), Ok(b_nets)) = (&a.attach, &b.attach) else {
         return;
     };
-    let mut refuse = |why: String| {
-        out.error(
-            a.name,
-            Some(key),
-            format!("no link between {} and {}: {why}", a.name, b.name),
-        );
+    let mut refuse = |refusals: Vec<rules::Refusal>| {
+        for why in refusals {
+            out.error(
+                a.name,
+                Some(key),
+                format!("no link between {} and {}: {why}", a.name, b.name),
+            );
+        }
     };
-    let (da, db) = (a.datapath(), b.datapath());
-    if da.merge(db).is_none() {
-        refuse(format!(
-            "{} sets dxdp.datapath={da} but {} sets dxdp.datapath={db}; make them agree or set \
-             one to auto",
-            a.name, b.name
-        ));
-    }
-    if a.network_unknown || b.network_unknown {
+    // An interpolated `dxdp.network` may name anything: only the datapaths can be compared.
+    let known = !(a.network_unknown || b.network_unknown);
+    if let Err(refusals) = rules::agree(a.side(known), b.side(known)) {
+        refuse(refusals);
         return;
     }
-    if let (Some(x), Some(y)) = (a.network_label(), b.network_label())
-        && x != y
-    {
-        refuse(format!(
-            "{} sets dxdp.network={x} but {} sets dxdp.network={y}; make them agree or drop one",
-            a.name, b.name
-        ));
+    if !known {
         return;
     }
     let wanted = match (a.wanted, b.wanted) {
         (Some(Err(())), _) | (_, Some(Err(()))) => return,
-        (Some(Ok(i)), _) => Some((a, &a_nets[i])),
-        (_, Some(Ok(i))) => Some((b, &b_nets[i])),
+        (Some(Ok(i)), _) => Some((a, b, &a_nets[i])),
+        (_, Some(Ok(i))) => Some((b, a, &b_nets[i])),
         (None, None) => None,
     };
     let mut shared: Vec<&Net> = a_nets
         .iter()
         .filter(|n| b_nets.iter().any(|m| m.docker == n.docker))
-        .filter(|n| wanted.is_none_or(|(_, w)| w.docker == n.docker))
+        .filter(|n| wanted.is_none_or(|(_, _, w)| w.docker == n.docker))
         .collect();
     shared.sort_by_key(|n| n.docker_name(a.project));
-    if shared.iter().any(|n| n.unusable.is_none()) {
-        return;
+    let named = wanted.map(|(setter, other, _)| {
+        (
+            setter.network_label().unwrap_or_default(),
+            setter.name,
+            Some(other.name),
+        )
+    });
+    if let Err(refusals) = rules::pick_network(&shared, named) {
+        refuse(refusals);
     }
-    if shared.is_empty() {
-        match wanted {
-            Some((setter, _)) => {
-                let other = if std::ptr::eq(setter, a) { b } else { a };
-                refuse(format!(
-                    "{} is not on network {}, which dxdp.network of {} names",
-                    other.name,
-                    setter.network_label().unwrap_or_default(),
-                    setter.name
-                ));
-            }
-            None => {
-                refuse("they share no network; put both services on one network".to_owned());
-            }
-        }
-        return;
-    }
-    let reasons: Vec<&str> = shared
-        .iter()
-        .filter_map(|n| n.unusable.as_deref())
-        .collect();
-    refuse(reasons.join("; "));
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use tracing::debug;
 
 use crate::{
     netlink::MacAddr,
-    plan::{COMPOSE_PROJECT, COMPOSE_SERVICE, ContainerView, NetworkView},
+    plan::{ContainerView, NetworkView},
+    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ICC_OPTION},
 };
 
-const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 
 /// A dockerd connection with the API version negotiated, so Debian's 20.10 (API 1.41) works as

@@ -1,0 +1,109 @@
+//! Why two containers get no link: one type for the watch's log and `compose-check`'s report, whose
+//! `Display` is the message after "no link between A and B: ".
+use std::fmt;
+
+use super::keys::ICC_OPTION;
+use crate::datapath::Choice;
+
+/// Why a network cannot carry a link, as far as its driver and options tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unusable {
+    /// Not a `bridge` network (macvlan, overlay, host, ...).
+    Driver(String),
+    /// `com.docker.network.bridge.enable_icc=false`.
+    IccDisabled,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The named container's `dxdp.*` labels do not parse.
+    Malformed {
+        name: String,
+    },
+    OptedOut {
+        name: String,
+    },
+    NetworksDisagree {
+        a: String,
+        a_network: String,
+        b: String,
+        b_network: String,
+    },
+    DatapathsDisagree {
+        a: String,
+        a_datapath: Choice,
+        b: String,
+        b_datapath: Choice,
+    },
+    NoSharedNetwork,
+    /// `dxdp.network` of `setter` names a network the pair does not share; `missing` is the side
+    /// not on it, when exactly one is not.
+    NotOnNamedNetwork {
+        network: String,
+        setter: String,
+        missing: Option<String>,
+    },
+    Unusable {
+        network: String,
+        why: Unusable,
+    },
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Malformed { name } => write!(f, "{name} has malformed dxdp labels"),
+            Self::OptedOut { name } => write!(f, "{name} opted out with dxdp.enable=false"),
+            Self::NetworksDisagree {
+                a,
+                a_network,
+                b,
+                b_network,
+            } => write!(
+                f,
+                "{a} sets dxdp.network={a_network} but {b} sets dxdp.network={b_network}; make \
+                 them agree or drop one"
+            ),
+            Self::DatapathsDisagree {
+                a,
+                a_datapath,
+                b,
+                b_datapath,
+            } => write!(
+                f,
+                "{a} sets dxdp.datapath={a_datapath} but {b} sets dxdp.datapath={b_datapath}; \
+                 make them agree or set one to auto"
+            ),
+            Self::NoSharedNetwork => f.write_str(
+                "they share no network; connect both to one bridge network (in compose, put both \
+                 services on one network)",
+            ),
+            Self::NotOnNamedNetwork {
+                network,
+                setter,
+                missing,
+            } => {
+                match missing {
+                    Some(m) => write!(f, "{m} is not on network {network}")?,
+                    None => write!(f, "they do not share network {network}")?,
+                }
+                write!(f, ", which dxdp.network of {setter} names")
+            }
+            Self::Unusable {
+                network,
+                why: Unusable::Driver(driver),
+            } => write!(
+                f,
+                "network {network} has driver {driver}; dxdp accelerates bridge networks only"
+            ),
+            Self::Unusable {
+                network,
+                why: Unusable::IccDisabled,
+            } => write!(
+                f,
+                "Docker disables inter-container traffic on network {network} \
+                 ({ICC_OPTION}=false); dxdp never opens a path Docker closes"
+            ),
+        }
+    }
+}
