@@ -325,11 +325,7 @@ fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<Desir
             return None;
         }
     };
-    match choose_network(
-        a.view,
-        b.view,
-        agreed.network.map(|(net, setter)| (net, setter)),
-    ) {
+    match choose_network(a.view, b.view, agreed.network) {
         Ok(net) => Some(DesiredLink {
             a: a.view.id.clone(),
             b: b.view.id.clone(),
