@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use super::runtime;
 use crate::{
     cli::WatchArgs,
-    datapath::{Capacity, Datapath, Kind, LinkRequest, Origin},
+    datapath::{Capacity, Datapath, Origin},
     docker::{Container, Docker, endpoint_on},
     endpoint::Endpoint,
     firewall::{self, Ruleset},
@@ -32,7 +32,10 @@ use crate::{
     netlink,
     netns::NetnsPath,
     plan::{self, Diagnostic, Level},
-    reconcile::{Wanted, diff},
+    reconcile::{
+        self, Wanted,
+        live::{Live, Resolved},
+    },
     sd_notify::Notifier,
 };
 
@@ -393,7 +396,7 @@ fn apply(
     // A container in a group takes part in several links: enter its namespace once, not once
     // per link (at 200 containers this halves the reconcile).
     let mut found: HashMap<(&str, &str), Result<Endpoint>> = HashMap::new();
-    let mut requests = Vec::new();
+    let mut wanted = Vec::new();
     for link in links {
         let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
             continue;
@@ -446,7 +449,17 @@ fn apply(
                     }
                 }
                 let kind = link.datapath.resolve();
-                requests.push((ea, eb, kind, network));
+                let (x, y) = (ea.host_ifindex, eb.host_ifindex);
+                wanted.push(Wanted::new(
+                    x,
+                    y,
+                    kind,
+                    Resolved {
+                        a: ea,
+                        b: eb,
+                        network,
+                    },
+                ));
             }
             // A container that just stopped or is still starting: the next event catches up.
             // A permission problem will not heal by itself: say so loudly.
@@ -458,58 +471,28 @@ fn apply(
             }
         }
     }
-    let wanted: Vec<Wanted> = requests
-        .iter()
-        .map(|(a, b, kind, _)| Wanted::new(a.host_ifindex, b.host_ifindex, *kind))
-        .collect();
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.collect_garbage(&host)?;
-    let actual = datapath.links()?;
-    let changes = diff(&wanted, &actual);
-    // A link of ours that the maps hold without both attachments (a watch killed between the
-    // two) is installed again, which completes it: present is not the same as finished.
-    let unfinished: Vec<(usize, Kind)> = wanted
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !changes.add.contains(i))
-        .filter_map(|(i, w)| {
-            let have = actual.iter().find(|l| {
-                (l.low_ifindex, l.high_ifindex) == (w.low_ifindex, w.high_ifindex)
-                    && l.origin == Origin::Watch
-            })?;
-            (!datapath.attachments_pinned(have.datapath, w.low_ifindex, w.high_ifindex))
-                .then_some((i, have.datapath))
-        })
-        .collect();
-    for &(i, _) in &unfinished {
-        let (a, b, ..) = &requests[i];
-        warn!(a = %a.label, b = %b.label, "link lacks an attachment; completing it");
+    let mut table = Live {
+        datapath,
+        host: &host,
+    };
+    let applied = reconcile::apply(&mut table, &wanted)?;
+    for w in &applied.completed {
+        warn!(a = %w.link.a.label, b = %w.link.b.label, "link lacked an attachment; completed it");
     }
-    for (low, high) in changes.remove {
-        datapath.remove(low, high)?;
-        // Fail closed: a rule that appeared after the link was made takes the link away.
-        if let Some((_, d)) = refused.iter().find(|(pair, _)| *pair == (low, high)) {
+    for (w, err) in &applied.failed {
+        let Resolved { a, b, network } = &w.link;
+        warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
+    }
+    // Fail closed: a rule that appeared after the link was made takes the link away.
+    for pair in &applied.removed {
+        if let Some((_, d)) = refused.iter().find(|(p, _)| p == pair) {
             warn!(container = %d.container, "removed a link: {}", d.message);
         }
     }
-
-    let adds = changes.add.iter().map(|&i| (i, requests[i].2));
-    for (i, kind) in adds.chain(unfinished) {
-        let (a, b, _, network) = &requests[i];
-        let request = LinkRequest {
-            a,
-            b,
-            kind,
-            origin: Origin::Watch,
-            network,
-        };
-        // One link that cannot be made (full map, foreign program) must not stop the others.
-        if let Err(err) = datapath.install(&request, &host) {
-            warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
-        }
-    }
     Ok(Applied {
-        links: datapath.links()?.len(),
+        links: applied.links,
         refused: refused.into_iter().map(|(_, d)| d).collect(),
     })
 }

@@ -1,0 +1,52 @@
+//! The real [`LinkTable`]: the pinned datapath of this host, installing links between endpoints
+//! the watch resolved from Docker.
+use anyhow::Result;
+
+use super::LinkTable;
+use crate::{
+    datapath::{Datapath, Kind, LinkRecord, LinkRequest, Origin},
+    endpoint::Endpoint,
+    netlink::Interface,
+};
+
+/// Both endpoints of a wanted link, and the name of the network that carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub a: Endpoint,
+    pub b: Endpoint,
+    pub network: String,
+}
+
+/// The pinned datapath, with the host's interfaces as read at the start of the pass.
+pub struct Live<'h> {
+    pub datapath: Datapath,
+    pub host: &'h [Interface],
+}
+
+impl LinkTable for Live<'_> {
+    type Link = Resolved;
+
+    fn links(&mut self) -> Result<Vec<LinkRecord>> {
+        self.datapath.links()
+    }
+
+    fn complete(&self, record: &LinkRecord) -> bool {
+        self.datapath
+            .attachments_pinned(record.datapath, record.low_ifindex, record.high_ifindex)
+    }
+
+    fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()> {
+        self.datapath.remove(low_ifindex, high_ifindex).map(drop)
+    }
+
+    fn install(&mut self, link: &Resolved, kind: Kind) -> Result<()> {
+        let request = LinkRequest {
+            a: &link.a,
+            b: &link.b,
+            kind,
+            origin: Origin::Watch,
+            network: &link.network,
+        };
+        self.datapath.install(&request, self.host).map(drop)
+    }
+}

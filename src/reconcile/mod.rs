@@ -1,0 +1,168 @@
+//! The reconcile engine: given the links the labels call for and the links pinned now, what to
+//! remove, install and complete, and doing it through a [`LinkTable`]. The watch feeds it from
+//! Docker ([`live`] holds the real table); the unit tests feed it a fake table.
+//!
+//! Rules:
+//! - Links made by the watch that are no longer wanted (or wanted with another datapath) go;
+//!   wanted links not pinned yet come.
+//! - Links made by hand are never removed: the watch leaves them alone, and a wanted link that
+//!   exists by hand counts as present.
+//! - A link of the watch that the maps hold without both attachments (a watch killed between
+//!   the two) is installed again, with its pinned datapath, which completes it: present is not
+//!   the same as finished.
+//! - One link that cannot be installed (full map, foreign program) does not stop the others;
+//!   a removal that fails stops the pass, which the next reconcile retries.
+pub mod live;
+
+use anyhow::Result;
+
+use crate::datapath::{Kind, LinkRecord, Origin};
+
+/// A link the labels call for, identified by the host ifindexes of its two endpoints; `link` is
+/// what the table needs to install it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wanted<L> {
+    pub low_ifindex: u32,
+    pub high_ifindex: u32,
+    pub kind: Kind,
+    pub link: L,
+}
+
+impl<L> Wanted<L> {
+    pub fn new(x: u32, y: u32, kind: Kind, link: L) -> Self {
+        Self {
+            low_ifindex: x.min(y),
+            high_ifindex: x.max(y),
+            kind,
+            link,
+        }
+    }
+
+    fn pair(&self) -> (u32, u32) {
+        (self.low_ifindex, self.high_ifindex)
+    }
+}
+
+/// One change the engine makes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Intent<'w, L> {
+    /// Remove the watch's link between these (low, high) ifindexes.
+    Remove { low: u32, high: u32 },
+    /// Install a wanted link that is not pinned.
+    Install(&'w Wanted<L>),
+    /// Install again a link of the watch that lacks an attachment, with its pinned datapath.
+    Complete(&'w Wanted<L>, Kind),
+}
+
+/// The links as the engine sees them: the pinned state, and how to change it.
+pub trait LinkTable {
+    /// What an install needs besides the datapath (the resolved endpoints, for the real table).
+    type Link;
+
+    fn links(&mut self) -> Result<Vec<LinkRecord>>;
+    /// Whether both attachments of a pinned link are in place.
+    fn complete(&self, record: &LinkRecord) -> bool;
+    fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()>;
+    fn install(&mut self, link: &Self::Link, kind: Kind) -> Result<()>;
+}
+
+/// The changes that take `actual` to `wanted`: removals first, then installs, then completions.
+/// `complete` tells whether a pinned link has both attachments.
+pub fn diff<'w, L: PartialEq>(
+    wanted: &'w [Wanted<L>],
+    actual: &[LinkRecord],
+    complete: impl Fn(&LinkRecord) -> bool,
+) -> Vec<Intent<'w, L>> {
+    let pinned = |pair: (u32, u32)| {
+        actual
+            .iter()
+            .find(|l| (l.low_ifindex, l.high_ifindex) == pair)
+    };
+    let mut removals = Vec::new();
+    for have in actual.iter().filter(|l| l.origin == Origin::Watch) {
+        let pair = (have.low_ifindex, have.high_ifindex);
+        let still_wanted = wanted
+            .iter()
+            .any(|w| w.pair() == pair && w.kind == have.datapath);
+        if !still_wanted && !removals.contains(&pair) {
+            removals.push(pair);
+        }
+    }
+    let mut installs: Vec<Intent<'w, L>> = Vec::new();
+    let mut completions = Vec::new();
+    let mut seen: Vec<(u32, u32)> = Vec::new();
+    for w in wanted {
+        if seen.contains(&w.pair()) {
+            continue;
+        }
+        seen.push(w.pair());
+        match pinned(w.pair()) {
+            Some(have) if have.origin != Origin::Watch => {}
+            Some(have) if have.datapath == w.kind => {
+                if !complete(have) {
+                    completions.push(Intent::Complete(w, have.datapath));
+                }
+            }
+            _ => installs.push(Intent::Install(w)),
+        }
+    }
+    removals
+        .into_iter()
+        .map(|(low, high)| Intent::Remove { low, high })
+        .chain(installs)
+        .chain(completions)
+        .collect()
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct Applied<'w, L> {
+    /// (low, high) ifindex pairs whose link was removed.
+    pub removed: Vec<(u32, u32)>,
+    pub installed: Vec<&'w Wanted<L>>,
+    pub completed: Vec<&'w Wanted<L>>,
+    /// Links that could not be installed, with why; the next pass tries again.
+    pub failed: Vec<(&'w Wanted<L>, anyhow::Error)>,
+    /// Links pinned after the pass.
+    pub links: usize,
+}
+
+/// Takes the table to `wanted`, by [`diff`].
+pub fn apply<'w, T: LinkTable>(
+    table: &mut T,
+    wanted: &'w [Wanted<T::Link>],
+) -> Result<Applied<'w, T::Link>>
+where
+    T::Link: PartialEq,
+{
+    let actual = table.links()?;
+    let intents = diff(wanted, &actual, |record| table.complete(record));
+    let mut applied = Applied {
+        removed: Vec::new(),
+        installed: Vec::new(),
+        completed: Vec::new(),
+        failed: Vec::new(),
+        links: 0,
+    };
+    for intent in intents {
+        match intent {
+            Intent::Remove { low, high } => {
+                table.remove(low, high)?;
+                applied.removed.push((low, high));
+            }
+            Intent::Install(w) => match table.install(&w.link, w.kind) {
+                Ok(()) => applied.installed.push(w),
+                Err(err) => applied.failed.push((w, err)),
+            },
+            Intent::Complete(w, kind) => match table.install(&w.link, kind) {
+                Ok(()) => applied.completed.push(w),
+                Err(err) => applied.failed.push((w, err)),
+            },
+        }
+    }
+    applied.links = table.links()?.len();
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests;

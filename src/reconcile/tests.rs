@@ -1,0 +1,177 @@
+//! The engine against a fake table: what it removes, installs and completes, and what it leaves.
+use std::collections::BTreeSet;
+
+use anyhow::{Result, bail};
+
+use super::*;
+
+fn rec(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
+    LinkRecord {
+        low_ifindex: x,
+        high_ifindex: y,
+        low_name: format!("c{x}"),
+        high_name: format!("c{y}"),
+        network: "n".into(),
+        datapath: kind,
+        origin,
+        created_unix_secs: 0,
+        low_to_high: Default::default(),
+        high_to_low: Default::default(),
+    }
+}
+
+fn want(x: u32, y: u32, kind: Kind) -> Wanted<(u32, u32)> {
+    Wanted::new(x, y, kind, (x.min(y), x.max(y)))
+}
+
+/// Pinned links, which of them lack an attachment, and pairs whose install fails.
+#[derive(Default)]
+struct Fake {
+    links: Vec<LinkRecord>,
+    half_made: BTreeSet<(u32, u32)>,
+    refuse: BTreeSet<(u32, u32)>,
+    calls: Vec<String>,
+}
+
+impl LinkTable for Fake {
+    type Link = (u32, u32);
+
+    fn links(&mut self) -> Result<Vec<LinkRecord>> {
+        Ok(self.links.clone())
+    }
+
+    fn complete(&self, r: &LinkRecord) -> bool {
+        !self.half_made.contains(&(r.low_ifindex, r.high_ifindex))
+    }
+
+    fn remove(&mut self, low: u32, high: u32) -> Result<()> {
+        self.calls.push(format!("remove {low}-{high}"));
+        self.links
+            .retain(|l| (l.low_ifindex, l.high_ifindex) != (low, high));
+        Ok(())
+    }
+
+    fn install(&mut self, &(low, high): &(u32, u32), kind: Kind) -> Result<()> {
+        self.calls.push(format!("install {low}-{high} {kind}"));
+        if self.refuse.contains(&(low, high)) {
+            bail!("map full");
+        }
+        self.half_made.remove(&(low, high));
+        if !self
+            .links
+            .iter()
+            .any(|l| (l.low_ifindex, l.high_ifindex) == (low, high))
+        {
+            self.links.push(rec(low, high, kind, Origin::Watch));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn adds_missing_and_removes_unwanted_watch_links() {
+    let wanted = [want(2, 1, Kind::Tc), want(3, 4, Kind::Tc)];
+    let actual = [
+        rec(1, 2, Kind::Tc, Origin::Watch),
+        rec(5, 6, Kind::Tc, Origin::Watch),
+    ];
+    assert_eq!(
+        diff(&wanted, &actual, |_| true),
+        [
+            Intent::Remove { low: 5, high: 6 },
+            Intent::Install(&wanted[1])
+        ]
+    );
+}
+
+#[test]
+fn leaves_manual_links_alone() {
+    let actual = [rec(1, 2, Kind::Xdp, Origin::Manual)];
+    let none: [Wanted<(u32, u32)>; 0] = [];
+    assert_eq!(diff(&none, &actual, |_| true), []);
+    // Wanted with another datapath: the hand-made link stays and counts as present, even when
+    // it lacks an attachment (that is for whoever made it to fix).
+    assert_eq!(diff(&[want(1, 2, Kind::Tc)], &actual, |_| false), []);
+}
+
+#[test]
+fn datapath_change_replaces_a_watch_link() {
+    let wanted = [want(1, 2, Kind::Xdp)];
+    assert_eq!(
+        diff(&wanted, &[rec(1, 2, Kind::Tc, Origin::Watch)], |_| true),
+        [
+            Intent::Remove { low: 1, high: 2 },
+            Intent::Install(&wanted[0])
+        ]
+    );
+}
+
+#[test]
+fn converged_state_changes_nothing() {
+    let wanted = [want(1, 2, Kind::Tc), want(1, 3, Kind::Tc)];
+    let actual = [
+        rec(1, 2, Kind::Tc, Origin::Watch),
+        rec(1, 3, Kind::Tc, Origin::Watch),
+    ];
+    assert_eq!(diff(&wanted, &actual, |_| true), []);
+}
+
+#[test]
+fn duplicate_wants_are_added_once() {
+    let wanted = [want(1, 2, Kind::Tc), want(2, 1, Kind::Tc)];
+    assert_eq!(diff(&wanted, &[], |_| true), [Intent::Install(&wanted[0])]);
+}
+
+#[test]
+fn a_half_made_watch_link_is_completed_with_its_pinned_datapath() {
+    let wanted = [want(1, 2, Kind::Xdp)];
+    let actual = [rec(1, 2, Kind::Xdp, Origin::Watch)];
+    assert_eq!(
+        diff(&wanted, &actual, |_| false),
+        [Intent::Complete(&wanted[0], Kind::Xdp)]
+    );
+}
+
+#[test]
+fn apply_removes_before_installing_and_one_failure_does_not_stop_the_others() {
+    let mut table = Fake {
+        links: vec![
+            rec(7, 8, Kind::Tc, Origin::Watch),
+            rec(1, 2, Kind::Tc, Origin::Watch),
+            rec(9, 10, Kind::Xdp, Origin::Manual),
+        ],
+        half_made: BTreeSet::from([(1, 2)]),
+        refuse: BTreeSet::from([(3, 4)]),
+        ..Fake::default()
+    };
+    let wanted = [
+        want(1, 2, Kind::Tc),
+        want(3, 4, Kind::Tc),
+        want(5, 6, Kind::Xdp),
+    ];
+    let applied = apply(&mut table, &wanted).unwrap();
+    assert_eq!(
+        table.calls,
+        [
+            "remove 7-8",
+            "install 3-4 tc",
+            "install 5-6 xdp",
+            "install 1-2 tc"
+        ]
+    );
+    assert_eq!(applied.removed, [(7, 8)]);
+    assert_eq!(applied.installed, [&wanted[2]]);
+    assert_eq!(applied.completed, [&wanted[0]]);
+    assert_eq!(applied.failed.len(), 1);
+    assert_eq!(applied.failed[0].0, &wanted[1]);
+    // The hand-made link survived; 1-2 completed, 5-6 new.
+    assert_eq!(applied.links, 3);
+    assert!(table.half_made.is_empty());
+
+    // A second pass retries only what failed.
+    table.calls.clear();
+    table.refuse.clear();
+    let again = apply(&mut table, &wanted).unwrap();
+    assert_eq!(table.calls, ["install 3-4 tc"]);
+    assert_eq!(again.links, 4);
+}
