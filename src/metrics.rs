@@ -1,10 +1,11 @@
 //! Prometheus text exposition for `dxdp watch --metrics ADDR`.
 use std::{
+    collections::BTreeMap,
     fmt::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context, Result};
@@ -15,12 +16,13 @@ use tokio::{
 use tracing::{debug, info};
 
 use crate::datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord, Traffic};
+use crate::rules::{FIREWALL_REASON, REASONS};
 
 /// What the watch loop reports about itself.
 #[derive(Default)]
 pub struct Metrics(Mutex<Loop>);
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Loop {
     reconciles: u64,
     errors: u64,
@@ -30,6 +32,12 @@ struct Loop {
     /// Pairs the labels ask for that a firewall rule keeps on the bridge, at the last
     /// reconcile.
     firewall_refused: u64,
+    /// Pairs the rules refused at the last reconcile, by reason.
+    refused: BTreeMap<&'static str, usize>,
+    /// Containers whose dxdp labels do not parse, at the last reconcile.
+    malformed: usize,
+    /// When the last reconcile that succeeded ended, in Unix seconds (0: none yet).
+    last_success_unix: f64,
 }
 
 impl Metrics {
@@ -39,12 +47,24 @@ impl Metrics {
             m.errors += u64::from(!ok);
             m.duration_sum += took.as_secs_f64();
             m.last_duration = took.as_secs_f64();
+            if ok {
+                m.last_success_unix = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+            }
         }
     }
 
     pub fn firewall_refused(&self, pairs: usize) {
         if let Ok(mut m) = self.0.lock() {
             m.firewall_refused = pairs as u64;
+        }
+    }
+
+    pub fn refused(&self, by_reason: &BTreeMap<&'static str, usize>, malformed: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.refused = by_reason.clone();
+            m.malformed = malformed;
         }
     }
 
@@ -55,7 +75,7 @@ impl Metrics {
     }
 
     fn snapshot(&self) -> Loop {
-        self.0.lock().map(|m| *m).unwrap_or_default()
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
     }
 }
 
@@ -63,6 +83,7 @@ impl Metrics {
 pub(crate) struct State {
     pub(crate) links: Vec<LinkRecord>,
     pub(crate) interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
+    pub(crate) capacity: Capacity,
 }
 
 fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
@@ -70,6 +91,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
         return Ok(State {
             links: vec![],
             interfaces: vec![],
+            capacity,
         });
     }
     let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
@@ -88,6 +110,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
     Ok(State {
         links: datapath.links()?,
         interfaces,
+        capacity,
     })
 }
 
@@ -213,6 +236,54 @@ fn render(state: &State, watch: Loop) -> String {
         "# HELP dxdp_firewall_refused_pairs Pairs the labels ask for that a firewall rule keeps on the bridge (see the watch log for the rules).\n# TYPE dxdp_firewall_refused_pairs gauge\ndxdp_firewall_refused_pairs {}",
         watch.firewall_refused
     );
+    header(
+        &mut out,
+        "dxdp_refused_pairs",
+        "gauge",
+        "Refusals of pairs the labels ask for, by reason, at the last reconcile (see the watch log for each).",
+    );
+    for reason in REASONS {
+        let n = if reason == FIREWALL_REASON {
+            watch.firewall_refused as usize
+        } else {
+            watch.refused.get(reason).copied().unwrap_or(0)
+        };
+        let _ = writeln!(out, "dxdp_refused_pairs{{reason=\"{reason}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_label_errors Containers whose dxdp labels do not parse, left out of every link, at the last reconcile.\n# TYPE dxdp_label_errors gauge\ndxdp_label_errors {}",
+        watch.malformed
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_last_reconcile_success_timestamp_seconds When the last successful reconciliation ended (Unix time; 0 before the first).\n# TYPE dxdp_last_reconcile_success_timestamp_seconds gauge\ndxdp_last_reconcile_success_timestamp_seconds {}",
+        watch.last_success_unix
+    );
+    header(
+        &mut out,
+        "dxdp_map_capacity",
+        "gauge",
+        "Entries the pinned maps hold at most (--max-links, --max-endpoints).",
+    );
+    per_map(
+        &mut out,
+        "dxdp_map_capacity",
+        state.capacity.max_links as usize,
+        state.capacity.max_endpoints as usize,
+    );
+    header(
+        &mut out,
+        "dxdp_map_entries",
+        "gauge",
+        "Entries in use in the pinned maps: links, and managed veths (endpoints).",
+    );
+    per_map(
+        &mut out,
+        "dxdp_map_entries",
+        state.links.len(),
+        state.interfaces.len(),
+    );
     let _ = writeln!(
         out,
         "# HELP dxdp_build_info The running dxdp: its version and the layout (ABI) of the state it pins.\n# TYPE dxdp_build_info gauge\ndxdp_build_info{{version=\"{}\",abi=\"{}\"}} 1",
@@ -220,6 +291,12 @@ fn render(state: &State, watch: Loop) -> String {
         dxdp_common::ABI_VERSION
     );
     out
+}
+
+/// The `links` and `endpoints` samples of a per-map metric.
+fn per_map(out: &mut String, name: &str, links: usize, endpoints: usize) {
+    let _ = writeln!(out, "{name}{{map=\"links\"}} {links}");
+    let _ = writeln!(out, "{name}{{map=\"endpoints\"}} {endpoints}");
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -317,6 +394,10 @@ mod tests {
                     ..Default::default()
                 },
             )],
+            capacity: Capacity {
+                max_endpoints: 8,
+                max_links: 4,
+            },
         };
         let text = render(
             &state,
@@ -327,7 +408,43 @@ mod tests {
                 last_duration: 0.25,
                 docker_connected: true,
                 firewall_refused: 3,
+                refused: BTreeMap::from([("icc_disabled", 2)]),
+                malformed: 1,
+                last_success_unix: 1.5e9,
             },
+        );
+        assert!(
+            text.contains("dxdp_refused_pairs{reason=\"firewall\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_refused_pairs{reason=\"icc_disabled\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_refused_pairs{reason=\"opted_out\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("dxdp_label_errors 1\n"), "{text}");
+        assert!(
+            text.contains("dxdp_last_reconcile_success_timestamp_seconds 1500000000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_map_capacity{map=\"links\"} 4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_map_capacity{map=\"endpoints\"} 8\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_map_entries{map=\"links\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_map_entries{map=\"endpoints\"} 1\n"),
+            "{text}"
         );
         assert!(text.contains("dxdp_firewall_refused_pairs 3\n"), "{text}");
         assert!(text.contains(&format!(

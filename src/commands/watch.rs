@@ -8,7 +8,7 @@
 //! it back sooner (the unit only `Wants=` docker.service for the same reason). `WATCHDOG=1` is
 //! sent from the select loop itself, so that a loop stuck in a reconcile stops the pings.
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -313,6 +313,7 @@ impl Watcher {
         match result {
             Ok(outcome) => {
                 self.stats.firewall_refused(outcome.firewall_refused);
+                self.stats.refused(&outcome.refused, outcome.malformed);
                 debug!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     containers = outcome.containers,
@@ -333,6 +334,10 @@ struct Outcome {
     containers: usize,
     links: usize,
     firewall_refused: usize,
+    /// Pairs the rules refused, by reason (the firewall's are `firewall_refused`).
+    refused: BTreeMap<&'static str, usize>,
+    /// Containers whose labels do not parse.
+    malformed: usize,
 }
 
 async fn reconcile(
@@ -359,6 +364,8 @@ async fn reconcile(
         containers: count,
         links: applied.links,
         firewall_refused,
+        refused: plan.refused,
+        malformed: plan.malformed,
     })
 }
 

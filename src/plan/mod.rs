@@ -86,6 +86,10 @@ pub struct Plan {
     pub links: BTreeSet<DesiredLink>,
     /// Sorted, without duplicates.
     pub diagnostics: Vec<Diagnostic>,
+    /// Refusals of asked-for pairs, by [`crate::rules::REASONS`] reason, for metrics.
+    pub refused: BTreeMap<&'static str, usize>,
+    /// Containers whose `dxdp.*` labels do not parse (each left out of every link).
+    pub malformed: usize,
 }
 
 enum Status {
@@ -138,15 +142,26 @@ pub fn plan(containers: &[ContainerView]) -> Plan {
     let mut diags = Diags::default();
     let nodes = nodes(containers, &mut diags);
     let mut links = BTreeSet::new();
+    let mut refused = BTreeMap::new();
     for ((i, j), asker) in requests(&nodes, &mut diags) {
-        if let Some(link) = evaluate(&nodes[i], &nodes[j], &nodes[asker], &mut diags) {
+        let (a, b) = (&nodes[i], &nodes[j]);
+        if let Some(link) = evaluate(a, b, &nodes[asker], &mut diags, &mut refused) {
             links.insert(link);
         }
     }
     let mut diagnostics = diags.0;
     diagnostics.sort();
     diagnostics.dedup();
-    Plan { links, diagnostics }
+    let malformed = nodes
+        .iter()
+        .filter(|n| matches!(n.status, Status::Invalid))
+        .count();
+    Plan {
+        links,
+        diagnostics,
+        refused,
+        malformed,
+    }
 }
 
 /// Sorted by id, so that indices into the result are order independent.
@@ -291,11 +306,18 @@ fn resolve(nodes: &[Node], from: &Node, peer: &str) -> Vec<usize> {
     matching(&|n| n.name == peer)
 }
 
-fn evaluate(a: &Node, b: &Node, asker: &Node, diags: &mut Diags) -> Option<DesiredLink> {
+fn evaluate(
+    a: &Node,
+    b: &Node,
+    asker: &Node,
+    diags: &mut Diags,
+    refused: &mut BTreeMap<&'static str, usize>,
+) -> Option<DesiredLink> {
     if !a.view.running || !b.view.running {
         return None;
     }
     let mut refuse = |level: Level, why: Refusal| {
+        *refused.entry(why.reason()).or_default() += 1;
         diags.push(
             asker.name,
             level,

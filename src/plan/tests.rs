@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::labels::{DATAPATH, ENABLE, GROUP, NETWORK, PEERS};
 use proptest::prelude::*;
@@ -166,6 +165,8 @@ fn malformed_peer_is_never_linked() {
     assert!(p.links.is_empty());
     assert_diag(&p, "b", Level::Warn, "unknown datapath");
     assert_diag(&p, "a", Level::Info, "b has malformed dxdp labels");
+    assert_eq!(p.malformed, 1);
+    assert_eq!(p.refused, BTreeMap::from([("malformed_labels", 1)]));
 }
 
 #[test]
@@ -380,6 +381,9 @@ fn icc_disabled() {
         Level::Warn,
         "Docker disables inter-container traffic on network secure (com.docker.network.bridge.enable_icc=false); dxdp never opens a path Docker closes",
     );
+    // Counted by reason, for the dxdp_refused_pairs metric.
+    assert_eq!(p.refused, BTreeMap::from([("icc_disabled", 1)]));
+    assert_eq!(p.malformed, 0);
 }
 
 #[test]

@@ -13,7 +13,7 @@
 pub(crate) mod keys;
 mod refusal;
 
-pub(crate) use refusal::{Refusal, Unusable};
+pub(crate) use refusal::{FIREWALL_REASON, REASONS, Refusal, Unusable};
 
 use crate::datapath::Choice;
 

@@ -49,6 +49,45 @@ pub(crate) enum Refusal {
     },
 }
 
+/// The `reason` label values of `dxdp_refused_pairs`, one per kind of [`Refusal`], and the
+/// firewall's.
+pub(crate) const REASONS: [&str; 9] = [
+    "malformed_labels",
+    "opted_out",
+    "networks_disagree",
+    "datapaths_disagree",
+    "no_shared_network",
+    "not_on_named_network",
+    "network_driver",
+    "icc_disabled",
+    FIREWALL_REASON,
+];
+
+/// Not a [`Refusal`] of the rules: the watch refuses a pair a firewall rule could drop.
+pub(crate) const FIREWALL_REASON: &str = "firewall";
+
+impl Refusal {
+    /// Its kind, as metrics count it: one of [`REASONS`].
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            Self::Malformed { .. } => REASONS[0],
+            Self::OptedOut { .. } => REASONS[1],
+            Self::NetworksDisagree { .. } => REASONS[2],
+            Self::DatapathsDisagree { .. } => REASONS[3],
+            Self::NoSharedNetwork => REASONS[4],
+            Self::NotOnNamedNetwork { .. } => REASONS[5],
+            Self::Unusable {
+                why: Unusable::Driver(_),
+                ..
+            } => REASONS[6],
+            Self::Unusable {
+                why: Unusable::IccDisabled,
+                ..
+            } => REASONS[7],
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

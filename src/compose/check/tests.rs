@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::compose::{model::Scalar, parse_str};
 use crate::labels::DATAPATH;
