@@ -27,6 +27,8 @@ apt_packages=(
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
     # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
     systemd man-db
+    # prometheus and promtool test packaging/monitoring against a live watch.
+    prometheus
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
