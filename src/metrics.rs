@@ -1,6 +1,10 @@
 //! Prometheus text exposition for `dxdp watch --metrics ADDR`.
+//!
+//! The endpoint is hyper's HTTP/1.1 server, one request per connection: `GET` and `HEAD` on
+//! `/metrics`, 405 with `Allow` for other methods there, 404 elsewhere.
 use std::{
     collections::BTreeMap,
+    convert::Infallible,
     fmt::Write as _,
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -9,10 +13,16 @@ use std::{
 };
 
 use anyhow::{Context, Result};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::{Bytes, Incoming},
+    header::{self, HeaderValue},
+    server::conn::http1,
+    service::service_fn,
 };
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
 use tracing::{debug, info};
 
 use crate::datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord, Traffic};
@@ -309,7 +319,10 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Serves `GET /metrics` until the task is dropped.
+/// How long a client may take to send its request head.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `GET /metrics` (and `HEAD`) until the task is dropped.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
@@ -320,52 +333,164 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics"))?;
     info!(%addr, "serving Prometheus metrics on /metrics");
+    let mut http = http1::Builder::new();
+    // One request per connection, as scrapers use it; Title-Case header names, as before hyper.
+    http.keep_alive(false)
+        .title_case_headers(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_TIMEOUT);
     loop {
-        let (mut conn, peer) = listener.accept().await?;
+        let (conn, peer) = listener.accept().await?;
         let metrics = Arc::clone(&metrics);
         let pin_dir = pin_dir.clone();
+        let service = service_fn(move |request| {
+            respond(request, Arc::clone(&metrics), pin_dir.clone(), capacity)
+        });
+        let connection = http.serve_connection(TokioIo::new(conn), service);
         tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n = match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let path = request.split_whitespace().nth(1).unwrap_or("");
-            let response = if path == "/metrics" {
-                let watch = metrics.snapshot();
-                let state =
-                    tokio::task::spawn_blocking(move || read_state(&pin_dir, capacity)).await;
-                match state {
-                    Ok(Ok(state)) => http(200, "text/plain; version=0.0.4", &render(&state, watch)),
-                    Ok(Err(e)) => http(500, "text/plain", &format!("{e:#}\n")),
-                    Err(e) => http(500, "text/plain", &format!("{e}\n")),
-                }
-            } else {
-                http(404, "text/plain", "try /metrics\n")
-            };
-            debug!(%peer, path, "metrics request");
-            let _ = conn.write_all(response.as_bytes()).await;
+            if let Err(e) = connection.await {
+                debug!(%peer, "metrics connection: {e}");
+            }
         });
     }
 }
 
-fn http(status: u16, content_type: &str, body: &str) -> String {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        _ => "Internal Server Error",
-    };
-    format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+async fn respond(
+    request: Request<Incoming>,
+    metrics: Arc<Metrics>,
+    pin_dir: PathBuf,
+    capacity: Capacity,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (method, path) = (request.method(), request.uri().path());
+    debug!(%method, path, "metrics request");
+    if path != "/metrics" {
+        return Ok(text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "try /metrics\n".into(),
+        ));
+    }
+    // HEAD gets GET's headers, Content-Length included; hyper leaves the body out.
+    if method != Method::GET && method != Method::HEAD {
+        let mut response = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "/metrics answers GET and HEAD\n".into(),
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(response);
+    }
+    let watch = metrics.snapshot();
+    let state = tokio::task::spawn_blocking(move || read_state(&pin_dir, capacity)).await;
+    Ok(match state {
+        Ok(Ok(state)) => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            render(&state, watch),
+        ),
+        Ok(Err(e)) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("{e:#}\n"),
+        ),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("{e}\n"),
+        ),
+    })
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::datapath::Origin;
+
+    /// The endpoint over a real socket, without privileges: a missing pin directory is an
+    /// empty state.
+    #[test]
+    fn answers_get_and_head_refuses_other_methods_and_paths() {
+        use std::io::{Read, Write};
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        runtime.spawn(serve(
+            addr,
+            Arc::default(),
+            PathBuf::from("/nonexistent/dxdp-metrics-test"),
+            Capacity::default(),
+        ));
+        let ask = |request: &str| -> String {
+            for _ in 0..250 {
+                let Ok(mut conn) = std::net::TcpStream::connect(addr) else {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                conn.set_read_timeout(Some(Duration::from_secs(5)))
+                    .expect("a timeout");
+                conn.write_all(request.as_bytes()).expect("request sent");
+                // The server closes the connection after its answer.
+                let mut response = String::new();
+                conn.read_to_string(&mut response)
+                    .expect("a whole response");
+                return response;
+            }
+            panic!("nothing listens on {addr}");
+        };
+
+        let get = ask("GET /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
+        let (head_of_get, body) = get.split_once("\r\n\r\n").expect("a header block");
+        assert!(head_of_get.starts_with("HTTP/1.1 200 OK\r\n"), "{get}");
+        assert!(
+            head_of_get.contains("\r\nContent-Type: text/plain; version=0.0.4"),
+            "{get}"
+        );
+        assert!(head_of_get.contains("\r\nConnection: close"), "{get}");
+        let length = format!("\r\nContent-Length: {}", body.len());
+        assert!(head_of_get.contains(&length), "{get}");
+        assert!(body.contains("dxdp_links{datapath=\"tc\"} 0\n"), "{body}");
+
+        let head = ask("HEAD /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(
+            head.ends_with("\r\n\r\n"),
+            "HEAD answered with a body: {head}"
+        );
+        assert!(head.contains(&length), "{head}");
+
+        for method in ["POST", "PUT", "DELETE", "OPTIONS"] {
+            let refused = ask(&format!(
+                "{method} /metrics HTTP/1.1\r\nHost: dxdp\r\nContent-Length: 0\r\n\r\n"
+            ));
+            assert!(
+                refused.starts_with("HTTP/1.1 405 Method Not Allowed\r\n")
+                    && refused.contains("\r\nAllow: GET, HEAD\r\n"),
+                "{method}: {refused}"
+            );
+        }
+        for path in ["/", "/metricsx", "/metrics/"] {
+            let missing = ask(&format!("GET {path} HTTP/1.1\r\nHost: dxdp\r\n\r\n"));
+            assert!(
+                missing.starts_with("HTTP/1.1 404 Not Found\r\n"),
+                "{path}: {missing}"
+            );
+        }
+        // HTTP/1.0 clients too.
+        let old = ask("GET /metrics HTTP/1.0\r\n\r\n");
+        assert!(old.starts_with("HTTP/1.0 200 OK\r\n"), "{old}");
+    }
 
     #[test]
     fn renders_links_interfaces_and_loop_metrics() {

@@ -5,7 +5,9 @@
 //! What is checked, for both datapaths where it applies:
 //! - a link redirects ping, TCP and UDP between the pair, both ways, IPv4 and IPv6: the veths'
 //!   redirected counters (and the link's per-direction ones) grow by at least what was sent —
-//!   every echo request and reply, every byte or datagram that reached the other side;
+//!   every echo request and reply, every byte or datagram that reached the other side; UDP loses
+//!   no frame in the veths, and few datagrams besides those a starved receiver's full socket
+//!   buffer dropped (the kernel's counters tell them apart);
 //! - a third container's traffic to both still flows and is never redirected;
 //! - `unlink` removes counters, attachment pins and (xdp) programs and fix-ups, and traffic goes
 //!   through the bridge again;
@@ -26,8 +28,8 @@ mod common;
 use std::thread;
 
 use common::{
-    Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, iperf3, must,
-    now_unix_secs, ping, require_privileges, xdp_prog_id,
+    Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, in_ns, iperf3,
+    must, now_unix_secs, ping, require_privileges, xdp_prog_id,
 };
 
 /// Echo requests per ping run (10 ms apart).
@@ -36,8 +38,11 @@ const PINGS: u32 = 20;
 /// Smallest frame a ping sends: 14 (Ethernet) + 20 (IPv4) + 8 (ICMP) + 56 (payload).
 const PING_FRAME_BYTES: u64 = 98;
 
-/// UDP at 100 Mbit/s over veths loses little; XDP redirects in bursts into a 256-entry ring, which
-/// can drop a few percent. More than this is a broken path, not noise.
+/// UDP datagrams lost at 100 Mbit/s that neither the veths nor the receiving socket account for.
+/// Under CPU starvation (the whole suite on two CPUs) the receiving iperf3 does not drain its
+/// socket in time and the kernel drops datagrams for a full receive buffer: a quarter of them,
+/// over the bridge as much as over a link. Those are counted (`UdpRcvbufErrors`) and are not the
+/// datapath's; a frame lost in a veth is, and fails the test on its own.
 const MAX_UDP_LOSS_PERCENT: f64 = 10.0;
 
 #[test]
@@ -160,9 +165,14 @@ fn assert_redirected_iperf(
         (client, server)
     };
     let (hs, hr) = (sender.host_ifindex(), receiver.host_ifindex());
+    let drops_before = [Drops::of(sender), Drops::of(receiver)];
     let before = Snapshot::take(topo);
     let report = iperf3(client, server, addr, proto, reverse);
     let (ds, dr) = before.growth2(topo, hs, hr);
+    let [sender_drops, receiver_drops] = [
+        Drops::of(sender).since(drops_before[0]),
+        Drops::of(receiver).since(drops_before[1]),
+    ];
     let what = format!(
         "iperf3 {proto:?} {} -> {} ({addr}{})",
         sender.netns,
@@ -171,7 +181,7 @@ fn assert_redirected_iperf(
     );
     eprintln!(
         "{what}: {:.0} Mbit/s, sent {} B, received {} B, lost {}/{} datagrams; \
-         sender {ds:?}, receiver {dr:?}",
+         sender {ds:?} {sender_drops:?}, receiver {dr:?} {receiver_drops:?}",
         report.bits_per_second / 1e6,
         report.sent_bytes,
         report.received_bytes,
@@ -198,15 +208,92 @@ fn assert_redirected_iperf(
                 report.packets - report.lost_packets.min(report.packets),
                 report.packets
             );
+            // What the link owns: every frame crossed both veth pairs (a full XDP ring or a
+            // failed XDP transmit counts as a drop on the veth).
+            assert_eq!(
+                sender_drops.veth + receiver_drops.veth,
+                0,
+                "{what}: frames dropped in the veths; sender {sender_drops:?}, receiver \
+                 {receiver_drops:?}"
+            );
+            // Datagrams the receiving socket had no room for are the starved receiver's.
+            let unexplained = report.lost_packets.saturating_sub(receiver_drops.socket);
             assert!(
-                report.lost_percent <= MAX_UDP_LOSS_PERCENT,
-                "{what}: lost {} of {} datagrams ({:.1}%)",
+                unexplained as f64 <= report.packets as f64 * MAX_UDP_LOSS_PERCENT / 100.0,
+                "{what}: lost {} of {} datagrams ({:.1}%), only {} of them for a full socket \
+                 buffer",
                 report.lost_packets,
                 report.packets,
-                report.lost_percent
+                report.lost_percent,
+                receiver_drops.socket
             );
         }
     }
+}
+
+/// Drops the kernel counted for a node: frames in its veth pair (both ends, either direction:
+/// ring full, XDP transmit errors) and UDP datagrams its sockets had no buffer room for.
+#[derive(Clone, Copy, Debug)]
+struct Drops {
+    veth: u64,
+    socket: u64,
+}
+
+impl Drops {
+    #[track_caller]
+    fn of(node: &Node) -> Self {
+        let number = |text: &str, what: &str| -> u64 {
+            text.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{what}: {text:?}: {e}"))
+        };
+        let mut veth = 0;
+        for counter in ["rx_dropped", "tx_dropped"] {
+            let host = format!("/sys/class/net/{}/statistics/{counter}", node.host_veth);
+            let text = std::fs::read_to_string(&host).unwrap_or_else(|e| panic!("{host}: {e}"));
+            veth += number(&text, &host);
+            let inside = format!("/sys/class/net/{}/statistics/{counter}", node.ifname);
+            veth += number(&must(&in_ns(&node.netns, &["cat", &inside])), &inside);
+        }
+        let snmp = must(&in_ns(
+            &node.netns,
+            &["cat", "/proc/net/snmp", "/proc/net/snmp6"],
+        ));
+        Self {
+            veth,
+            socket: udp_rcvbuf_errors(&snmp),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            veth: self.veth - before.veth,
+            socket: self.socket - before.socket,
+        }
+    }
+}
+
+/// `UdpRcvbufErrors` plus `Udp6RcvbufErrors` from a namespace's /proc/net/snmp and snmp6.
+fn udp_rcvbuf_errors(snmp: &str) -> u64 {
+    let mut total = 0;
+    let mut lines = snmp.lines();
+    while let Some(line) = lines.next() {
+        if let Some(value) = line.strip_prefix("Udp6RcvbufErrors") {
+            total += value.trim().parse::<u64>().expect("Udp6RcvbufErrors");
+        } else if let Some(names) = line.strip_prefix("Udp: ") {
+            // A line of names, then a line of values.
+            let values = lines.next().and_then(|l| l.strip_prefix("Udp: "));
+            let column = names.split_whitespace().position(|n| n == "RcvbufErrors");
+            if let (Some(values), Some(column)) = (values, column) {
+                total += values
+                    .split_whitespace()
+                    .nth(column)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .expect("UdpRcvbufErrors");
+            }
+        }
+    }
+    total
 }
 
 /// Pings every address of `to` from `from` and back, expecting every echo answered.

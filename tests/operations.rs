@@ -14,11 +14,15 @@ use common::{DXDP, run, wait_until};
 use docker::{World, require_docker};
 
 fn scrape(addr: &str) -> String {
+    ask(addr, "GET")
+}
+
+fn ask(addr: &str, method: &str) -> String {
     let Ok(mut conn) = TcpStream::connect(addr) else {
         return String::new();
     };
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
+    let _ = write!(conn, "{method} /metrics HTTP/1.1\r\nHost: dxdp\r\n\r\n");
     let mut body = String::new();
     let _ = conn.read_to_string(&mut body);
     body
@@ -85,6 +89,16 @@ fn watch_serves_prometheus_metrics_of_its_links() {
     assert!(
         body.contains("# TYPE dxdp_interface_redirected_packets_total counter"),
         "{body}"
+    );
+    let head = ask(&addr, "HEAD");
+    assert!(
+        head.starts_with("HTTP/1.1 200 OK") && head.ends_with("\r\n\r\n"),
+        "{head}"
+    );
+    let post = ask(&addr, "POST");
+    assert!(
+        post.starts_with("HTTP/1.1 405 ") && post.contains("Allow: GET, HEAD"),
+        "{post}"
     );
 }
 

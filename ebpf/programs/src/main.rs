@@ -1,8 +1,11 @@
 //! dxdp's datapath: frames from a linked container skip the bridge and go straight to the
 //! container they are addressed to. Both programs share [`verdict::decide`]; they differ only in
 //! how they read the frame and how they redirect it.
-#![no_std]
-#![no_main]
+//!
+//! Built for the host too (a std binary with an empty `main`), so that clippy and rustc lint it
+//! with the rest of the workspace: only the BPF target is `no_std`/`no_main` with a panic handler.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
 
 mod maps;
 mod verdict;
@@ -70,11 +73,15 @@ pub struct Frame {
     end: usize,
 }
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
+
+/// The host build exists for the linters; the programs run only in the kernel.
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]

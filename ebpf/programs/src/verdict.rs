@@ -24,10 +24,10 @@ pub fn decide<A: Copy>(
     redirect: impl FnOnce(u32) -> Option<A>,
 ) -> A {
     // SAFETY: map lookups return pointers into map memory that stay valid for this invocation.
-    let Some(endpoint) = (unsafe { ENDPOINTS.get(&ingress_ifindex) }) else {
+    let Some(endpoint) = (unsafe { ENDPOINTS.get(ingress_ifindex) }) else {
         return pass;
     };
-    let counters = COUNTERS.get_ptr_mut(&ingress_ifindex);
+    let counters = COUNTERS.get_ptr_mut(ingress_ifindex);
     let verdict = match ethernet_addrs(frame) {
         None => Outcome::Passed,
         Some((dst, src)) => {
@@ -37,7 +37,7 @@ pub fn decide<A: Copy>(
                 // Broadcast and multicast belong to the bridge.
                 Outcome::Passed
             } else {
-                match LINKS.get_ptr_mut(&LinkKey::new(ingress_ifindex, dst)) {
+                match LINKS.get_ptr_mut(LinkKey::new(ingress_ifindex, dst)) {
                     None => Outcome::Passed,
                     Some(link) => {
                         // SAFETY: this CPU's copy of the value; nothing else writes it now.
