@@ -3,6 +3,7 @@
 mod attach;
 mod fixups;
 mod pins;
+pub mod sock;
 mod state;
 
 use std::{

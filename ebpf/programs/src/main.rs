@@ -5,6 +5,7 @@
 #![no_main]
 
 mod maps;
+mod sock;
 mod verdict;
 
 use aya_ebpf::{
