@@ -339,3 +339,169 @@ fn unlink_mid_stream_loses_duplicates_and_reorders_nothing() {
     );
     assert_eq!(end.redirected_bytes + end.passed_bytes, 2 * size);
 }
+
+#[derive(Debug, Deserialize)]
+struct Many {
+    connections: u64,
+    mismatches: u64,
+    /// Printed: how often a blocking recv returned EAGAIN (see sock_peer.py).
+    #[allow(dead_code)]
+    eagain_on_blocking_recv: u64,
+}
+
+/// `count` connections from node `client` to node 1 that write right after connect, half-close
+/// and check the digest the server sends back; returns the client's report.
+#[track_caller]
+fn many(f: &Fixture, client: usize, dst: &str, count: u32, size: u32, extra: &[&str]) -> Many {
+    let count_s = count.to_string();
+    let mut server = Peer::spawn(
+        &f.node(1).netns,
+        &[
+            "serve-many",
+            if dst.contains(':') { "::" } else { "0.0.0.0" },
+            "7002",
+            &count_s,
+        ],
+    );
+    server.wait_line("listening");
+    let size_s = size.to_string();
+    let mut args = vec!["connect-many", dst, "7002", &count_s, &size_s];
+    args.extend_from_slice(extra);
+    let mut client = Peer::spawn(&f.node(client).netns, &args);
+    let report: Many = parse(&client.finish(Duration::from_secs(180)));
+    server.finish(Duration::from_secs(30));
+    assert_eq!(report.connections, u64::from(count));
+    assert_eq!(report.mismatches, 0, "{report:?}");
+    report
+}
+
+/// Waits until sock_ops has forgotten every closed socket.
+#[track_caller]
+fn assert_states_drain(f: &Fixture) {
+    let drained = wait_until(Duration::from_secs(10), || {
+        f.layer().states().expect("states").is_empty()
+    });
+    assert!(
+        drained,
+        "{} per-socket entries left after every connection closed",
+        f.layer().states().expect("states").len()
+    );
+}
+
+#[test]
+fn writes_right_after_connect_keep_their_order_over_thousands_of_connections() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let before = f.counters();
+    let report = many(&f, 0, &f.node(1).ipv4.clone(), 2000, 3000, &[]);
+    let after = f.counters();
+    eprintln!("{report:?}\n{after:?}");
+    assert_eq!(after.sockets_inserted - before.sockets_inserted, 4000);
+    // Every reply (server→client) may be redirected from its first byte.
+    assert!(
+        after.redirected_msgs - before.redirected_msgs >= 2000,
+        "{after:?}"
+    );
+    assert_states_drain(&f);
+}
+
+#[test]
+fn rst_by_so_linger_0_and_reused_four_tuples_after_time_wait_stay_intact() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let ip = f.node(1).ipv4.clone();
+    let linger = many(&f, 0, &ip, 300, 5000, &["--linger0"]);
+    // The client half-closes first, so its side of each connection ends in TIME_WAIT; with
+    // tcp_tw_reuse (delay 1 ms) in its namespace it reconnects from the same port, so every
+    // connection reuses the last one's 4-tuple, hence its sockhash and state keys.
+    must(&[
+        "ip",
+        "netns",
+        "exec",
+        &f.node(0).netns,
+        "sysctl",
+        "-qw",
+        "net.ipv4.tcp_tw_reuse=1",
+        "net.ipv4.tcp_tw_reuse_delay=1",
+    ]);
+    let before = f.counters();
+    let reuse = many(
+        &f,
+        0,
+        &ip,
+        100,
+        5000,
+        &["--port", "40555", "--pause-ms", "5"],
+    );
+    let after = f.counters();
+    eprintln!("{linger:?}\n{reuse:?}\n{after:?}");
+    assert_eq!(after.sockets_inserted - before.sockets_inserted, 200);
+    assert!(
+        after.redirected_msgs - before.redirected_msgs >= 100,
+        "{after:?}"
+    );
+    assert_states_drain(&f);
+}
+
+#[test]
+fn an_unlinked_third_namespace_is_never_touched() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let before = f.counters();
+    // Node 2 talks to both linked nodes; none of its connections' sockets may be inserted.
+    many(&f, 2, &f.node(1).ipv4.clone(), 200, 3000, &[]);
+    let mut server = Peer::spawn(&f.node(0).netns, &["serve", "0.0.0.0", "7003", "1000000"]);
+    server.wait_line("listening");
+    let mut client = Peer::spawn(
+        &f.node(2).netns,
+        &["connect", &f.node(0).ipv4, "7003", "1000000"],
+    );
+    let c: Stream = parse(&client.finish(Duration::from_secs(60)));
+    let s: Stream = parse(&server.finish(Duration::from_secs(60)));
+    assert_eq!(c.sent_sha, s.recv_sha);
+    assert_eq!(s.sent_sha, c.recv_sha);
+    let after = f.counters();
+    assert_eq!(
+        after, before,
+        "a socket of the unlinked namespace was touched"
+    );
+    assert!(f.layer().states().expect("states").is_empty());
+}
+
+#[test]
+fn dual_stack_listeners_and_ipv6_pairs_are_redirected() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let (ns, ip4) = names(&f);
+    let ip6 = f.node(1).ipv6.clone();
+    let size = 64 * MIB;
+    for (listen, connect) in [
+        ("::", ip4.as_str()),
+        ("::", ip6.as_str()),
+        (ip6.as_str(), ip6.as_str()),
+    ] {
+        let before = f.counters();
+        stream_both_ways(ns, listen, connect, size, &[], &[], || {});
+        let after = f.counters();
+        eprintln!("listen {listen} connect {connect}: {after:?}");
+        assert_eq!(
+            after.sockets_inserted - before.sockets_inserted,
+            2,
+            "{listen} {connect}"
+        );
+        let redirected = after.redirected_bytes - before.redirected_bytes;
+        assert!(
+            redirected >= size,
+            "listen {listen}, connect {connect}: only {redirected} of {} redirected",
+            2 * size
+        );
+    }
+}

@@ -10,7 +10,8 @@ Modes:
   connect HOST PORT SIZE [--sendfile]               connect, stream both ways
   serve-many HOST PORT COUNT                        accept COUNT connections; for each, read to
                                                     EOF, reply with the sha256 of what came, close
-  connect-many HOST PORT COUNT SIZE [--linger0]     COUNT connections that write SIZE bytes right
+  connect-many HOST PORT COUNT SIZE [--linger0] [--port P]
+                                                    COUNT connections that write SIZE bytes right
                                                     after connect, half-close, read the digest
   serve-sink HOST PORT                              accept one connection and never read
   connect-flood HOST PORT SECONDS                   non-blocking sends for SECONDS; report how much
@@ -32,6 +33,19 @@ BASE = bytes((i * 7 + 13) % 251 for i in range(CHUNK))
 
 def chunk(i):
     return struct.pack("<Q", i) + BASE[8:]
+
+
+SPURIOUS = [0]
+
+
+def recv(sock, n):
+    """recv on a blocking socket, waiting out the EAGAIN a sockmap socket can return."""
+    while True:
+        try:
+            return sock.recv(n)
+        except BlockingIOError:
+            SPURIOUS[0] += 1
+            select.select([sock], [], [], 1.0)
 
 
 def family(host):
@@ -154,7 +168,7 @@ def main():
             c, _ = s.accept()
             h = hashlib.sha256()
             while True:
-                b = c.recv(1 << 16)
+                b = recv(c, 1 << 16)
                 if not b:
                     break
                 h.update(b)
@@ -163,15 +177,24 @@ def main():
     elif mode == "connect-many":
         count, size = int(flags[0]), int(flags[1])
         linger0 = "--linger0" in flags
+        # --port P: every connection from the same source port, so each one reuses the
+        # 4-tuple of the last (the server closes first and holds it in TIME_WAIT).
+        src = int(flags[flags.index("--port") + 1]) if "--port" in flags else 0
+        pause = float(flags[flags.index("--pause-ms") + 1]) / 1000 if "--pause-ms" in flags else 0
         bad = 0
         for n in range(count):
             payload = struct.pack("<Q", n) + BASE[: size - 8]
-            c = socket.create_connection((host, port), timeout=30)
+            c = socket.socket(family(host), socket.SOCK_STREAM)
+            c.settimeout(30)
+            if src:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                c.bind(("::" if ":" in host else "0.0.0.0", src))
+            c.connect((host, port))
             c.sendall(payload)
             c.shutdown(socket.SHUT_WR)
             digest = b""
             while len(digest) < 32:
-                b = c.recv(32 - len(digest))
+                b = recv(c, 32 - len(digest))
                 if not b:
                     break
                 digest += b
@@ -180,7 +203,9 @@ def main():
             if linger0:
                 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             c.close()
-        print(json.dumps({"connections": count, "mismatches": bad}), flush=True)
+            time.sleep(pause)
+        print(json.dumps({"connections": count, "mismatches": bad,
+                          "eagain_on_blocking_recv": SPURIOUS[0]}), flush=True)
     elif mode == "serve-sink":
         s = listen(host, port)
         c, _ = s.accept()

@@ -24,7 +24,9 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, SockHash},
     programs::{CgroupAttachMode, SkMsg, SockOps, links::FdLink},
 };
-use dxdp_common::sock::{SWITCH_ON, SockCounters, SockKey, SockLinkKey, SockLinkValue, names};
+use dxdp_common::sock::{
+    SWITCH_ON, SockCounters, SockEntry, SockKey, SockLinkKey, SockLinkValue, names,
+};
 
 use crate::netns::NetnsPath;
 
@@ -347,6 +349,14 @@ impl SockLayer {
         let map: SockHash<&MapData, SockKey> =
             SockHash::try_from(self.ebpf.map(names::SOCKETS).context("no sockhash")?)?;
         Ok(map.keys().collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// Per-socket entries (state and address) now; sock_ops removes them when a socket
+    /// reaches TCP_CLOSE, so this tracks live connections and must not grow without bound.
+    pub fn states(&self) -> Result<Vec<(SockKey, SockEntry)>> {
+        let map: HashMap<&MapData, SockKey, SockEntry> =
+            HashMap::try_from(self.ebpf.map(names::STATES).context("no sock states map")?)?;
+        Ok(map.iter().collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Detaches sock_ops and removes every pin under `ROOT/sock/` — refused while a socket is
