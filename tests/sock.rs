@@ -70,6 +70,22 @@ impl Peer {
         }
     }
 
+    /// Reads the next stdout line (the peer keeps running).
+    #[track_caller]
+    fn next_line(&mut self) -> String {
+        let child = self.child.as_mut().expect("running");
+        let out = child.stdout.as_mut().expect("piped");
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            match out.read(&mut byte) {
+                Ok(1) if byte[0] == b'\n' => return String::from_utf8_lossy(&got).into_owned(),
+                Ok(1) => got.push(byte[0]),
+                _ => panic!("{} ended before printing a line: {got:?}", self.what),
+            }
+        }
+    }
+
     /// Waits up to `timeout` for the peer to exit 0 and returns its last stdout line.
     #[track_caller]
     fn finish(&mut self, timeout: Duration) -> String {
@@ -504,4 +520,120 @@ fn dual_stack_listeners_and_ipv6_pairs_are_redirected() {
             2 * size
         );
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct Flood {
+    accepted: u64,
+    eagain: u64,
+}
+
+/// A receiver on node 1 that accepts and never reads; a non-blocking sender on node `client`
+/// writes for `seconds`. Returns what send() accepted, with `ss -tm` of the receiver.
+fn flood(f: &Fixture, client: usize, port: &str, seconds: &str) -> (Flood, String) {
+    let mut sink = Peer::spawn(&f.node(1).netns, &["serve-sink", "0.0.0.0", port]);
+    sink.wait_line("listening");
+    let mut sender = Peer::spawn(
+        &f.node(client).netns,
+        &["connect-flood", &f.node(1).ipv4, port, seconds],
+    );
+    let report: Flood = parse(&sender.next_line());
+    let ss = must(&[
+        "ip",
+        "netns",
+        "exec",
+        &f.node(1).netns,
+        "ss",
+        "-tmn",
+        "state",
+        "established",
+    ]);
+    (report, ss)
+}
+
+#[test]
+fn a_receiver_that_does_not_read_blocks_its_sender_with_bounded_memory() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let sockstat = || std::fs::read_to_string("/proc/net/sockstat").expect("sockstat");
+    // The same flood over plain TCP (node 2 is not linked): what TCP lets a sender queue.
+    let (tcp, tcp_ss) = flood(&f, 2, "7010", "3");
+    let before = f.counters();
+    let stat0 = sockstat();
+    let (sock, sock_ss) = flood(&f, 0, "7011", "3");
+    let stat1 = sockstat();
+    let after = f.counters();
+    eprintln!(
+        "plain TCP: {tcp:?}\n{tcp_ss}\nsocket layer: {sock:?}\n{sock_ss}\n{after:?}\n\
+         sockstat before:\n{stat0}after:\n{stat1}"
+    );
+    assert!(tcp.eagain > 0, "plain TCP never pushed back: {tcp:?}");
+    assert!(sock.eagain > 0, "the sender was never blocked: {sock:?}");
+    assert!(
+        after.fallback_backpressure > before.fallback_backpressure,
+        "no backpressure fallback: {after:?}"
+    );
+    // Bounded near TCP: what TCP allows plus the redirect queue floor (4 MiB) and one message.
+    let bound = tcp.accepted + (4 << 20) + (1 << 20);
+    assert!(
+        sock.accepted <= bound,
+        "the socket layer let a non-reading peer queue {} bytes (TCP: {}, bound {bound})",
+        sock.accepted,
+        tcp.accepted
+    );
+}
+
+#[test]
+fn sendfile_senders_are_redirected_intact() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let (ns, ip) = names(&f);
+    let size = 64 * MIB;
+    let before = f.counters();
+    stream_both_ways(ns, &ip, &ip, size, &["--sendfile"], &["--sendfile"], || {});
+    let after = f.counters();
+    eprintln!("{after:?}");
+    let (redirected, passed) = (
+        after.redirected_bytes - before.redirected_bytes,
+        after.passed_bytes - before.passed_bytes,
+    );
+    // sendfile(2) goes through tcp_bpf_sendmsg (MSG_SPLICE_PAGES) like any write.
+    assert!(redirected > 0, "sendfile was never redirected: {after:?}");
+    assert_eq!(
+        redirected + passed,
+        2 * size,
+        "every payload byte seen once"
+    );
+}
+
+/// A known limit of the kernel, asserted so that a kernel that lifts it is noticed: splice(2)
+/// reads the TCP receive queue only (tcp_splice_read), never the psock's ingress queue where
+/// redirected bytes wait, so a splice reader (haproxy's splicing, for one) stalls on a
+/// redirected stream although poll() says readable. The socket layer must stay opt-in per pair
+/// and documented for this.
+#[test]
+fn splice_readers_stall_on_redirected_bytes() {
+    if !require_privileges() {
+        return;
+    }
+    let f = Fixture::new();
+    let size = (8 * MIB).to_string();
+    let mut server = Peer::spawn(
+        &f.node(1).netns,
+        &["serve", "0.0.0.0", "7004", &size, "--splice-recv"],
+    );
+    server.wait_line("listening");
+    let _client = Peer::spawn(
+        &f.node(0).netns,
+        &["connect", &f.node(1).ipv4, "7004", &size],
+    );
+    let line = server.finish(Duration::from_secs(60));
+    let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+    eprintln!("splice reader: {v}\n{:?}", f.counters());
+    assert_eq!(v["splice_stalled"], true, "splice read everything: {v}");
+    assert!(f.counters().redirected_bytes > 0);
 }
