@@ -27,6 +27,8 @@ apt_packages=(
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
     # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
     systemd man-db
+    # python3 runs tests/sock_peer.py, the traffic of the socket-layer tests (tests/sock.rs).
+    python3
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
