@@ -48,6 +48,16 @@ def recv(sock, n):
             select.select([sock], [], [], 1.0)
 
 
+def sendall(sock, data):
+    """sendall that also works once the reader has made the socket non-blocking."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view):]
+        except BlockingIOError:
+            select.select([], [sock], [], 1.0)
+
+
 def family(host):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
@@ -84,7 +94,7 @@ def send_all(sock, size, out, use_sendfile):
     else:
         while sent < size:
             c = chunk(i)[: size - sent]
-            sock.sendall(c)
+            sendall(sock, c)
             h.update(c)
             sent += len(c)
             i += 1

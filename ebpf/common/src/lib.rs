@@ -177,7 +177,6 @@ pub mod sock {
         pub const SOCK_OPS_PROGRAM: &str = "dxdp_sock_ops";
         pub const SK_MSG_PROGRAM: &str = "dxdp_sk_msg";
         /// Load-time constants (`.rodata`): offsets read from the running kernel's BTF.
-        pub const OFF_SK_RCVBUF: &str = "DXDP_OFF_SK_RCVBUF";
         pub const OFF_SK_USER_DATA: &str = "DXDP_OFF_SK_USER_DATA";
         pub const OFF_PSOCK_MSG_TOT_LEN: &str = "DXDP_OFF_PSOCK_MSG_TOT_LEN";
         pub const OFF_TP_WRITE_SEQ: &str = "DXDP_OFF_TP_WRITE_SEQ";

@@ -18,13 +18,13 @@
 //!   `bpf_sk_release` is not allowed in sk_msg: the verifier says "program of this type cannot
 //!   use helper bpf_sk_release#86"), so the peer's presence and address come from `STATES`,
 //!   which sock_ops fills beside the sockhash.
-//! - Backpressure: `bpf_tcp_ingress` charges the receiver with `sk_wmem_schedule`/
-//!   `sk_mem_charge` only (global TCP memory limits), never `sk_rcvbuf`, so a reader that does
-//!   not read lets the queue grow without bound. Before redirecting, the peer's queued bytes
-//!   (`sk_psock.msg_tot_len`) are compared with its `sk_rcvbuf` (at least `QUEUE_FLOOR`); over
-//!   it, the socket sends over TCP, whose window then bounds memory and blocks the sender,
-//!   until the peer has read every byte (then nothing queued can be overtaken) and redirecting
-//!   resumes.
+//! - Backpressure: nothing in the redirect path refuses bytes for a receiver that does not
+//!   read (the prototype queued 1.5 GB). On 6.18 the queued bytes are charged to the receiver
+//!   (`ss -tm` shows `r` ≈ the queue) and its `sk_rcvbuf` grows with them (`rb` 4.2 MB with
+//!   nothing read), so neither bounds anything. Before redirecting, the peer's queued bytes
+//!   (`sk_psock.msg_tot_len`) are compared with `QUEUE_FLOOR`; over it, the socket sends over
+//!   TCP, whose window then bounds memory and blocks the sender, until the peer has read every
+//!   byte (then nothing queued can be overtaken) and redirecting resumes.
 //! - Only sockets whose (namespace, remote address) is a linked direction are ever inserted, and
 //!   a redirect targets the key built with the peer namespace's cookie that the link names.
 use aya_ebpf::{
@@ -70,8 +70,6 @@ static COUNTERS: PerCpuArray<SockCounters> = PerCpuArray::pinned(1, 0);
 // loader. Frozen `.rodata`: the verifier sees constants. 0 disables the backpressure check (the
 // loader refuses to attach then).
 #[unsafe(no_mangle)]
-static DXDP_OFF_SK_RCVBUF: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
 static DXDP_OFF_SK_USER_DATA: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_OFF_PSOCK_MSG_TOT_LEN: Global<u32> = Global::new(0);
@@ -79,8 +77,8 @@ static DXDP_OFF_PSOCK_MSG_TOT_LEN: Global<u32> = Global::new(0);
 static DXDP_OFF_TP_WRITE_SEQ: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_OFF_TP_COPIED_SEQ: Global<u32> = Global::new(0);
-/// Queued bytes a peer may always hold, whatever its `sk_rcvbuf` (which never autotunes for
-/// redirected data).
+/// Redirected bytes a peer socket may hold unread before its senders use TCP: the bound on
+/// the memory a non-reading receiver costs, beyond what TCP itself lets queue.
 #[unsafe(no_mangle)]
 static DXDP_SOCK_QUEUE_FLOOR: Global<u32> = Global::new(4 << 20);
 
@@ -376,16 +374,14 @@ fn quiet(own: *const u8, peer: *const u8) -> bool {
     read_u32(own, off_write) == read_u32(peer, off_copied)
 }
 
-/// Whether the peer socket holds more redirected bytes than it would let TCP queue.
+/// Whether the peer socket holds `QUEUE_FLOOR` redirected bytes or more, unread.
 #[inline(always)]
 fn peer_queue_full(sk: *const u8) -> bool {
-    let off_rcvbuf = DXDP_OFF_SK_RCVBUF.load();
     let off_user_data = DXDP_OFF_SK_USER_DATA.load();
     let off_tot_len = DXDP_OFF_PSOCK_MSG_TOT_LEN.load();
-    if off_rcvbuf == 0 || off_user_data == 0 || off_tot_len == 0 {
+    if off_user_data == 0 || off_tot_len == 0 {
         return false;
     }
-    let rcvbuf = read_u32(sk, off_rcvbuf);
     let mut user_data: u64 = 0;
     // SAFETY: probe reads never fault; a failed read leaves the zero in place.
     unsafe {
@@ -400,7 +396,5 @@ fn peer_queue_full(sk: *const u8) -> bool {
         return false;
     }
     let queued = read_u32(psock, off_tot_len);
-    let floor = DXDP_SOCK_QUEUE_FLOOR.load();
-    let limit = if rcvbuf > floor { rcvbuf } else { floor };
-    queued >= limit
+    queued >= DXDP_SOCK_QUEUE_FLOOR.load()
 }

@@ -32,6 +32,12 @@ use crate::netns::NetnsPath;
 
 pub use btf::member_offset;
 
+/// Redirected bytes a receiver may hold unread before its senders fall back to TCP: what a
+/// non-reading container can make the host hold per connection beyond TCP's own buffers. 4 MiB
+/// is tcp_wmem's default maximum, what one TCP sender may have in flight anyway; lower values
+/// make fast bulk streams fall back more often (each fallback lasts until the reader catches up).
+pub const DEFAULT_QUEUE_LIMIT: u32 = 4 << 20;
+
 /// Where the socket layer keeps its pins under the dxdp pin root.
 pub fn sock_root(pin_root: &Path) -> PathBuf {
     pin_root.join("sock")
@@ -50,7 +56,6 @@ const UNUSED_MAPS: &[&str] = &[
 /// Kernel struct offsets the sk_msg program needs for its backpressure check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
-    pub sk_rcvbuf: u32,
     pub sk_user_data: u32,
     pub psock_msg_tot_len: u32,
     pub tp_write_seq: u32,
@@ -64,7 +69,6 @@ pub fn kernel_offsets() -> Result<Offsets> {
     let blob = std::fs::read(btf::VMLINUX)
         .with_context(|| format!("cannot read {}: the socket layer needs BTF", btf::VMLINUX))?;
     Ok(Offsets {
-        sk_rcvbuf: member_offset(&blob, "sock", "sk_rcvbuf")?,
         sk_user_data: member_offset(&blob, "sock", "sk_user_data")?,
         psock_msg_tot_len: member_offset(&blob, "sk_psock", "msg_tot_len").context(
             "this kernel's sk_psock has no msg_tot_len (Linux 6.18+?): redirected data could \
@@ -165,8 +169,15 @@ pub struct SockLayer {
 }
 
 impl SockLayer {
-    /// Loads the object with its maps pinned in `ROOT/sock/maps` (adopting pinned ones).
+    /// Loads the object with its maps pinned in `ROOT/sock/maps` (adopting pinned ones), with
+    /// the default queue limit.
     pub fn open(pin_root: &Path) -> Result<Self> {
+        Self::open_with_queue_limit(pin_root, DEFAULT_QUEUE_LIMIT)
+    }
+
+    /// Like [`SockLayer::open`]; `queue_limit` is how many redirected bytes a peer socket may
+    /// hold unread before its senders switch to TCP (and TCP's window blocks them).
+    pub fn open_with_queue_limit(pin_root: &Path, queue_limit: u32) -> Result<Self> {
         let root = sock_root(pin_root);
         for dir in [
             root.clone(),
@@ -182,11 +193,11 @@ impl SockLayer {
         let maps_dir = root.join("maps");
         loader
             .default_map_pin_directory(&maps_dir)
-            .override_global(names::OFF_SK_RCVBUF, &off.sk_rcvbuf, true)
             .override_global(names::OFF_SK_USER_DATA, &off.sk_user_data, true)
             .override_global(names::OFF_PSOCK_MSG_TOT_LEN, &off.psock_msg_tot_len, true)
             .override_global(names::OFF_TP_WRITE_SEQ, &off.tp_write_seq, true)
-            .override_global(names::OFF_TP_COPIED_SEQ, &off.tp_copied_seq, true);
+            .override_global(names::OFF_TP_COPIED_SEQ, &off.tp_copied_seq, true)
+            .override_global(names::QUEUE_FLOOR, &queue_limit, true);
         for name in UNUSED_MAPS {
             loader.map_max_entries(name, 1);
         }
