@@ -785,3 +785,166 @@ fn blocking_full_duplex_readers_can_get_eagain() {
         seen.len()
     );
 }
+
+/// sockperf TCP ping-pong (64 B, 3 s) from node 0 to node 1; (p50, p99) in µs. `cpu` pins both
+/// ends to one CPU.
+fn sockperf_us(f: &Fixture, cpu: Option<&str>) -> (f64, f64) {
+    let pin = |argv: Vec<&'static str>| -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        if let Some(c) = cpu {
+            v.extend(["taskset".to_owned(), "-c".to_owned(), c.to_owned()]);
+        }
+        v.extend(argv.into_iter().map(str::to_owned));
+        v
+    };
+    let ip: &'static str = Box::leak(f.node(1).ipv4.clone().into_boxed_str());
+    let srv_argv = pin(vec!["sockperf", "server", "--tcp", "-i", ip, "-p", "11111"]);
+    let srv_refs: Vec<&str> = srv_argv.iter().map(String::as_str).collect();
+    let _srv = Peer::spawn_raw(&f.node(1).netns, &srv_refs);
+    std::thread::sleep(Duration::from_millis(500));
+    let cli_argv = pin(vec![
+        "sockperf",
+        "ping-pong",
+        "--tcp",
+        "-i",
+        ip,
+        "-p",
+        "11111",
+        "-t",
+        "3",
+        "-m",
+        "64",
+    ]);
+    let out = must(&common::in_ns(&f.node(0).netns, &cli_argv));
+    let pct = |p: &str| -> f64 {
+        out.lines()
+            .find(|l| l.contains(&format!("percentile {p} =")))
+            .and_then(|l| l.rsplit('=').next())
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no percentile {p} in sockperf output: {out}"))
+    };
+    (pct("50.000"), pct("99.000"))
+}
+
+/// redis-benchmark GET with `clients` clients against a redis-server on node 1; requests/s.
+fn redis_rps(f: &Fixture, clients: &str) -> f64 {
+    let ip: &'static str = Box::leak(f.node(1).ipv4.clone().into_boxed_str());
+    let _srv = Peer::spawn_raw(
+        &f.node(1).netns,
+        &[
+            "redis-server",
+            "--bind",
+            ip,
+            "--port",
+            "6390",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ],
+    );
+    let ns = f.node(1).netns.clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            !must(&common::in_ns(&ns, &["ss", "-Hltn", "sport = :6390"]))
+                .trim()
+                .is_empty()
+        }),
+        "redis-server did not listen"
+    );
+    let n = if clients == "1" { "20000" } else { "100000" };
+    let out = must(&common::in_ns(
+        &f.node(0).netns,
+        &[
+            "redis-benchmark",
+            "-h",
+            ip,
+            "-p",
+            "6390",
+            "-t",
+            "get",
+            "-n",
+            n,
+            "-c",
+            clients,
+            "--csv",
+        ],
+    ));
+    out.lines()
+        .find(|l| l.starts_with("\"GET\""))
+        .and_then(|l| l.split(',').nth(1))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no GET row in redis-benchmark output: {out}"))
+}
+
+/// Not a pass/fail test: interleaved rounds of sockperf ping-pong (same CPU and any CPU) and
+/// redis-benchmark GET (1 and 20 clients) over the tc link alone and with the socket layer;
+/// prints medians, ratios and the load. Needs sockperf, redis-server and redis-benchmark.
+#[test]
+#[ignore]
+fn measure_request_response_tc_vs_sock() {
+    if !sock_prerequisites() {
+        return;
+    }
+    let mut f = Fixture::new();
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load before: {}", load());
+    let toggle = |f: &mut Fixture, on: bool| {
+        if on {
+            let [a, b] = f.ends.clone();
+            f.layer
+                .as_mut()
+                .expect("layer")
+                .link(LINK_ID, &a, &b)
+                .expect("relink");
+            f.linked = true;
+        } else {
+            f.unlink();
+        }
+    };
+    for (name, cpu) in [
+        ("ping-pong same CPU", Some("0")),
+        ("ping-pong any CPU", None),
+    ] {
+        let mut rows: [Vec<(f64, f64)>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (i, on) in [false, true].into_iter().enumerate() {
+                toggle(&mut f, on);
+                rows[i].push(sockperf_us(&f, cpu));
+            }
+        }
+        let p50 = |r: &Vec<(f64, f64)>| median(r.iter().map(|x| x.0).collect());
+        let p99 = |r: &Vec<(f64, f64)>| median(r.iter().map(|x| x.1).collect());
+        eprintln!(
+            "{name}: tc p50 {:.1} p99 {:.1} µs; sock p50 {:.1} p99 {:.1} µs; p50 ratio {:.2} \
+             (rounds tc {:?} sock {:?})",
+            p50(&rows[0]),
+            p99(&rows[0]),
+            p50(&rows[1]),
+            p99(&rows[1]),
+            p50(&rows[1]) / p50(&rows[0]),
+            rows[0],
+            rows[1]
+        );
+    }
+    for clients in ["1", "20"] {
+        let mut rows: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (i, on) in [false, true].into_iter().enumerate() {
+                toggle(&mut f, on);
+                rows[i].push(redis_rps(&f, clients));
+            }
+        }
+        let (t, s) = (median(rows[0].clone()), median(rows[1].clone()));
+        eprintln!(
+            "redis GET {clients} client(s): tc {t:.0} rps, sock {s:.0} rps, ratio {:.2} \
+             (rounds tc {:?} sock {:?})",
+            s / t,
+            rows[0],
+            rows[1]
+        );
+    }
+    eprintln!("load after: {}\n{:?}", load(), f.counters());
+}
