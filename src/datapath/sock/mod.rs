@@ -79,20 +79,27 @@ pub fn kernel_offsets() -> Result<Offsets> {
     })
 }
 
+/// Where cgroup2 is mounted, if anywhere (`/sys/fs/cgroup` on a unified host,
+/// `/sys/fs/cgroup/unified` on a hybrid one).
+pub fn find_cgroup2() -> Option<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(cgroup2_mount_point)
+}
+
+/// The mount point of a /proc/self/mountinfo line if it is a cgroup2 mount.
+fn cgroup2_mount_point(line: &str) -> Option<PathBuf> {
+    // ID PARENT MAJ:MIN ROOT MOUNT-POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER-OPTIONS
+    let (left, right) = line.split_once(" - ")?;
+    if right.split(' ').next() != Some("cgroup2") {
+        return None;
+    }
+    left.split(' ').nth(4).map(PathBuf::from)
+}
+
 /// The cgroup2 mount to attach sock_ops to: an existing one, or one mounted at `fallback`.
 pub fn cgroup2_mount(fallback: &Path) -> Result<PathBuf> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for line in mountinfo.lines() {
-        // ... mount-point ... - fstype source options
-        let mut halves = line.splitn(2, " - ");
-        let (Some(left), Some(right)) = (halves.next(), halves.next()) else {
-            continue;
-        };
-        if right.split(' ').next() == Some("cgroup2")
-            && let Some(point) = left.split(' ').nth(4)
-        {
-            return Ok(PathBuf::from(point));
-        }
+    if let Some(found) = find_cgroup2() {
+        return Ok(found);
     }
     std::fs::create_dir_all(fallback)
         .with_context(|| format!("cannot create {}", fallback.display()))?;
@@ -112,6 +119,29 @@ pub fn cgroup2_mount(fallback: &Path) -> Result<PathBuf> {
             .with_context(|| format!("cannot mount cgroup2 at {}", fallback.display()));
     }
     Ok(fallback.to_path_buf())
+}
+
+/// What `doctor` can say about the socket layer on this host, without changing anything.
+#[derive(Debug)]
+pub struct Support {
+    /// The BTF offsets the programs need, or why they cannot be had.
+    pub offsets: std::result::Result<Offsets, String>,
+    /// The cgroup2 mount sock_ops would attach to; None: it would be mounted.
+    pub cgroup2: Option<PathBuf>,
+}
+
+impl Support {
+    pub fn probe() -> Self {
+        Self {
+            offsets: kernel_offsets().map_err(|e| format!("{e:#}")),
+            cgroup2: find_cgroup2(),
+        }
+    }
+
+    /// Whether the socket layer can run here (a missing cgroup2 mount is made on demand).
+    pub fn usable(&self) -> bool {
+        self.offsets.is_ok()
+    }
 }
 
 /// `SO_NETNS_COOKIE` (Linux 5.14) of a network namespace: what `bpf_get_netns_cookie` returns
@@ -425,6 +455,23 @@ fn ignore_absent(result: Result<(), aya::maps::MapError>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup2_mounts_are_found_in_mountinfo_lines() {
+        let hybrid = "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
+        assert_eq!(
+            cgroup2_mount_point(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let with_optional =
+            "30 25 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate";
+        assert_eq!(
+            cgroup2_mount_point(with_optional),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        let v1 = "33 31 0:28 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids";
+        assert_eq!(cgroup2_mount_point(v1), None);
+    }
 
     #[test]
     fn ipv4_keys_are_v4_mapped_in_network_order() {
