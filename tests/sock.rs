@@ -948,3 +948,46 @@ fn measure_request_response_tc_vs_sock() {
     }
     eprintln!("load after: {}\n{:?}", load(), f.counters());
 }
+
+/// The racy start of a connection, made certain: the server listens with TCP_DEFER_ACCEPT,
+/// which drops the handshake's last ACK, so the server socket (and its sockhash entry) only
+/// exists once the client's first data segment arrives — after the client's first write ran
+/// through sk_msg, found no peer and went over TCP. The client must not redirect before the
+/// server has read that (then it rejoins), and every echoed round must come back intact.
+#[test]
+fn a_client_that_writes_before_the_server_socket_exists_keeps_its_order() {
+    if !sock_prerequisites() {
+        return;
+    }
+    let f = Fixture::new();
+    let ns0 = f.node(0).netns.clone();
+    let before = f.counters();
+    let mut server = Peer::spawn(
+        &f.node(1).netns,
+        &["serve-echo", "0.0.0.0", "7005", "--defer-accept"],
+    );
+    server.wait_line("listening");
+    let mut client = Peer::spawn(
+        &ns0,
+        &["connect-echo", &f.node(1).ipv4, "7005", "2000", "1000"],
+    );
+    let report: Many = parse(&client.finish(Duration::from_secs(120)));
+    server.finish(Duration::from_secs(30));
+    let after = f.counters();
+    eprintln!("{report:?}\n{after:?}");
+    assert_eq!(report.mismatches, 0, "{report:?}");
+    assert_eq!(after.sockets_inserted - before.sockets_inserted, 2);
+    assert!(
+        after.fallback_no_peer > before.fallback_no_peer,
+        "the first write found the peer: the race was not provoked ({after:?})"
+    );
+    assert!(
+        after.rejoined > before.rejoined,
+        "the client never rejoined: {after:?}"
+    );
+    // After rejoining, the rounds go redirected both ways.
+    assert!(
+        after.redirected_msgs - before.redirected_msgs >= 3000,
+        "{after:?}"
+    );
+}

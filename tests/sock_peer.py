@@ -168,9 +168,13 @@ def stream(sock, size, use_sendfile=False, use_splice=False):
     print(json.dumps(out), flush=True)
 
 
-def listen(host, port):
+def listen(host, port, defer_accept=False):
     s = socket.socket(family(host), socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if defer_accept:
+        # The handshake's last (pure) ACK is dropped; the server socket is made, and sock_ops'
+        # PASSIVE_ESTABLISHED runs, only when the client's first data segment arrives.
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 5)
     if host == "::":
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     s.bind((host, port))
@@ -233,6 +237,35 @@ def main():
             c.close()
             time.sleep(pause)
         print(json.dumps({"connections": count, "mismatches": bad,
+                          "eagain_on_blocking_recv": SPURIOUS[0]}), flush=True)
+    elif mode == "serve-echo":
+        s = listen(host, port, "--defer-accept" in flags)
+        c, _ = s.accept()
+        while True:
+            b = recv(c, 1 << 16)
+            if not b:
+                break
+            sendall(c, b)
+        c.close()
+    elif mode == "connect-echo":
+        # Writes right after connect, then ROUNDS request/response rounds of SIZE bytes, each
+        # echoed back and compared byte for byte.
+        rounds, size = int(flags[0]), int(flags[1])
+        c = socket.create_connection((host, port), timeout=30)
+        bad = 0
+        for n in range(rounds):
+            payload = struct.pack("<Q", n) + BASE[: size - 8]
+            sendall(c, payload)
+            got = b""
+            while len(got) < size:
+                b = recv(c, size - len(got))
+                if not b:
+                    break
+                got += b
+            if got != payload:
+                bad += 1
+        c.close()
+        print(json.dumps({"connections": rounds, "mismatches": bad,
                           "eagain_on_blocking_recv": SPURIOUS[0]}), flush=True)
     elif mode == "serve-sink":
         s = listen(host, port)
