@@ -991,3 +991,57 @@ fn a_client_that_writes_before_the_server_socket_exists_keeps_its_order() {
         "{after:?}"
     );
 }
+
+/// What a restarted or upgraded `dxdp` does to the socket layer: the process that attached it
+/// exits (its handles close) mid-stream; redirects go on from the pins alone; a new process
+/// adopts the pinned maps (its attach is a no-op), sees the same counters and switches the
+/// link off mid-stream. Nothing lost, duplicated or reordered.
+#[test]
+fn the_layer_outlives_its_process_and_is_adopted_by_the_next() {
+    if !sock_prerequisites() {
+        return;
+    }
+    let mut f = Fixture::new();
+    let pin_dir = f.topo.pin_dir().to_path_buf();
+    let size = 1024 * MIB;
+    let (ns, ip) = names(&f);
+    let mut adopted_attach = None;
+    let mut during_gap = (0, 0);
+    stream_both_ways(ns, &ip, &ip, size, &[], &[], || {
+        assert!(
+            wait_until(Duration::from_secs(30), || f.counters().redirected_bytes
+                > 32 * MIB),
+            "never redirected"
+        );
+        let at_exit = f.counters().redirected_bytes;
+        // The first process goes away: every handle it had is closed.
+        drop(f.layer.take());
+        std::thread::sleep(Duration::from_millis(300));
+        let mut layer = SockLayer::open(&pin_dir).expect("the next process adopts the pins");
+        let cgroup = cgroup2_mount(Path::new(CGROUP2_FALLBACK)).expect("cgroup2");
+        adopted_attach = Some(layer.attach(&cgroup).expect("attach"));
+        during_gap = (
+            at_exit,
+            layer.counters().expect("counters").redirected_bytes,
+        );
+        let [a, b] = &f.ends;
+        layer
+            .unlink(LINK_ID, a, b)
+            .expect("unlink through the adopted layer");
+        f.layer = Some(layer);
+        f.linked = false;
+    });
+    let end = f.counters();
+    eprintln!("redirected at exit / after 300 ms without a process: {during_gap:?}\n{end:?}");
+    assert_eq!(
+        adopted_attach,
+        Some(false),
+        "the adopted layer attached a second time"
+    );
+    assert!(
+        during_gap.1 > during_gap.0,
+        "redirects stopped while no process held the layer: {during_gap:?}"
+    );
+    assert_eq!(end.fallback_no_link + end.fallback_switch_off, 2, "{end:?}");
+    assert_eq!(end.redirected_bytes + end.passed_bytes, 2 * size);
+}
