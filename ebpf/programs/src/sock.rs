@@ -51,20 +51,27 @@ const TCP_CLOSE: u32 = 7;
 /// Low bits of `sk_user_data` that are flags, not pointer (SK_USER_DATA_PTRMASK).
 const SK_USER_DATA_FLAGS: u64 = 7;
 
+// Not pinned by name: the tc/xdp datapath loads this same object and must not get (or pin)
+// them; the socket layer's loader pins them under ROOT/sock/maps by path. The hash maps are
+// not preallocated, so a load that does not use them costs next to nothing.
+const NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
+
 #[map(name = "DXDP_SOCK_HASH")]
-static SOCKETS: SockHash<SockKey> = SockHash::pinned(DEFAULT_MAX_SOCKETS, 0);
+static SOCKETS: SockHash<SockKey> = SockHash::with_max_entries(DEFAULT_MAX_SOCKETS, 0);
 
 #[map(name = "DXDP_SOCK_LINKS")]
-static LINKS: HashMap<SockLinkKey, SockLinkValue> = HashMap::pinned(DEFAULT_MAX_LINKS, 0);
+static LINKS: HashMap<SockLinkKey, SockLinkValue> =
+    HashMap::with_max_entries(DEFAULT_MAX_LINKS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_SWITCHES")]
-static SWITCHES: HashMap<u32, u32> = HashMap::pinned(DEFAULT_MAX_LINKS, 0);
+static SWITCHES: HashMap<u32, u32> = HashMap::with_max_entries(DEFAULT_MAX_LINKS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_STATES")]
-static STATES: HashMap<SockKey, SockEntry> = HashMap::pinned(DEFAULT_MAX_SOCKETS, 0);
+static STATES: HashMap<SockKey, SockEntry> =
+    HashMap::with_max_entries(DEFAULT_MAX_SOCKETS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_COUNTERS")]
-static COUNTERS: PerCpuArray<SockCounters> = PerCpuArray::pinned(1, 0);
+static COUNTERS: PerCpuArray<SockCounters> = PerCpuArray::with_max_entries(1, 0);
 
 // Offsets in the running kernel's `struct sock` and `struct sk_psock`, read from its BTF by the
 // loader. Frozen `.rodata`: the verifier sees constants. 0 disables the backpressure check (the

@@ -53,6 +53,15 @@ const UNUSED_MAPS: &[&str] = &[
     dxdp_common::names::LINK_META,
 ];
 
+/// The socket layer's own maps, pinned under `ROOT/sock/maps/`.
+const SOCK_MAPS: &[&str] = &[
+    names::SOCKETS,
+    names::LINKS,
+    names::SWITCHES,
+    names::STATES,
+    names::COUNTERS,
+];
+
 /// Kernel struct offsets the sk_msg program needs for its backpressure check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offsets {
@@ -230,6 +239,15 @@ impl SockLayer {
             .override_global(names::QUEUE_FLOOR, &queue_limit, true);
         for name in UNUSED_MAPS {
             loader.map_max_entries(name, 1);
+        }
+        // The socket layer's maps are not pinned by name in the object (the tc/xdp loader must
+        // not pin them); pinned, or adopted, here by path.
+        let map_pins: Vec<(&str, PathBuf)> = SOCK_MAPS
+            .iter()
+            .map(|name| (*name, maps_dir.join(name)))
+            .collect();
+        for (name, path) in &map_pins {
+            loader.map_pin_path(name, path.as_path());
         }
         let ebpf = loader.load(super::OBJECT).with_context(|| {
             format!(
