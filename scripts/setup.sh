@@ -29,6 +29,8 @@ apt_packages=(
     systemd man-db
     # prometheus and promtool test packaging/monitoring against a live watch.
     prometheus
+    # python3 runs tests/sock_peer.py, the traffic of the socket-layer tests (tests/sock.rs).
+    python3
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)

@@ -17,7 +17,7 @@ use nix::sched::{CloneFlags, setns};
 pub struct NetnsPath(PathBuf);
 
 impl NetnsPath {
-    pub(crate) fn named(name: &str) -> Self {
+    pub fn named(name: &str) -> Self {
         Self(Path::new("/run/netns").join(name))
     }
 

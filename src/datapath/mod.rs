@@ -4,6 +4,7 @@ mod attach;
 mod choice;
 mod fixups;
 mod pins;
+pub mod sock;
 mod state;
 
 use std::{

@@ -8,6 +8,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod maps;
+mod sock;
 mod verdict;
 
 use aya_ebpf::{
