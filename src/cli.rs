@@ -38,8 +38,26 @@ pub struct Cli {
     )]
     pub max_endpoints: u32,
 
+    /// Log lines on stderr as human text, or as one JSON object per line (for journald, Loki
+    /// and other collectors). `DXDP_LOG` sets the level, as `RUST_LOG` would.
+    #[arg(
+        long,
+        global = true,
+        env = "DXDP_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// Upper bound of --max-links and --max-endpoints: the maps are preallocated, per CPU.

@@ -7,7 +7,7 @@ use dxdp::{
     reconcile, sd_notify,
 };
 
-use cli::Cli;
+use cli::{Cli, LogFormat};
 
 mod cli;
 mod commands;
@@ -26,15 +26,24 @@ fn main() -> ExitCode {
     } else {
         "warn"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DXDP_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DXDP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_target(false);
+    match cli.log_format {
+        // One object per line: {"timestamp":…,"level":"WARN","message":…, and the event's fields}.
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     match commands::run(cli) {
         Ok(code) => code,
         Err(err) => {
