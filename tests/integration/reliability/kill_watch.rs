@@ -165,19 +165,23 @@ fn a_link_left_half_made_by_a_killed_watch_is_completed_by_the_next_reconcile() 
     let link = wait_linked_via_current_veths(&world, &watch, &a, &b, &net, Duration::from_secs(10));
     assert_consistent(&world.dxdp, Some(&watch));
     let (veth_b, ifindex_b) = world.veth(&b, &net);
-    let tc_id = pinned_prog_id(&world.dxdp.pin_dir.join("progs/dxdp_tc"));
     for how in ["resync", "restart"] {
         if how == "restart" {
             watch.kill9();
         }
-        std::fs::remove_file(world.dxdp.pin_dir.join(format!("links/tc-{ifindex_b}")))
-            .expect("unpin b's attachment");
-        // The kernel frees an unpinned bpf_link after an RCU grace period.
+        let pin = world.dxdp.pin_dir.join(format!("links/tc-{ifindex_b}"));
+        let old_link = support::bpftool(&["link", "show", "pinned", &pin.to_string_lossy()])["id"]
+            .as_u64()
+            .expect("link id") as u32;
+        std::fs::remove_file(&pin).expect("unpin b's attachment");
+        // The kernel frees an unpinned bpf_link after an RCU grace period, which a loaded host can
+        // stretch past the watch's next resync: that one may attach our program to b's veth
+        // again meanwhile, so what must go is the unpinned link itself.
         assert!(
             wait_until(Duration::from_secs(5), || {
-                !support::tcx_ingress_ids(&veth_b).contains(&tc_id)
+                !bpf_links().iter().any(|(id, _)| *id == old_link)
             }),
-            "unpinning detaches"
+            "unpinning detaches {veth_b}'s bpf_link {old_link}"
         );
         if how == "restart" {
             watch.restart();
