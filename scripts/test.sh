@@ -3,10 +3,15 @@
 # then every test in release mode. Must run as root (the tests load eBPF
 # programs and create network namespaces and containers).
 #
+# The integration tests are one binary, `integration` (tests/integration/main.rs), with a module
+# per area: a test is named AREA::NAME, and libtest filters (substrings, several allowed) pick
+# areas or tests. The proptest fuzzing of the parsers is a library unit test (src/fuzz_parsers.rs).
+#
 # Usage: scripts/test.sh [CARGO_TEST_ARGS...] [-- TEST_BINARY_ARGS...]
-#   scripts/test.sh                                 # everything
-#   scripts/test.sh --test netns_datapath           # one integration test file
-#   scripts/test.sh --test netns_datapath -- --nocapture redirect
+#   scripts/test.sh                                                   # everything
+#   scripts/test.sh --test integration -- netns_datapath::            # one area
+#   scripts/test.sh --test integration -- verdicts:: operations::     # two areas
+#   scripts/test.sh --test integration -- --nocapture netns_datapath::tc_links
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -70,16 +75,18 @@ run_step clippy-ebpf cargo clippy --package dxdp-ebpf --all-targets -- -D warnin
 run_step test cargo test --release "${cargo_args[@]}" -- --test-threads=1 "${test_args[@]}"
 
 # The legacy engine lane: Debian 12's docker.io 20.10 (API 1.41) with docker-compose 1.29, in
-# place of Engine 28 for the Docker-facing tests that apply to it (the `engine28_` tests need
-# Engine 28 features). scripts/legacy-docker.sh stops the host's dockerd, runs the tests against
-# the 20.10 daemon and starts the host's dockerd again. Only with the whole suite: a run of
-# chosen tests is about the default engine.
+# place of Engine 28 for the Docker-facing areas that apply to it, `docker::`,
+# `compose_examples::` and `firewall::` (libtest runs what matches any filter; the `engine28_`
+# tests need Engine 28 features and are skipped). scripts/legacy-docker.sh stops the host's
+# dockerd, runs the tests against the 20.10 daemon and starts the host's dockerd again. Only with
+# the whole suite: a run of chosen tests is about the default engine.
 if ((${#cargo_args[@]} == 0 && ${#test_args[@]} == 0)); then
     lane_started=$SECONDS
     run_step legacy-engine scripts/legacy-docker.sh run \
-        cargo test --release --no-fail-fast --test docker --test compose_examples --test firewall -- \
+        cargo test --release --no-fail-fast --test integration -- \
         --test-threads=1 \
-        --skip engine28_
+        --skip engine28_ \
+        docker:: compose_examples:: firewall::
     lane_took=$((SECONDS - lane_started))
     printf 'test.sh: legacy-engine lane (Docker 20.10 + Compose 1.29) took %ss\n' "$lane_took" >&2
     lanes=", legacy engine in ${lane_took}s"

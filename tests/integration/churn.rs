@@ -4,10 +4,7 @@
 //! between the right veths, and nothing else; the watch's memory stays flat over the waves. Also
 //! measures how long one reconcile (`watch --once`) takes with 10, 50 and 200 labeled containers.
 //!
-//! Runs against a private dockerd (`docker::Fleet`), so the expected link set is exact.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
+//! Runs against a private dockerd (`World::private`), so the expected link set is exact.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -15,8 +12,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{DXDP, Dxdp, PinDir, Status, next_id, run_for, wait_until};
-use docker::{Fleet, Rng, Watch, host_veth, pinned_state_problems, require_docker, soak};
+use crate::support::{
+    self, DXDP, Dxdp, PinDir, Rng, Status, Watch, World, host_veth, next_id, pinned_state_problems,
+    require_docker, run_for, soak, wait_until,
+};
 
 /// One container as the test planned it.
 #[derive(Clone, Debug)]
@@ -108,7 +107,7 @@ fn actual(status: &Status) -> Expected {
 }
 
 /// Host veth ifindex of every (container, network), from one `docker inspect` of them all.
-fn veths(fleet: &Fleet, names: &[&str]) -> HashMap<(String, String), u32> {
+fn veths(world: &World, names: &[&str]) -> HashMap<(String, String), u32> {
     let mut out = HashMap::new();
     if names.is_empty() {
         return out;
@@ -119,7 +118,7 @@ fn veths(fleet: &Fleet, names: &[&str]) -> HashMap<(String, String), u32> {
         "{{.Name}} {{.State.Pid}}{{range $k, $v := .NetworkSettings.Networks}} {{$k}}={{$v.MacAddress}}{{end}}",
     ];
     args.extend_from_slice(names);
-    for line in fleet.docker_ok(&args).lines() {
+    for line in world.docker_ok(&args).lines() {
         let mut words = line.split_whitespace();
         let name = words.next().unwrap_or_default().trim_start_matches('/');
         let pid: u32 = words.next().and_then(|p| p.parse().ok()).unwrap_or(0);
@@ -138,12 +137,12 @@ fn veths(fleet: &Fleet, names: &[&str]) -> HashMap<(String, String), u32> {
 /// Waits until the links are exactly what the specs call for, each between the right veths, and
 /// the pinned maps hold nothing else. Returns how long it took.
 #[track_caller]
-fn converge(fleet: &Fleet, watch: &Watch, specs: &[Spec], step: &str) -> Duration {
+fn converge(world: &World, watch: &Watch, specs: &[Spec], step: &str) -> Duration {
     let want = expected(specs);
     let started = Instant::now();
     let mut last = Expected::new();
     let ok = wait_until(Duration::from_secs(40), || {
-        last = actual(&fleet.dxdp.status());
+        last = actual(&world.dxdp.status());
         last == want
     });
     assert!(
@@ -159,8 +158,8 @@ fn converge(fleet: &Fleet, watch: &Watch, specs: &[Spec], step: &str) -> Duratio
         .filter(|s| s.running)
         .map(|s| s.name.as_str())
         .collect();
-    let veths = veths(fleet, &running);
-    let status = fleet.dxdp.status();
+    let veths = veths(world, &running);
+    let status = world.dxdp.status();
     for l in &status.links {
         let ends = [
             veths.get(&(l.low_name.clone(), l.network.clone())),
@@ -175,7 +174,7 @@ fn converge(fleet: &Fleet, watch: &Watch, specs: &[Spec], step: &str) -> Duratio
             "{step}: {l:?} is not between the current veths"
         );
     }
-    let problems = pinned_state_problems(&fleet.dxdp);
+    let problems = pinned_state_problems(&world.dxdp);
     assert!(
         problems.is_empty(),
         "{step}: the pinned state is not exactly the links:\n{}",
@@ -185,9 +184,9 @@ fn converge(fleet: &Fleet, watch: &Watch, specs: &[Spec], step: &str) -> Duratio
 }
 
 /// `docker run -d` of every spec, four at a time.
-fn start_all(fleet: &mut Fleet, specs: &[Spec], first_network: &str) {
+fn start_all(world: &mut World, specs: &[Spec], first_network: &str) {
     for s in specs {
-        fleet.track(&s.name);
+        world.track(&s.name);
     }
     let jobs: Vec<Vec<String>> = specs
         .iter()
@@ -197,7 +196,7 @@ fn start_all(fleet: &mut Fleet, specs: &[Spec], first_network: &str) {
                     .map(str::to_owned)
                     .to_vec();
             argv.extend(s.labels());
-            argv.push(docker::IMAGE.to_owned());
+            argv.push(support::IMAGE.to_owned());
             argv
         })
         .collect();
@@ -205,12 +204,12 @@ fn start_all(fleet: &mut Fleet, specs: &[Spec], first_network: &str) {
     let handles: Vec<_> = jobs
         .chunks(chunk)
         .map(|chunk| {
-            let host = fleet.host.clone();
+            let cli = world.cli.clone();
             let chunk = chunk.to_vec();
             thread::spawn(move || {
                 for argv in chunk {
                     let args: Vec<&str> = argv.iter().map(String::as_str).collect();
-                    docker::docker_at(&host, &args).assert_success();
+                    cli.run(&args).assert_success();
                 }
             })
         })
@@ -240,23 +239,19 @@ fn waves_of_50_containers_keep_the_maps_exact_and_the_watch_flat() {
     assert!(waves >= 2, "the first wave is a warm-up");
     let mut rng = Rng::seeded("churn");
     let started = Instant::now();
-    let mut fleet = Fleet::new();
-    let net_a = fleet.network("a", &[]);
-    let net_b = fleet.network("b", &[]);
+    let mut world = World::private();
+    let net_a = world.network("a", &[]);
+    let net_b = world.network("b", &[]);
     // One malloc arena: by default glibc gives the watch's short-lived blocking threads arenas
     // of their own, each keeping the peak of one reconcile, so that RSS climbs in steps for a
     // few waves before it levels off (15, 15, 24, 44, 44, 44… MB over ten waves) with no leak at
     // all. With one arena it measures what the watch keeps.
-    let watch = Watch::start_with_env(
-        &fleet.dxdp,
-        &["--resync", "5"],
-        &[("DOCKER_HOST", &fleet.host), ("MALLOC_ARENA_MAX", "1")],
-    );
+    let watch = world.watch_with_env(&["--resync", "5"], &[("MALLOC_ARENA_MAX", "1")]);
     let mut rss = Vec::new();
     let mut report = Vec::new();
     for w in 0..waves {
         let names: Vec<String> = (0..50)
-            .map(|i| format!("{}-w{w}-{i:02}", fleet.prefix))
+            .map(|i| format!("{}-w{w}-{i:02}", world.prefix))
             .collect();
         let mut specs: Vec<Spec> = names
             .iter()
@@ -274,7 +269,7 @@ fn waves_of_50_containers_keep_the_maps_exact_and_the_watch_flat() {
                     // Six groups of four.
                     0..24 => {
                         s.enable = Some(true);
-                        s.groups = vec![format!("{}-w{w}-g{}", fleet.prefix, i / 4)];
+                        s.groups = vec![format!("{}-w{w}-g{}", world.prefix, i / 4)];
                     }
                     // Peers: one or two other containers of the wave, of any kind.
                     24..40 => {
@@ -296,23 +291,23 @@ fn waves_of_50_containers_keep_the_maps_exact_and_the_watch_flat() {
             })
             .collect();
         let t = Instant::now();
-        start_all(&mut fleet, &specs, &net_a);
+        start_all(&mut world, &specs, &net_a);
         let started_in = t.elapsed();
-        let up = converge(&fleet, &watch, &specs, &format!("wave {w}: 50 started"));
+        let up = converge(&world, &watch, &specs, &format!("wave {w}: 50 started"));
         let links_up = expected(&specs).len();
 
         // Network churn: ten join network b, five of them then leave a.
         let movers = pick(&mut rng, 50, 10);
         for &i in &movers {
-            fleet.docker_ok(&["network", "connect", &net_b, &specs[i].name]);
+            world.docker_ok(&["network", "connect", &net_b, &specs[i].name]);
             specs[i].networks.insert(net_b.clone());
         }
         for &i in &movers[..5] {
-            fleet.docker_ok(&["network", "disconnect", &net_a, &specs[i].name]);
+            world.docker_ok(&["network", "disconnect", &net_a, &specs[i].name]);
             specs[i].networks.remove(&net_a);
         }
         converge(
-            &fleet,
+            &world,
             &watch,
             &specs,
             &format!("wave {w}: networks changed"),
@@ -322,27 +317,27 @@ fn waves_of_50_containers_keep_the_maps_exact_and_the_watch_flat() {
         let dying = pick(&mut rng, 50, 15);
         let mut kill = vec!["kill"];
         kill.extend(dying.iter().map(|&i| specs[i].name.as_str()));
-        fleet.docker_ok(&kill);
+        world.docker_ok(&kill);
         for &i in &dying {
             specs[i].running = false;
         }
-        converge(&fleet, &watch, &specs, &format!("wave {w}: 15 killed"));
+        converge(&world, &watch, &specs, &format!("wave {w}: 15 killed"));
         let mut start = vec!["start"];
         start.extend(dying[..5].iter().map(|&i| specs[i].name.as_str()));
-        fleet.docker_ok(&start);
+        world.docker_ok(&start);
         for &i in &dying[..5] {
             specs[i].running = true;
         }
-        converge(&fleet, &watch, &specs, &format!("wave {w}: 5 restarted"));
+        converge(&world, &watch, &specs, &format!("wave {w}: 5 restarted"));
         let peak = watch.rss_kib();
 
         // All go.
-        fleet.remove(&names);
+        world.remove(&names);
         for s in &mut specs {
             s.running = false;
         }
-        converge(&fleet, &watch, &[], &format!("wave {w}: all removed"));
-        assert!(fleet.dxdp.link_pins().is_empty());
+        converge(&world, &watch, &[], &format!("wave {w}: all removed"));
+        assert!(world.dxdp.link_pins().is_empty());
         let after = settled_rss(&watch);
         rss.push(after);
         report.push(format!(
@@ -391,8 +386,11 @@ fn settled_rss(watch: &Watch) -> u64 {
 }
 
 /// One reconcile: `DOCKER_HOST=… dxdp --pin-dir DIR watch --once`.
-fn watch_once(fleet: &Fleet, pin_dir: &std::path::Path) -> Duration {
-    let env = format!("DOCKER_HOST={}", fleet.host);
+fn watch_once(world: &World, pin_dir: &std::path::Path) -> Duration {
+    let env = format!(
+        "DOCKER_HOST={}",
+        world.docker_host().expect("a private dockerd")
+    );
     let dir = pin_dir.to_string_lossy().into_owned();
     let started = Instant::now();
     let run = run_for(
@@ -411,27 +409,27 @@ fn reconcile_time_as_the_number_of_containers_grows() {
         return;
     }
     let counts: &[usize] = &[10, 50, 200];
-    let mut fleet = Fleet::new();
-    let net = fleet.network("net", &[]);
+    let mut world = World::private();
+    let net = world.network("net", &[]);
     let mut specs: Vec<Spec> = Vec::new();
     let mut figures = Vec::new();
     for &n in counts {
         // Groups of five: ten links each, two per container.
         let more: Vec<Spec> = (specs.len()..n)
             .map(|i| Spec {
-                name: format!("{}-c{i:03}", fleet.prefix),
+                name: format!("{}-c{i:03}", world.prefix),
                 enable: Some(true),
                 peers: vec![],
-                groups: vec![format!("{}-g{}", fleet.prefix, i / 5)],
+                groups: vec![format!("{}-g{}", world.prefix, i / 5)],
                 networks: BTreeSet::from([net.clone()]),
                 running: true,
             })
             .collect();
-        start_all(&mut fleet, &more, &net);
+        start_all(&mut world, &more, &net);
         specs.extend(more);
         let pins = PinDir::new(next_id());
-        let cold = watch_once(&fleet, &pins.path);
-        let warm = watch_once(&fleet, &pins.path);
+        let cold = watch_once(&world, &pins.path);
+        let warm = watch_once(&world, &pins.path);
         let dxdp = Dxdp {
             pin_dir: pins.path.clone(),
         };
@@ -445,7 +443,7 @@ fn reconcile_time_as_the_number_of_containers_grows() {
         ));
     }
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    fleet.remove(&names);
+    world.remove(&names);
     for line in figures {
         eprintln!("reconcile time: {line}");
     }

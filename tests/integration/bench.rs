@@ -18,59 +18,20 @@ use std::{
 
 use serde_json::Value;
 
+use crate::support::{can_run, missing_root_and_bpffs, missing_tools};
+
 /// The benches measure timing on a shared CPU: one at a time, even under a parallel harness.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 const CONFIGS: [&str; 4] = ["bridge", "tc", "xdp", "loopback"];
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether this host can run the test; otherwise says why, loudly under CI.
+/// Root, bpffs at /sys/fs/bpf and the tools the bench drives; otherwise skip, or fail under CI.
 fn privileged() -> bool {
-    let why = if !is_root() {
-        Some("needs root".to_owned())
-    } else if !mounted_bpffs() {
-        Some("needs bpffs mounted at /sys/fs/bpf".to_owned())
-    } else {
-        ["iperf3", "ping", "ip", "iptables", "nsenter"]
-            .into_iter()
-            .find(|t| !have(t))
-            .map(|t| format!("needs {t} on the host (install {t})"))
-    };
-    match why {
-        None => true,
-        Some(why) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("bench integration test cannot run under CI: {why}")
-        }
-        Some(why) => {
-            eprintln!("skipping: {why}");
-            false
-        }
-    }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
-
-fn mounted_bpffs() -> bool {
-    std::fs::read_to_string("/proc/self/mounts").is_ok_and(|m| {
-        m.lines().any(|l| {
-            let mut f = l.split_whitespace();
-            f.next();
-            f.next() == Some("/sys/fs/bpf") && f.next() == Some("bpf")
-        })
-    })
+    let mut missing = missing_root_and_bpffs();
+    missing.extend(missing_tools(&[
+        "iperf3", "ping", "ip", "iptables", "nsenter",
+    ]));
+    can_run(missing)
 }
 
 fn run(program: &str, args: &[&str]) -> Output {

@@ -21,6 +21,8 @@ use std::{
 
 use serde::Deserialize;
 
+use crate::support::{can_run, find_in_path, missing_root_and_bpffs, missing_tools};
+
 /// The binary under test, built by cargo for this test run.
 const DXDP: &str = env!("CARGO_BIN_EXE_dxdp");
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -37,46 +39,9 @@ const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/dxdp";
 // ---------------------------------------------------------------------------------------------
 // Prerequisites
 
-/// True when `problems` is empty. Otherwise prints `skipping: …` and returns false, or, under
-/// CI=true, panics: there a test that cannot run is a failure.
-fn runnable(problems: Vec<String>) -> bool {
-    if problems.is_empty() {
-        return true;
-    }
-    let why = problems.join("; ");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true, and this test cannot run here: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
-}
-
-fn find_tool(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin"].map(PathBuf::from))
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-}
-
-fn missing_tools(tools: &[&str]) -> Vec<String> {
-    tools
-        .iter()
-        .filter(|tool| find_tool(tool).is_none())
-        .map(|tool| format!("{tool} is not installed"))
-        .collect()
-}
-
 /// Root and a bpffs at /sys/fs/bpf, plus `tools`.
 fn privileged_problems(tools: &[&str]) -> Vec<String> {
-    let mut problems = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        problems.push("not running as root".to_owned());
-    }
-    match nix::sys::statfs::statfs(BPFFS) {
-        Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC => {}
-        _ => problems.push(format!("{BPFFS} is not a bpffs mount")),
-    }
+    let mut problems = missing_root_and_bpffs();
     problems.extend(missing_tools(tools));
     problems
 }
@@ -269,7 +234,7 @@ const UNIT: &str = "packaging/systemd/dxdp.service";
 /// `systemd-analyze security` rates it no worse than "OK".
 #[test]
 fn systemd_unit_verifies_and_is_hardened() {
-    if !runnable(missing_tools(&["systemd-analyze"])) {
+    if !can_run(missing_tools(&["systemd-analyze"])) {
         return;
     }
     let unit = std::fs::read_to_string(Path::new(REPO).join(UNIT)).unwrap();
@@ -277,7 +242,7 @@ fn systemd_unit_verifies_and_is_hardened() {
         unit.contains("\nExecStart=/usr/bin/dxdp watch $DXDP_ARGS\n"),
         "ExecStart changed; the Debian package installs /usr/bin/dxdp"
     );
-    // The watch speaks sd_notify (tests/sd_notify.rs); the watchdog must leave room for a
+    // The watch speaks sd_notify (the sd_notify tests); the watchdog must leave room for a
     // first reconcile of a big host (seconds), or systemd restarts a healthy watch.
     for line in ["Type=notify", "NotifyAccess=main"] {
         assert!(
@@ -385,7 +350,7 @@ fn compose_problems() -> Vec<String> {
 /// depends on.
 #[test]
 fn compose_and_stack_files_parse() {
-    if !runnable(compose_problems()) {
+    if !can_run(compose_problems()) {
         return;
     }
     let compose = compose_command();
@@ -464,7 +429,7 @@ fn container_image_watch_links_labeled_containers() {
             Err(e) => problems.push(format!("cannot build {TEST_IMAGE}: {e}")),
         }
     }
-    if !runnable(problems) {
+    if !can_run(problems) {
         return;
     }
     let started = Instant::now();
@@ -698,7 +663,7 @@ fn deb_package_installs_links_and_removes_everything() {
              removing the package cleans"
         ));
     }
-    if !runnable(problems) {
+    if !can_run(problems) {
         return;
     }
     let started = Instant::now();
@@ -772,7 +737,7 @@ fn deb_package_installs_links_and_removes_everything() {
         must(&["/usr/bin/dxdp", "--version"]),
         must(&[DXDP, "--version"])
     );
-    if find_tool("man").is_some() {
+    if find_in_path("man").is_some() {
         let page = must(&["man", "-w", "dxdp"]);
         assert_eq!(page.trim(), "/usr/share/man/man1/dxdp.1.gz");
     }
@@ -780,7 +745,7 @@ fn deb_package_installs_links_and_removes_everything() {
     assert_eq!(conffiles.trim(), "/etc/default/dxdp");
     // Installed, not enabled, not started.
     assert!(!Path::new("/etc/systemd/system/multi-user.target.wants/dxdp.service").exists());
-    if find_tool("systemd-analyze").is_some() {
+    if find_in_path("systemd-analyze").is_some() {
         // The unit as installed: ExecStart and the man page exist now.
         let verify = run(&[
             "systemd-analyze",

@@ -1,21 +1,19 @@
 //! Real dockerd, real containers from the local test image, real iperf3: `dxdp link` by
 //! container name, the refusals, and `dxdp watch` following labels through the containers'
 //! lives. Every network and container is the test's own and is removed on drop.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
 
 use std::{
     thread,
     time::{Duration, Instant},
 };
 
-use common::{Background, Status, wait_until};
-use docker::{DOCKER, World, docker, docker_ok, require_docker};
+use crate::support::{
+    self, Background, DOCKER, Status, World, docker, docker_ok, require_docker, wait_until,
+};
 
 const LABELS_GROUP: &[&str] = &["-l", "dxdp.enable=true", "-l"];
 
-fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s common::LinkStatus> {
+fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s support::LinkStatus> {
     status
         .links
         .iter()
@@ -69,7 +67,7 @@ fn link_by_name_carries_iperf3_and_leaves_a_third_container_alone() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let a = world.run("a", &["--network", &net], &[]);
     let b = world.run("b", &["--network", &net], &[]);
@@ -124,7 +122,7 @@ fn refuses_what_cannot_or_must_not_be_linked() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net1 = world.network("one", &[]);
     let net2 = world.network("two", &[]);
     let closed = world.network(
@@ -169,7 +167,7 @@ fn watch_follows_labels_through_start_stop_restart_groups_and_disconnect() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let watch = world.watch(&["--resync", "2"]);
     thread::sleep(Duration::from_millis(500));
@@ -254,7 +252,7 @@ fn watch_links_a_new_container_within_a_second() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let anchor = world.run("anchor", &["--network", &net], &[]);
     let watch = world.watch(&["--resync", "30"]);
@@ -274,7 +272,7 @@ fn watch_links_a_new_container_within_a_second() {
             "dxdp.enable=true",
             "-l",
             &peer_label,
-            docker::IMAGE,
+            support::IMAGE,
         ]);
         let returned = Instant::now();
         run.assert_success();
@@ -334,7 +332,7 @@ fn killing_and_restarting_the_watch_loses_no_packet() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let group = format!("dxdp.group={}-g", world.prefix);
     let a = world.run(
@@ -449,7 +447,7 @@ fn restarted_container_gets_a_new_veth_and_mac_and_the_link_follows() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let group = format!("dxdp.group={}-g", world.prefix);
     let labels = ["-l", "dxdp.enable=true", "-l", &group, "--network", &net];
@@ -482,7 +480,7 @@ fn restarted_container_gets_a_new_veth_and_mac_and_the_link_follows() {
     );
     let new_mac = world.mac(&a, &net);
     let ip_a = world.ip(&a, &net);
-    if docker::engine_major() >= 28 {
+    if support::engine_major() >= 28 {
         assert_ne!(
             old_mac, new_mac,
             "Engine 28 gives a restarted container a new MAC"
@@ -544,13 +542,13 @@ fn container_interface_not_named_eth0_links() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let endpoint = format!("name={net},driver-opt=com.docker.network.endpoint.ifname=dx0");
     let a = world.run("a", &["--network", &endpoint], &[]);
     let b = world.run("b", &["--network", &net], &[]);
     let names = docker_ok(&["exec", &a, "ls", "/sys/class/net"]);
-    if docker::engine_major() >= 28 {
+    if support::engine_major() >= 28 {
         assert!(
             names.lines().any(|n| n == "dx0") && !names.lines().any(|n| n == "eth0"),
             "{a}'s interfaces: {names}"
@@ -569,7 +567,7 @@ fn internal_network_links() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("internal", &["--internal"]);
     let a = world.run("a", &["--network", &net], &[]);
     let b = world.run("b", &["--network", &net], &[]);
@@ -584,7 +582,7 @@ fn engine28_container_created_on_two_networks_links_on_each() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let one = world.network("one", &[]);
     let two = world.network("two", &[]);
     let a = world.run("a", &["--network", &one, "--network", &two], &[]);
@@ -605,7 +603,7 @@ fn engine28_ipv6_only_and_dual_stack_networks_link() {
     }
     for ipv4 in [false, true] {
         let case = if ipv4 { "dual-stack" } else { "IPv6-only" };
-        let mut world = World::new();
+        let mut world = World::shared();
         let net = world.network_v6("v6", ipv4, &[]);
         let a = world.run("a", &["--network", &net], &[]);
         let b = world.run("b", &["--network", &net], &[]);
@@ -641,7 +639,7 @@ fn engine28_gateway_modes_link() {
         return;
     }
     for mode in ["routed", "nat-unprotected"] {
-        let mut world = World::new();
+        let mut world = World::shared();
         let opt = format!("com.docker.network.bridge.gateway_mode_ipv4={mode}");
         let net = world.network(mode, &["-o", &opt]);
         let a = world.run("a", &["--network", &net], &[]);

@@ -3,10 +3,6 @@
 //! tests; a live scrape of `dxdp watch --metrics` passes `promtool check metrics`; a Prometheus
 //! server started here scrapes the watch, loads the rules, sees a per-link rate once traffic
 //! flows, and evaluates every query of the Grafana dashboard.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
-
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},
@@ -15,31 +11,15 @@ use std::{
     time::Duration,
 };
 
-use common::{Background, run, wait_until};
-use docker::{World, require_docker};
+use crate::support::{Background, World, can_run, missing_tools, require_docker, run, wait_until};
 
 fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/monitoring")
 }
 
-/// Prometheus's tools, or a skip (a failure under CI=true) saying how to get them.
+/// Prometheus's tools (Debian's `prometheus` package; scripts/setup.sh installs it).
 fn require_prometheus() -> bool {
-    let missing: Vec<&str> = ["promtool", "prometheus"]
-        .into_iter()
-        .filter(|tool| !run(&["sh", "-c", &format!("command -v {tool}")]).success())
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!(
-        "{} not installed; `apt-get install prometheus` (scripts/setup.sh does)",
-        missing.join(" and ")
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true, and this monitoring test cannot run here: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
+    can_run(missing_tools(&["promtool", "prometheus"]))
 }
 
 fn free_port() -> u16 {
@@ -128,7 +108,7 @@ fn a_real_prometheus_scrapes_the_watch_and_sees_a_per_link_rate() {
     if !require_docker() || !require_prometheus() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let group = format!("dxdp.group={}-mon", world.prefix);
     let args = ["--network", &net, "-l", "dxdp.enable=true", "-l", &group];

@@ -23,13 +23,11 @@
 //! "skipping: …", or fail when CI=true. Run with `--test-threads=1` (scripts/test.sh does), though
 //! every test only touches what it made.
 
-mod common;
-
 use std::thread;
 
-use common::{
-    Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, in_ns, iperf3,
-    must, now_unix_secs, ping, require_privileges, xdp_prog_id,
+use crate::support::{
+    self, Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, in_ns,
+    iperf3, must, now_unix_secs, ping, require_privileges, xdp_prog_id,
 };
 
 /// Echo requests per ping run (10 ms apart).
@@ -616,7 +614,7 @@ fn a_foreign_xdp_program_is_left_alone_and_reported() {
     let (ha, hb) = (a.host_ifindex(), b.host_ifindex());
 
     // Another tool attaches an XDP program to b's host veth the legacy way (netlink).
-    let pinned = common::load_foreign_xdp(&topo.scratch_pin_path("foreign"), "dxt_foreign");
+    let pinned = support::load_foreign_xdp(&topo.scratch_pin_path("foreign"), "dxt_foreign");
     let path = pinned.path.to_string_lossy().into_owned();
     must(&[
         "ip",
@@ -779,11 +777,11 @@ fn an_upgraded_binary_swaps_its_program_into_running_attachments_without_loss() 
     let link_ids = link_pins.clone().map(|p| pinned_link(&p).0);
 
     // The state an older dxdp would have left: its program pinned and in both attachments.
-    let old = common::load_passing_tc(&topo.scratch_pin_path("old"), "dxt_old");
+    let old = support::load_passing_tc(&topo.scratch_pin_path("old"), "dxt_old");
     let (old_id, old_tag) = pinned_program(&old.path);
     assert_ne!(old_tag, ours);
     for pin in &link_pins {
-        common::update_pinned_link(pin, &old.path);
+        support::update_pinned_link(pin, &old.path);
     }
     std::fs::remove_file(&prog_pin).expect("unpin dxdp_tc");
     std::fs::rename(&old.path, &prog_pin).expect("pin the old program in its place");

@@ -6,9 +6,6 @@
 //! comes at half of `$WATCHDOG_USEC`, a loop that is really stuck (dockerd frozen with SIGSTOP,
 //! so the watch's resync waits on it) stops the pings while the process lives on, they resume
 //! when dockerd does, and SIGTERM says STOPPING=1.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
 
 use std::{
     io::IoSliceMut,
@@ -17,11 +14,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use docker::{Fleet, require_docker};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, UnixAddr, UnixCredentials, recvmsg, setsockopt,
     sockopt::PassCred,
 };
+
+use crate::support::{World, require_docker};
 
 /// A bound notify socket, removed on drop.
 struct NotifySocket {
@@ -141,15 +139,15 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
     if !require_docker() {
         return;
     }
-    let mut fleet = Fleet::new();
-    let net = fleet.network("net", &[]);
-    let group = format!("dxdp.group={}-g", fleet.prefix);
+    let mut world = World::private();
+    let net = world.network("net", &[]);
+    let group = format!("dxdp.group={}-g", world.prefix);
     let labels = ["--network", &net, "-l", "dxdp.enable=true", "-l", &group];
-    let a = fleet.run("a", &labels, &[]);
-    let b = fleet.run("b", &labels, &[]);
-    let notify = NotifySocket::bind(&fleet.prefix);
+    let a = world.run("a", &labels, &[]);
+    let b = world.run("b", &labels, &[]);
+    let notify = NotifySocket::bind(&world.prefix);
     let usec = WATCHDOG.as_micros().to_string();
-    let mut watch = fleet.watch_with_env(
+    let mut watch = world.watch_with_env(
         &["--resync", "1"],
         &[
             ("NOTIFY_SOCKET", notify.path.to_str().unwrap()),
@@ -174,7 +172,7 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
         assert!(m.has("WATCHDOG=1"), "before READY=1: {m:?}");
         before.push(m);
     };
-    let status = fleet.dxdp.status();
+    let status = world.dxdp.status();
     assert_eq!(
         status.links.len(),
         1,
@@ -209,7 +207,7 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
     // timeout is 120 s), the loop with it, and a separate timer would go on pinging. Within the
     // resync period plus one ping interval the pings stop, and stay stopped for more than
     // WATCHDOG_USEC (systemd would restart the watch), while the process runs.
-    let frozen = Frozen::stop(fleet.daemon_pid().expect("private dockerd"));
+    let frozen = Frozen::stop(world.daemon_pid().expect("private dockerd"));
     let stopped_at = Instant::now();
     let messages = notify.collect(Duration::from_secs(7));
     let during = pings(&messages);
@@ -258,5 +256,5 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
             .contains("STATUS=stopping; links stay in place"),
         "{stopping:?}"
     );
-    assert_eq!(fleet.dxdp.status().links.len(), 1);
+    assert_eq!(world.dxdp.status().links.len(), 1);
 }

@@ -1,8 +1,11 @@
 //! The kernel-side verdicts of both datapaths, checked with `BPF_PROG_TEST_RUN` on crafted frames.
 //!
-//! Every test loads [`dxdp::datapath::OBJECT`] with its maps pinned in a fresh directory of its
-//! own under /sys/fs/bpf, fills the maps the way `dxdp` does, runs one program on one frame and
-//! checks both the return code and the per-CPU counters.
+//! Every test loads the datapath's eBPF object ([`OBJECT`]) with its maps pinned in a fresh
+//! directory of its own under /sys/fs/bpf, fills the maps the way `dxdp` does, runs the program on
+//! frames and checks both the return codes and the per-CPU counters. Most cases are rows of one
+//! table (`verdict_cases!`): a setup of the maps, then steps of a frame, its verdict and what the
+//! counters must show; each row is a test of its own, and a failure names the row, the program
+//! and the step.
 //!
 //! The ingress interface is a real device: each test runs on a thread of its own inside a private
 //! network namespace holding one veth pair, `ingress`/`target`. Test-run takes the ingress ifindex
@@ -24,10 +27,11 @@ use aya::{
     maps::{DevMapHash, HashMap, Map, MapError, PerCpuHashMap, PerCpuValues},
     programs::{ProgramError, SchedClassifier, Xdp},
 };
-use dxdp::datapath::OBJECT;
 use dxdp_common::{
     Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, LinkTarget, MacAddr, names,
 };
+
+use crate::support::{can_run, library::OBJECT, missing_root_and_bpffs};
 
 /// tc: `TC_ACT_UNSPEC` (-1), which TCX reads as "next": the frame goes on to the bridge.
 const TC_ACT_UNSPEC: u32 = -1i32 as u32;
@@ -87,33 +91,6 @@ impl Prog {
             Prog::Xdp => XDP_REDIRECT,
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Prerequisites
-// ---------------------------------------------------------------------------------------------
-
-fn missing_prerequisite() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: loading eBPF programs and creating namespaces needs root".into());
-    }
-    match nix::sys::statfs::statfs("/sys/fs/bpf") {
-        Ok(fs) if fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC => None,
-        Ok(_) => Some("/sys/fs/bpf is not a bpffs mount".into()),
-        Err(e) => Some(format!("cannot stat /sys/fs/bpf: {e}")),
-    }
-}
-
-/// False (after saying why) when the tests cannot run here; panics instead under CI=true.
-fn privileged() -> bool {
-    let Some(why) = missing_prerequisite() else {
-        return true;
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("verdict tests cannot run under CI=true: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -406,8 +383,12 @@ fn frame_of_type(dst: MacAddr, src: MacAddr, ethertype: u16, len: usize) -> Vec<
     frame
 }
 
-/// A datapath with container A behind `ingress` linked to container B behind `target`, both
-/// directions registered as `dxdp link` does.
+// ---------------------------------------------------------------------------------------------
+// Setups: the maps a case starts from
+// ---------------------------------------------------------------------------------------------
+
+/// Container A behind `ingress` linked to container B behind `target`, both directions
+/// registered as `dxdp link` does.
 fn linked(prog: Prog, net: Net) -> Datapath {
     let mut dp = Datapath::load(prog);
     dp.add_endpoint(net.ingress, MAC_A);
@@ -419,188 +400,350 @@ fn linked(prog: Prog, net: Net) -> Datapath {
     dp
 }
 
-fn passed(bytes: usize) -> Counters {
-    Counters {
-        passed_packets: 1,
-        passed_bytes: bytes as u64,
-        ..Counters::default()
+/// Only the ingress in the devmap, and a link from it to `target`: the target comes from the
+/// link, not from the ingress, so this is a dead link.
+fn link_to_a_target_outside_the_devmap(prog: Prog, net: Net) -> Datapath {
+    let mut dp = Datapath::load(prog);
+    dp.add_endpoint(net.ingress, MAC_A);
+    dp.add_target(net.ingress);
+    dp.add_link(net.ingress, MAC_B, net.target);
+    dp
+}
+
+/// Both endpoints and targets, but only the direction target -> ingress for MAC B.
+fn only_a_link_of_another_ingress(prog: Prog, net: Net) -> Datapath {
+    let mut dp = Datapath::load(prog);
+    dp.add_endpoint(net.ingress, MAC_A);
+    dp.add_endpoint(net.target, MAC_B);
+    dp.add_target(net.ingress);
+    dp.add_target(net.target);
+    dp.add_link(net.target, MAC_B, net.ingress);
+    dp
+}
+
+/// [`linked`], then the target leaves the devmap (its veth went).
+fn linked_to_a_dead_target(prog: Prog, net: Net) -> Datapath {
+    let mut dp = linked(prog, net);
+    let mut targets: DevMapHash<_> = dp.map_mut(names::TARGETS);
+    targets.remove(net.target).unwrap();
+    dp
+}
+
+/// [`linked`], and links for the broadcast and a multicast address, which dxdp never makes.
+fn linked_with_group_addresses(prog: Prog, net: Net) -> Datapath {
+    let mut dp = linked(prog, net);
+    dp.add_link(net.ingress, BROADCAST, net.target);
+    dp.add_link(net.ingress, MULTICAST, net.target);
+    dp
+}
+
+/// Everything of [`linked`]'s first direction but the ingress's own endpoint record.
+fn unmanaged_ingress(prog: Prog, net: Net) -> Datapath {
+    let mut dp = Datapath::load(prog);
+    dp.add_endpoint(net.target, MAC_B);
+    dp.add_target(net.ingress);
+    dp.add_target(net.target);
+    dp.add_link(net.ingress, MAC_B, net.target);
+    dp
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table: each case runs for both programs, each in its own namespace and with its own maps
+// ---------------------------------------------------------------------------------------------
+
+/// Which veth of the namespace.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Ingress,
+    Target,
+}
+
+impl Side {
+    fn ifindex(self, net: Net) -> u32 {
+        match self {
+            Side::Ingress => net.ingress,
+            Side::Target => net.target,
+        }
     }
 }
 
-/// Runs `case` for both programs, each in its own namespace and with its own maps.
-fn for_both(case: fn(Prog, Net)) {
-    if !privileged() {
+#[derive(Clone, Copy, Debug)]
+enum Verdict {
+    Pass,
+    Redirect,
+}
+
+/// What must hold after a step.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// The counters of a side summed over CPUs; `None`: it has no entry.
+    Counters(Side, Option<Counters>),
+    /// (packets, bytes) of the direction from a side to a destination MAC.
+    Traffic(Side, MacAddr, (u64, u64)),
+    /// The spoofed frames counted on a side.
+    Spoofed(Side, u64),
+    /// The sides that have counters at all.
+    CounterKeys(&'static [Side]),
+}
+
+/// One frame presented to the program, its verdict, and what must hold afterwards.
+struct Step {
+    on: Side,
+    dst: MacAddr,
+    src: MacAddr,
+    len: u64,
+    verdict: Verdict,
+    then: &'static [Expect],
+}
+
+struct Case {
+    setup: fn(Prog, Net) -> Datapath,
+    steps: &'static [Step],
+}
+
+const IDLE: Counters = Counters {
+    redirected_packets: 0,
+    redirected_bytes: 0,
+    passed_packets: 0,
+    passed_bytes: 0,
+    fallback_packets: 0,
+    spoofed_packets: 0,
+};
+
+/// One frame of `bytes` redirected.
+const fn redirected(bytes: u64) -> Counters {
+    Counters {
+        redirected_packets: 1,
+        redirected_bytes: bytes,
+        ..IDLE
+    }
+}
+
+/// `packets` frames of `bytes` in all passed on to the bridge.
+const fn passed(packets: u64, bytes: u64) -> Counters {
+    Counters {
+        passed_packets: packets,
+        passed_bytes: bytes,
+        ..IDLE
+    }
+}
+
+/// One frame of `bytes` passed on because its link's target is gone.
+const fn fell_back(bytes: u64) -> Counters {
+    Counters {
+        fallback_packets: 1,
+        ..passed(1, bytes)
+    }
+}
+
+/// One frame of `bytes` passed on because its source MAC was not the container's.
+const fn spoofed(bytes: u64) -> Counters {
+    Counters {
+        spoofed_packets: 1,
+        ..passed(1, bytes)
+    }
+}
+
+/// Runs `test` for both programs, each in its own namespace and with its own maps.
+fn for_both(test: impl Fn(Prog, Net) + Copy + Send + 'static) {
+    if !can_run(missing_root_and_bpffs()) {
         return;
     }
     for prog in Prog::ALL {
-        in_private_netns(move |net| case(prog, net));
+        in_private_netns(move |net| test(prog, net));
     }
 }
 
+/// Runs `case` for both programs; every failure names the case, the program and the step.
+fn check(name: &'static str, case: &'static Case) {
+    for_both(move |prog, net| {
+        let dp = (case.setup)(prog, net);
+        for (i, step) in case.steps.iter().enumerate() {
+            let at = format!("{name}, {prog:?}, step {}", i + 1);
+            let frame = frame(step.dst, step.src, step.len as usize);
+            let verdict = match step.verdict {
+                Verdict::Pass => prog.pass(),
+                Verdict::Redirect => prog.redirect(),
+            };
+            let got = dp.run(step.on.ifindex(net), &frame);
+            assert_eq!(got, verdict, "{at}: verdict, {:?} expected", step.verdict);
+            for expect in step.then {
+                match *expect {
+                    Expect::Counters(side, counters) => {
+                        let got = dp.counters(side.ifindex(net));
+                        assert_eq!(got, counters, "{at}: counters of {side:?}");
+                    }
+                    Expect::Traffic(side, dst, traffic) => {
+                        let got = dp.link_traffic(side.ifindex(net), dst);
+                        assert_eq!(got, traffic, "{at}: traffic {side:?} -> {dst:02x?}");
+                    }
+                    Expect::Spoofed(side, n) => {
+                        let got = dp.counters(side.ifindex(net)).map(|c| c.spoofed_packets);
+                        assert_eq!(got, Some(n), "{at}: spoofed frames on {side:?}");
+                    }
+                    Expect::CounterKeys(sides) => {
+                        let want: Vec<u32> = sides.iter().map(|s| s.ifindex(net)).collect();
+                        assert_eq!(dp.counter_keys(), want, "{at}: counter keys");
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// One `#[test]` per case, named after it.
+macro_rules! verdict_cases {
+    ($($(#[$attr:meta])* $name:ident: $case:expr;)*) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                static CASE: Case = $case;
+                check(stringify!($name), &CASE);
+            }
+        )*
+    };
+}
+
+use Expect::{CounterKeys, Spoofed, Traffic};
+use Side::{Ingress, Target};
+
+verdict_cases! {
+    linked_unicast_is_redirected: Case {
+        setup: linked,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, len: 98, verdict: Verdict::Redirect,
+                then: &[
+                    Expect::Counters(Ingress, Some(redirected(98))),
+                    Traffic(Ingress, MAC_B, (1, 98)),
+                    // Nothing is counted against the target or the reverse direction.
+                    Expect::Counters(Target, Some(IDLE)),
+                    Traffic(Target, MAC_A, (0, 0)),
+                ],
+            },
+            // The reply, arriving on the other veth, is judged and counted there.
+            Step {
+                on: Target, dst: MAC_A, src: MAC_B, len: 66, verdict: Verdict::Redirect,
+                then: &[
+                    Expect::Counters(Target, Some(redirected(66))),
+                    Traffic(Target, MAC_A, (1, 66)),
+                    Expect::Counters(Ingress, Some(redirected(98))),
+                ],
+            },
+            // A's frame presented on B's veth is spoofed there: the ingress comes from the
+            // context.
+            Step {
+                on: Target, dst: MAC_B, src: MAC_A, len: 98, verdict: Verdict::Pass,
+                then: &[Spoofed(Target, 1)],
+            },
+        ],
+    };
+
+    /// The target comes from the link, not from the ingress: with only the ingress in the devmap
+    /// a link to `target` is a dead link.
+    redirect_goes_to_the_linked_target: Case {
+        setup: link_to_a_target_outside_the_devmap,
+        steps: &[Step {
+            on: Ingress, dst: MAC_B, src: MAC_A, len: 60, verdict: Verdict::Pass,
+            then: &[
+                Expect::Counters(Ingress, Some(fell_back(60))),
+                Traffic(Ingress, MAC_B, (0, 0)),
+            ],
+        }],
+    };
+
+    unlinked_destination_passes: Case {
+        setup: linked,
+        steps: &[Step {
+            on: Ingress, dst: MAC_OTHER, src: MAC_A, len: 60, verdict: Verdict::Pass,
+            then: &[Expect::Counters(Ingress, Some(passed(1, 60)))],
+        }],
+    };
+
+    /// Links are per ingress: a link for MAC B from another veth does not redirect A's frames to
+    /// B.
+    link_of_another_ingress_is_not_used: Case {
+        setup: only_a_link_of_another_ingress,
+        steps: &[Step {
+            on: Ingress, dst: MAC_B, src: MAC_A, len: 60, verdict: Verdict::Pass,
+            then: &[Expect::Counters(Ingress, Some(passed(1, 60)))],
+        }],
+    };
+
+    spoofed_source_mac_passes: Case {
+        setup: linked,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_OTHER, len: 74, verdict: Verdict::Pass,
+                then: &[
+                    Expect::Counters(Ingress, Some(spoofed(74))),
+                    Traffic(Ingress, MAC_B, (0, 0)),
+                ],
+            },
+            // The same frame with the right source still redirects: only the source was at
+            // fault.
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, len: 74, verdict: Verdict::Redirect,
+                then: &[
+                    Expect::Counters(Ingress, Some(Counters {
+                        redirected_packets: 1,
+                        redirected_bytes: 74,
+                        ..spoofed(74)
+                    })),
+                    Traffic(Ingress, MAC_B, (1, 74)),
+                ],
+            },
+        ],
+    };
+
+    dead_target_falls_back: Case {
+        setup: linked_to_a_dead_target,
+        steps: &[Step {
+            on: Ingress, dst: MAC_B, src: MAC_A, len: 60, verdict: Verdict::Pass,
+            then: &[
+                Expect::Counters(Ingress, Some(fell_back(60))),
+                Traffic(Ingress, MAC_B, (0, 0)),
+            ],
+        }],
+    };
+
+    /// Even with links for those addresses, which dxdp never makes.
+    broadcast_and_multicast_pass: Case {
+        setup: linked_with_group_addresses,
+        steps: &[
+            Step {
+                on: Ingress, dst: BROADCAST, src: MAC_A, len: 60, verdict: Verdict::Pass,
+                then: &[Expect::Counters(Ingress, Some(passed(1, 60)))],
+            },
+            Step {
+                on: Ingress, dst: MULTICAST, src: MAC_A, len: 70, verdict: Verdict::Pass,
+                then: &[
+                    Expect::Counters(Ingress, Some(passed(2, 130))),
+                    Traffic(Ingress, BROADCAST, (0, 0)),
+                    Traffic(Ingress, MULTICAST, (0, 0)),
+                ],
+            },
+        ],
+    };
+
+    unmanaged_ingress_passes_uncounted: Case {
+        setup: unmanaged_ingress,
+        steps: &[Step {
+            on: Ingress, dst: MAC_B, src: MAC_A, len: 60, verdict: Verdict::Pass,
+            then: &[
+                Expect::Counters(Ingress, None),
+                CounterKeys(&[Target]),
+                Expect::Counters(Target, Some(IDLE)),
+                Traffic(Ingress, MAC_B, (0, 0)),
+            ],
+        }],
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
-// Cases
+// Frames test-run refuses
 // ---------------------------------------------------------------------------------------------
-
-#[test]
-fn linked_unicast_is_redirected() {
-    for_both(|prog, net| {
-        let dp = linked(prog, net);
-        let request = frame(MAC_B, MAC_A, 98);
-        assert_eq!(dp.run(net.ingress, &request), prog.redirect(), "{prog:?}");
-        let expected = Counters {
-            redirected_packets: 1,
-            redirected_bytes: 98,
-            ..Counters::default()
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (1, 98), "{prog:?}");
-        // Nothing is counted against the target or the reverse direction.
-        let idle = Some(Counters::default());
-        assert_eq!(dp.counters(net.target), idle, "{prog:?}");
-        assert_eq!(dp.link_traffic(net.target, MAC_A), (0, 0), "{prog:?}");
-
-        // The reply, arriving on the other veth, is judged and counted there.
-        let reply = frame(MAC_A, MAC_B, 66);
-        assert_eq!(dp.run(net.target, &reply), prog.redirect(), "{prog:?}");
-        let expected_reply = Counters {
-            redirected_packets: 1,
-            redirected_bytes: 66,
-            ..Counters::default()
-        };
-        assert_eq!(dp.counters(net.target), Some(expected_reply), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.target, MAC_A), (1, 66), "{prog:?}");
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-
-        // A's frame presented on B's veth is spoofed there: the ingress comes from the context.
-        assert_eq!(dp.run(net.target, &request), prog.pass(), "{prog:?}");
-        let spoofed = dp.counters(net.target).map(|c| c.spoofed_packets);
-        assert_eq!(spoofed, Some(1), "{prog:?}");
-    });
-}
-
-/// The target comes from the link, not from the ingress: with only the ingress in the devmap a
-/// link to `target` is a dead link.
-#[test]
-fn redirect_goes_to_the_linked_target() {
-    for_both(|prog, net| {
-        let mut dp = Datapath::load(prog);
-        dp.add_endpoint(net.ingress, MAC_A);
-        dp.add_target(net.ingress);
-        dp.add_link(net.ingress, MAC_B, net.target);
-        let frame = frame(MAC_B, MAC_A, 60);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        let expected = Counters {
-            fallback_packets: 1,
-            ..passed(60)
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
-    });
-}
-
-#[test]
-fn unlinked_destination_passes() {
-    for_both(|prog, net| {
-        let dp = linked(prog, net);
-        let frame = frame(MAC_OTHER, MAC_A, 60);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        assert_eq!(dp.counters(net.ingress), Some(passed(60)), "{prog:?}");
-    });
-}
-
-/// Links are per ingress: a link for MAC B from another veth does not redirect A's frames to B.
-#[test]
-fn link_of_another_ingress_is_not_used() {
-    for_both(|prog, net| {
-        let mut dp = Datapath::load(prog);
-        dp.add_endpoint(net.ingress, MAC_A);
-        dp.add_endpoint(net.target, MAC_B);
-        dp.add_target(net.ingress);
-        dp.add_target(net.target);
-        // Only the direction target -> ingress exists.
-        dp.add_link(net.target, MAC_B, net.ingress);
-        let frame = frame(MAC_B, MAC_A, 60);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        assert_eq!(dp.counters(net.ingress), Some(passed(60)), "{prog:?}");
-    });
-}
-
-#[test]
-fn spoofed_source_mac_passes() {
-    for_both(|prog, net| {
-        let dp = linked(prog, net);
-        let frame = frame(MAC_B, MAC_OTHER, 74);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        let expected = Counters {
-            spoofed_packets: 1,
-            ..passed(74)
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
-        // The same frame with the right source still redirects: only the source was at fault.
-        let frame = frame_with_src(&frame, MAC_A);
-        assert_eq!(dp.run(net.ingress, &frame), prog.redirect(), "{prog:?}");
-        let expected = Counters {
-            redirected_packets: 1,
-            redirected_bytes: 74,
-            ..expected
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (1, 74), "{prog:?}");
-    });
-}
-
-fn frame_with_src(frame: &[u8], src: MacAddr) -> Vec<u8> {
-    let mut frame = frame.to_vec();
-    frame[6..12].copy_from_slice(&src);
-    frame
-}
-
-#[test]
-fn dead_target_falls_back() {
-    for_both(|prog, net| {
-        let mut dp = linked(prog, net);
-        let mut targets: DevMapHash<_> = dp.map_mut(names::TARGETS);
-        targets.remove(net.target).unwrap();
-        let frame = frame(MAC_B, MAC_A, 60);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        let expected = Counters {
-            fallback_packets: 1,
-            ..passed(60)
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
-    });
-}
-
-#[test]
-fn broadcast_and_multicast_pass() {
-    for_both(|prog, net| {
-        let mut dp = linked(prog, net);
-        // Even with links for those addresses, which dxdp never makes.
-        dp.add_link(net.ingress, BROADCAST, net.target);
-        dp.add_link(net.ingress, MULTICAST, net.target);
-        assert_eq!(
-            dp.run(net.ingress, &frame(BROADCAST, MAC_A, 60)),
-            prog.pass(),
-            "{prog:?} broadcast"
-        );
-        assert_eq!(dp.counters(net.ingress), Some(passed(60)), "{prog:?}");
-        assert_eq!(
-            dp.run(net.ingress, &frame(MULTICAST, MAC_A, 70)),
-            prog.pass(),
-            "{prog:?} multicast"
-        );
-        let expected = Counters {
-            passed_packets: 2,
-            passed_bytes: 130,
-            ..Counters::default()
-        };
-        assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, BROADCAST), (0, 0), "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MULTICAST), (0, 0), "{prog:?}");
-    });
-}
 
 /// A frame shorter than an Ethernet header never reaches either program through test-run: the
 /// kernel (6.18) refuses it with EINVAL, for XDP also when the data is long enough but XDP
@@ -639,23 +782,4 @@ fn runt_frames_are_refused_and_a_bare_header_is_parsed() {
 
 fn is_einval(result: &Result<u32, ProgramError>) -> bool {
     matches!(result, Err(ProgramError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EINVAL))
-}
-
-#[test]
-fn unmanaged_ingress_passes_uncounted() {
-    for_both(|prog, net| {
-        let mut dp = Datapath::load(prog);
-        // Everything but the ingress's own endpoint record.
-        dp.add_endpoint(net.target, MAC_B);
-        dp.add_target(net.ingress);
-        dp.add_target(net.target);
-        dp.add_link(net.ingress, MAC_B, net.target);
-        let frame = frame(MAC_B, MAC_A, 60);
-        assert_eq!(dp.run(net.ingress, &frame), prog.pass(), "{prog:?}");
-        assert_eq!(dp.counters(net.ingress), None, "{prog:?}");
-        assert_eq!(dp.counter_keys(), vec![net.target], "{prog:?}");
-        let idle = Some(Counters::default());
-        assert_eq!(dp.counters(net.target), idle, "{prog:?}");
-        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
-    });
 }

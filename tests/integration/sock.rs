@@ -1,15 +1,13 @@
 //! The socket layer (`sock` datapath) on a real topology: a bridge of this test's own with three
 //! "containers" (network namespaces), the first two linked with `dxdp link --datapath tc` plus
 //! the socket layer (sock_ops on the host's cgroup2, sk_msg on a pinned SOCKHASH, link entries
-//! for the pair), the third never linked. Traffic comes from `tests/sock_peer.py`, whose ends
+//! for the pair), the third never linked. Traffic comes from `tests/integration/sock_peer.py`, whose ends
 //! send chunk-indexed streams and compare sha256 digests of everything sent and received.
 //!
 //! Needs root, bpffs, a cgroup2 mount (made if missing), BTF, python3 and the tools of
 //! tests/common; without them the tests print "skipping: …", or fail when CI=true. Every test
 //! only touches namespaces and pins it made; each is bounded in time by the command timeouts
 //! and the peers' waits.
-
-mod common;
 
 use std::{
     io::Read,
@@ -19,15 +17,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Node, Topology, must, require_privileges, wait_until};
-use dxdp::{
-    datapath::sock::{SockEnd, SockLayer, cgroup2_mount, netns_cookie},
-    netns::NetnsPath,
+use crate::support::{
+    self, Node, Topology, can_run,
+    library::{NetnsPath, SockEnd, SockLayer, cgroup2_mount, netns_cookie},
+    must, require_privileges, wait_until,
 };
 use dxdp_common::sock::SockCounters;
 use serde::Deserialize;
 
-const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sock_peer.py");
+const PEER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/integration/sock_peer.py"
+);
 const CGROUP2_FALLBACK: &str = "/run/dxdp-test-cgroup2";
 const LINK_ID: u32 = 1;
 
@@ -176,15 +177,7 @@ fn sock_prerequisites() -> bool {
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         missing.push("the kernel has no BTF at /sys/kernel/btf/vmlinux");
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = missing.join("; ");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true, and this socket-layer test cannot run here: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
+    can_run(missing.into_iter().map(str::to_owned).collect())
 }
 
 /// A topology whose nodes 0 and 1 are tc-linked and socket-linked; node 2 is never linked.
@@ -706,7 +699,7 @@ fn iperf3_gbps(f: &Fixture, len: &str) -> f64 {
     if !len.is_empty() {
         args.extend(["-l", len]);
     }
-    let out = must(&common::in_ns(&f.node(0).netns, &args));
+    let out = must(&support::in_ns(&f.node(0).netns, &args));
     drop(srv.child.take().map(|mut c| c.wait()));
     let v: serde_json::Value = serde_json::from_str(&out).expect("iperf3 json");
     v["end"]["sum_received"]["bits_per_second"]
@@ -815,7 +808,7 @@ fn sockperf_us(f: &Fixture, cpu: Option<&str>) -> (f64, f64) {
         "-m",
         "64",
     ]);
-    let out = must(&common::in_ns(&f.node(0).netns, &cli_argv));
+    let out = must(&support::in_ns(&f.node(0).netns, &cli_argv));
     let pct = |p: &str| -> f64 {
         out.lines()
             .find(|l| l.contains(&format!("percentile {p} =")))
@@ -848,14 +841,14 @@ fn redis_rps(f: &Fixture, clients: &str) -> f64 {
     let ns = f.node(1).netns.clone();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            !must(&common::in_ns(&ns, &["ss", "-Hltn", "sport = :6390"]))
+            !must(&support::in_ns(&ns, &["ss", "-Hltn", "sport = :6390"]))
                 .trim()
                 .is_empty()
         }),
         "redis-server did not listen"
     );
     let n = if clients == "1" { "20000" } else { "100000" };
-    let out = must(&common::in_ns(
+    let out = must(&support::in_ns(
         &f.node(0).netns,
         &[
             "redis-benchmark",

@@ -2,14 +2,10 @@
 //! An operator's rule that could drop a pair's traffic on the bridge keeps the pair unlinked
 //! (and still drops), the explicit opt-ins link it, a rule for other addresses blocks nothing,
 //! and a rule added under a running watch takes the watch's link away within one resync.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
 
 use std::time::{Duration, Instant};
 
-use common::{FirewallRule, must, quietly, wait_until};
-use docker::{World, docker, require_docker};
+use crate::support::{FirewallRule, World, docker, must, quietly, require_docker, wait_until};
 
 /// Whether `from` reaches `ip` (3 pings, 1 s each at most).
 fn pings(from: &str, ip: &str) -> bool {
@@ -60,7 +56,7 @@ fn a_docker_user_drop_keeps_the_pair_on_the_bridge_and_only_the_flag_links_it() 
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("fw", &[]);
     let a = world.run("a", &["--network", &net], &[]);
     let b = world.run("b", &["--network", &net], &[]);
@@ -112,7 +108,7 @@ fn an_nftables_rule_blocks_like_an_iptables_one() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("nft", &[]);
     let a = world.run("a", &["--network", &net], &[]);
     let b = world.run("b", &["--network", &net], &[]);
@@ -140,7 +136,7 @@ fn the_watch_leaves_covered_pairs_on_the_bridge_and_removes_a_link_a_new_rule_co
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("watch", &[]);
     let group = [
         "--network",
@@ -269,7 +265,7 @@ fn a_stock_ufw_next_to_docker_blocks_nothing() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("ufw", &[]);
     let a = world.run("a", &["--network", &net], &[]);
     let b = world.run("b", &["--network", &net], &[]);

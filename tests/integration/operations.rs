@@ -1,8 +1,5 @@
 //! What an operator runs besides link/unlink: `doctor`, `watch --metrics`, completions and the
 //! man page.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
 
 use std::{
     io::{Read, Write},
@@ -10,8 +7,7 @@ use std::{
     time::Duration,
 };
 
-use common::{DXDP, run, wait_until};
-use docker::{World, require_docker};
+use crate::support::{self, DXDP, World, require_docker, run, wait_until};
 
 fn scrape(addr: &str) -> String {
     ask(addr, "GET")
@@ -40,7 +36,7 @@ fn watch_serves_prometheus_metrics_of_its_links() {
     if !require_docker() {
         return;
     }
-    let mut world = World::new();
+    let mut world = World::shared();
     let net = world.network("net", &[]);
     let group = format!("dxdp.group={}-m", world.prefix);
     let args = ["--network", &net, "-l", "dxdp.enable=true", "-l", &group];
@@ -57,7 +53,7 @@ fn watch_serves_prometheus_metrics_of_its_links() {
         });
     assert!(linked, "{a} and {b} not linked\n{}", watch.log_text());
     let ip_b = world.ip(&b, &net);
-    docker::docker_ok(&["exec", &a, "ping", "-q", "-c", "20", "-i", "0.01", &ip_b]);
+    support::docker_ok(&["exec", &a, "ping", "-q", "-c", "20", "-i", "0.01", &ip_b]);
 
     let mut body = String::new();
     let served = wait_until(Duration::from_secs(10), || {
@@ -109,9 +105,9 @@ fn metrics_address_in_use_is_a_clear_error() {
     }
     let holder = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = holder.local_addr().expect("addr").to_string();
-    let world = World::new();
+    let world = World::shared();
     let dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
-    let run = common::run_for(
+    let run = support::run_for(
         &[DXDP, "--pin-dir", &dir, "watch", "--metrics", &addr],
         Duration::from_secs(20),
     );
@@ -124,7 +120,7 @@ fn metrics_address_in_use_is_a_clear_error() {
 
 #[test]
 fn doctor_reports_each_check_and_its_verdict() {
-    if !common::require_privileges() {
+    if !support::require_privileges() {
         return;
     }
     let run = run(&[
@@ -153,7 +149,7 @@ fn doctor_reports_each_check_and_its_verdict() {
             .all(|l| l.starts_with('[') || l.trim_start().starts_with("fix:"))
     );
     // Not on bpffs: a failing check, a fix, and a non-zero exit.
-    let run = common::run(&[DXDP, "--pin-dir", "/tmp/dxdp-not-bpffs/x", "doctor"]);
+    let run = support::run(&[DXDP, "--pin-dir", "/tmp/dxdp-not-bpffs/x", "doctor"]);
     run.assert_failure();
     assert!(
         run.stdout.contains("[FAIL]") && run.stdout.contains("mount -t bpf"),
@@ -189,10 +185,10 @@ fn completions_and_man_page_come_from_the_cli_definitions() {
 
 #[test]
 fn status_names_the_veths_and_marks_a_link_whose_veth_is_gone() {
-    if !common::require_privileges() {
+    if !support::require_privileges() {
         return;
     }
-    let mut topo = common::Topology::new(3);
+    let mut topo = support::Topology::new(3);
     let (a, b, c) = (
         topo.node(0).clone(),
         topo.node(1).clone(),
@@ -200,7 +196,7 @@ fn status_names_the_veths_and_marks_a_link_whose_veth_is_gone() {
     );
     topo.dxdp.link(&a, &b, "tc").assert_success();
     topo.dxdp.link(&a, &c, "tc").assert_success();
-    let json = |run: common::Run| -> serde_json::Value {
+    let json = |run: support::Run| -> serde_json::Value {
         serde_json::from_str(&run.assert_success().stdout).expect("status --json")
     };
     let live = json(topo.dxdp.run(&["status", "--json"]));

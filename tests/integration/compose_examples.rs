@@ -16,9 +16,6 @@
 //! this host) are reported and otherwise ignored. `two-networks` declares fixed network names
 //! (`dxdp-example-front`, `dxdp-example-back`) that every copy of the project shares: if they
 //! exist already, a copy is up on this host, and that test does not run (it fails under CI=true).
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
 
 use std::{
     collections::BTreeSet,
@@ -28,10 +25,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Dxdp, PinDir, Run, Status, next_id, wait_until};
-use docker::{
-    Watch, compose, compose_command, compose_container, docker, docker_ok, require_docker,
-    try_compose,
+use crate::support::{
+    self, Dxdp, PinDir, Run, Status, Watch, can_run, compose, compose_container, docker, docker_ok,
+    next_id, require_compose, try_compose, wait_until,
 };
 
 /// One example at a time: a watch links whatever it sees on the host.
@@ -54,29 +50,6 @@ fn compose_file(example: &str) -> String {
         .join("docker-compose.yml")
         .to_string_lossy()
         .into_owned()
-}
-
-/// Like `require_docker`, plus compose: skips with a message, or panics under CI=true.
-fn require_compose() -> bool {
-    if !require_docker() {
-        return false;
-    }
-    match try_compose(&["version"], Duration::from_secs(20)) {
-        Ok(run) if run.success() => true,
-        _ => cannot_run(&format!(
-            "`{}` does not run (scripts/setup.sh installs Compose v2)",
-            compose_command().join(" ")
-        )),
-    }
-}
-
-/// Skips with `why`, or panics with it under CI=true; returns false for `if !… { return; }`.
-fn cannot_run(why: &str) -> bool {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true, and this compose example test cannot run here: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
 }
 
 /// A compose project brought up from an example; `docker compose down -v` on drop.
@@ -172,7 +145,7 @@ impl Example {
     fn up(example: &str) -> Self {
         let project = Project::up(example);
         let path =
-            Path::new(common::BPFFS).join(format!("dxdp-ex-{}-{}", std::process::id(), next_id()));
+            Path::new(support::BPFFS).join(format!("dxdp-ex-{}-{}", std::process::id(), next_id()));
         assert!(!path.exists(), "{} exists already", path.display());
         let pin_dir = PinDir { path };
         let dxdp = Dxdp {
@@ -355,7 +328,7 @@ fn ping(from: &str, ip: &str, count: u32) {
 #[track_caller]
 fn compose_check_passes(example: &str) {
     let file = compose_file(example);
-    let run = common::run(&[common::DXDP, "compose-check", &file]);
+    let run = support::run(&[support::DXDP, "compose-check", &file]);
     run.assert_success();
     assert!(
         run.stdout.starts_with("0 error(s), 0 warning(s)"),
@@ -452,11 +425,11 @@ fn two_networks_links_each_pair_on_the_network_it_shares() {
     // is up (a user's, or a run that is still going), and bringing up ours would join it.
     for net in [FRONT, BACK] {
         if docker(&["network", "inspect", net]).success() {
-            cannot_run(&format!(
+            can_run(vec![format!(
                 "network {net} exists: a copy of compose-examples/two-networks is up on this \
                  host; take it down first (docker compose -p PROJECT -f \
                  compose-examples/two-networks/docker-compose.yml down)"
-            ));
+            )]);
             return;
         }
     }
@@ -494,9 +467,9 @@ fn every_example_as_compose_resolves_it_passes_compose_check_from_stdin() {
     }
     for example in TESTED {
         let file = compose_file(example);
-        let config = docker::compose(&["-f", &file, "config"], Duration::from_secs(30));
+        let config = support::compose(&["-f", &file, "config"], Duration::from_secs(30));
         config.assert_success();
-        let mut child = std::process::Command::new(common::DXDP)
+        let mut child = std::process::Command::new(support::DXDP)
             .args(["compose-check", "-"])
             .env_remove("COMPOSE_PROJECT_NAME")
             .stdin(std::process::Stdio::piped())

@@ -1,0 +1,180 @@
+//! Guards that undo on drop, also while a failed assertion unwinds: network namespaces, links
+//! (bridges, veths), iptables rules, pin directories and pinned objects. A guard's drop never
+//! panics: a cleanup step that fails is reported on stderr and the next step still runs.
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    dxdp::{BPFFS, DXDP},
+    host::host_iface_exists,
+    process::{must, quietly},
+};
+
+/// A network namespace under /run/netns, deleted on drop.
+pub struct NetnsGuard {
+    pub name: String,
+}
+
+impl NetnsGuard {
+    #[track_caller]
+    pub fn create(name: &str) -> Self {
+        must(&["ip", "netns", "add", name]);
+        let guard = Self {
+            name: name.to_owned(),
+        };
+        must(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        guard
+    }
+}
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        if Path::new("/run/netns").join(&self.name).exists() {
+            quietly(&["ip", "netns", "del", &self.name]);
+        }
+    }
+}
+
+/// A link (bridge, veth, …) in the host namespace, deleted on drop if it still exists; deleting
+/// one end of a veth deletes both.
+pub struct LinkGuard {
+    pub name: String,
+}
+
+impl LinkGuard {
+    /// Takes charge of a link that was just made.
+    pub fn adopt(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+        }
+    }
+
+    /// Makes a bridge that forwards at once (no STP, no forwarding delay) and brings it up.
+    #[track_caller]
+    pub fn bridge(name: &str) -> Self {
+        must(&[
+            "ip",
+            "link",
+            "add",
+            name,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ]);
+        let guard = Self::adopt(name);
+        must(&["ip", "link", "set", name, "up"]);
+        guard
+    }
+}
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        if host_iface_exists(&self.name) {
+            quietly(&["ip", "link", "del", &self.name]);
+        }
+    }
+}
+
+/// One rule inserted at the head of an iptables/ip6tables chain; exactly that rule is deleted on
+/// drop (`-D` removes the first rule that matches the same specification).
+pub struct FirewallRule {
+    tool: &'static str,
+    chain: String,
+    spec: Vec<String>,
+}
+
+impl FirewallRule {
+    #[track_caller]
+    pub fn insert(tool: &'static str, chain: &str, spec: &[&str]) -> Self {
+        let spec: Vec<String> = spec.iter().map(|s| (*s).to_owned()).collect();
+        let mut argv = vec![tool.to_owned(), "-w".into(), "-I".into(), chain.to_owned()];
+        argv.extend(spec.iter().cloned());
+        must(&argv);
+        Self {
+            tool,
+            chain: chain.to_owned(),
+            spec,
+        }
+    }
+
+    /// `iptables -I FORWARD -i BR -o BR -j ACCEPT`: with br_netfilter loaded (docker loads it) and
+    /// the FORWARD policy DROP, bridged frames are dropped unless a rule accepts them.
+    #[track_caller]
+    pub fn accept_bridged(tool: &'static str, bridge: &str) -> Self {
+        Self::insert(
+            tool,
+            "FORWARD",
+            &["-i", bridge, "-o", bridge, "-j", "ACCEPT"],
+        )
+    }
+}
+
+impl Drop for FirewallRule {
+    fn drop(&mut self) {
+        let mut argv = vec![
+            self.tool.to_owned(),
+            "-w".into(),
+            "-D".into(),
+            self.chain.clone(),
+        ];
+        argv.extend(self.spec.iter().cloned());
+        quietly(&argv);
+    }
+}
+
+/// A dxdp pin directory of its own under bpffs. On drop: `dxdp --pin-dir DIR cleanup`, then
+/// whatever is still there is removed.
+pub struct PinDir {
+    pub path: PathBuf,
+}
+
+impl PinDir {
+    /// `/sys/fs/bpf/dxdp-test-<pid>-<n>`; not created: dxdp makes it on first use.
+    pub fn new(n: u32) -> Self {
+        let path = Path::new(BPFFS).join(format!("dxdp-test-{}-{n}", std::process::id()));
+        assert!(!path.exists(), "{} exists already", path.display());
+        Self { path }
+    }
+}
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        let dir = self.path.to_string_lossy().into_owned();
+        quietly(&[DXDP, "--pin-dir", &dir, "cleanup"]);
+        if self.path.exists() {
+            eprintln!("cleanup: `dxdp cleanup` left {dir} behind; removing it");
+            if let Err(e) = std::fs::remove_dir_all(&self.path) {
+                eprintln!("cleanup: cannot remove {dir}: {e}");
+            }
+        }
+    }
+}
+
+/// A file pinned on bpffs (a program or map), unpinned on drop.
+pub struct PinnedObject {
+    pub path: PathBuf,
+}
+
+impl PinnedObject {
+    /// Unpins now; the object lives on while something else (an attachment) holds it.
+    pub fn unpin(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            panic!("cannot unpin {}: {e}", self.path.display());
+        }
+    }
+}
+
+impl Drop for PinnedObject {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("cleanup: cannot unpin {}: {e}", self.path.display());
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The dxdp library as the tests use it: the only `use dxdp::…` of the integration tests, so that
+//! a change of the library's public API is adjusted here alone. (Most tests drive the `dxdp`
+//! binary instead; `dxdp_common`, the crate shared with the eBPF programs, is used directly.)
+
+/// The compiled eBPF object the binary embeds, loaded by the verdict tests.
+pub use dxdp::datapath::OBJECT;
+/// The socket layer (not shipped, see docs/sock-datapath.md), driven by the `sock` area.
+pub use dxdp::{
+    datapath::sock::{SockEnd, SockLayer, cgroup2_mount, netns_cookie},
+    netns::NetnsPath,
+};

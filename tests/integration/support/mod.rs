@@ -1,0 +1,42 @@
+//! The shared harness of the integration tests, one module per job. Everything a test makes is
+//! named after the test process and undone on drop (also while a failed assertion unwinds), so
+//! tests never collide with each other nor touch anything they did not make.
+//!
+//! - [`prereq`]: whether a test can run here: skip, or fail under CI=true;
+//! - [`process`]: commands bounded in time, background processes;
+//! - [`names`]: per-process names and numbers;
+//! - [`guards`]: netns, links, iptables rules, pin directories and pinned objects undone on drop;
+//! - [`host`]: host interfaces and containers' veths seen from the host;
+//! - [`topology`]: the netns fixture, a bridge with "containers" (namespaces with a veth each);
+//! - [`traffic`]: ping and iperf3 between netns nodes;
+//! - [`dxdp`]: the binary under test and its `status --json`;
+//! - [`bpf`]: bpf(2) and bpftool as another tool would use them;
+//! - [`pinned`]: the pinned state, entry by entry;
+//! - [`docker_cli`]: the docker and compose commands;
+//! - [`world`]: the Docker fixture, on the host's dockerd or on a private one;
+//! - [`watch`]: a `dxdp watch` in the background;
+//! - [`rng`]: seeded randomness and `DXDP_SOAK`;
+//! - [`library`]: the dxdp library items the tests use, in one place.
+//!
+//! The items are re-exported here: areas `use crate::support::{…}`.
+
+pub mod bpf;
+pub mod docker_cli;
+pub mod dxdp;
+pub mod guards;
+pub mod host;
+pub mod library;
+pub mod names;
+pub mod pinned;
+pub mod prereq;
+pub mod process;
+pub mod rng;
+pub mod topology;
+pub mod traffic;
+pub mod watch;
+pub mod world;
+
+pub use self::{
+    bpf::*, docker_cli::*, dxdp::*, guards::*, host::*, names::*, pinned::*, prereq::*, process::*,
+    rng::*, topology::*, traffic::*, watch::*, world::*,
+};

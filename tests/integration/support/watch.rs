@@ -1,0 +1,153 @@
+//! A `dxdp watch` running in the background, with its log kept in a file for the failure
+//! messages.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::{
+    dxdp::{DXDP, Dxdp},
+    names::next_id,
+    process::wait_until,
+};
+
+/// A `dxdp watch` process, killed on drop; its log goes to a file read back for messages.
+pub struct Watch {
+    child: Option<Child>,
+    pub log: PathBuf,
+    dxdp: Dxdp,
+    extra: Vec<String>,
+    /// Extra environment of the watch process (e.g. DOCKER_HOST of a private dockerd).
+    env: Vec<(String, String)>,
+}
+
+impl Watch {
+    pub fn start(dxdp: &Dxdp, extra: &[&str]) -> Self {
+        Self::start_with_env(dxdp, extra, &[])
+    }
+
+    /// Like [`Watch::start`], with extra environment variables for the watch process.
+    pub fn start_with_env(dxdp: &Dxdp, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let log = std::env::temp_dir().join(format!(
+            "dxdp-watch-{}-{}.log",
+            std::process::id(),
+            next_id()
+        ));
+        let mut watch = Self {
+            child: None,
+            log,
+            dxdp: dxdp.clone(),
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        watch.spawn();
+        watch
+    }
+
+    /// Whether the watch process is still running (it has not exited or crashed).
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Resident memory of the watch process in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .unwrap_or_else(|e| panic!("watch pid {}: {e}", self.pid()));
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
+    fn spawn(&mut self) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("watch log");
+        let child = Command::new(DXDP)
+            .arg("--pin-dir")
+            .arg(&self.dxdp.pin_dir)
+            .arg("watch")
+            .args(&self.extra)
+            .env("DXDP_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("dup"))
+            .stderr(file)
+            .spawn()
+            .expect("start dxdp watch");
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the watch again after [`Watch::kill9`] or [`Watch::terminate`].
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "watch still running");
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `dxdp status` shows exactly `n` links; panics with the log if it does not.
+    #[track_caller]
+    pub fn expect_links(&self, n: usize, within: Duration) {
+        let mut last = usize::MAX;
+        let ok = wait_until(within, || {
+            last = self.dxdp.status().links.len();
+            last == n
+        });
+        assert!(
+            ok,
+            "expected {n} link(s) within {within:?}, have {last}\n--- watch log\n{}",
+            self.log_text()
+        );
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
