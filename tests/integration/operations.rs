@@ -253,3 +253,78 @@ fn status_names_the_veths_and_marks_a_link_whose_veth_is_gone() {
         "{collected}"
     );
 }
+
+/// `--log-format json` (and `DXDP_LOG_FORMAT=json`) writes one JSON object per log line, with
+/// the level, the message and the event's fields; the default stays text. A watch pointed at a
+/// dockerd that is not there logs its retries, which is enough to read.
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    if !support::require_privileges() {
+        return;
+    }
+    let pin_dir = format!("/sys/fs/bpf/dxdp-test-{}-logs", std::process::id());
+    let watch_for_two_seconds = |format: &[&str]| {
+        let mut argv = vec![
+            "env",
+            "DOCKER_HOST=unix:///nonexistent/dxdp-test.sock",
+            "timeout",
+            "2",
+            DXDP,
+            "--pin-dir",
+            &pin_dir,
+        ];
+        argv.extend_from_slice(format);
+        argv.push("watch");
+        run(&argv)
+    };
+    for format in [&["--log-format", "json"][..], &["--log-format=json"][..]] {
+        let out = watch_for_two_seconds(format);
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert!(lines.len() >= 2, "{}", out.stderr);
+        for line in &lines {
+            let event: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line}"));
+            assert!(
+                event["level"].is_string() && event["message"].is_string(),
+                "{line}"
+            );
+            assert!(event["timestamp"].is_string(), "{line}");
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(r#""level":"WARN""#) && l.contains("cannot reach dockerd")),
+            "{}",
+            out.stderr
+        );
+        let start = serde_json::from_str::<serde_json::Value>(lines[0]).unwrap();
+        assert_eq!(
+            start["pin_dir"],
+            pin_dir.as_str(),
+            "fields are kept: {}",
+            lines[0]
+        );
+    }
+    // The environment variable selects it too; text is the default.
+    let out = run(&[
+        "env",
+        "DXDP_LOG_FORMAT=json",
+        "DOCKER_HOST=unix:///nonexistent/dxdp-test.sock",
+        "timeout",
+        "2",
+        DXDP,
+        "--pin-dir",
+        &pin_dir,
+        "watch",
+    ]);
+    assert!(out.stderr.starts_with('{'), "{}", out.stderr);
+    let text = watch_for_two_seconds(&[]);
+    assert!(!text.stderr.starts_with('{'), "{}", text.stderr);
+    assert!(
+        text.stderr.contains("cannot reach dockerd"),
+        "{}",
+        text.stderr
+    );
+    // The watch never got as far as making its pin directory.
+    assert!(!std::path::Path::new(&pin_dir).exists());
+}
