@@ -96,7 +96,7 @@ pub enum Command {
     /// Check the dxdp labels of compose files without Docker: every problem, one per line.
     ComposeCheck(ComposeCheckArgs),
     /// Check that this host can run dxdp, with a fix for each problem.
-    Doctor,
+    Doctor(DoctorArgs),
     /// Print shell completions.
     Completions {
         #[arg(value_enum)]
@@ -129,7 +129,14 @@ pub struct UnlinkArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON for scripts instead of a table.
+    /// Print JSON for scripts instead of a table (shape: docs/json.md, `dxdp.status/1`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print JSON for scripts instead of lines (shape: docs/json.md, `dxdp.doctor/1`).
     #[arg(long)]
     pub json: bool,
 }
@@ -176,6 +183,9 @@ pub struct ComposeCheckArgs {
     /// (otherwise the file's top-level `name:`).
     #[arg(long, short = 'p', env = "COMPOSE_PROJECT_NAME")]
     pub project_name: Option<String>,
+    /// Print JSON for scripts instead of lines (shape: docs/json.md, `dxdp.compose-check/1`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +209,8 @@ pub struct BenchArgs {
     /// TCP and UDP port of the iperf3 server inside the namespaces.
     #[arg(long, default_value_t = 5299, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
-    /// Also write every sample, median, range and ratio as JSON to FILE.
+    /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
+    /// table then to stderr; shape: docs/json.md, `dxdp.bench/1`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Also write an SVG bar chart, normalised to the bridge, to FILE.

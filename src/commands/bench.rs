@@ -150,7 +150,13 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         before: load_before,
         after: load_average(),
     };
-    print!("{}", table::render(&results, plan.rounds));
+    // `--json -` makes stdout the JSON's: the table goes to stderr then.
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if json_to_stdout {
+        eprint!("{}", table::render(&results, plan.rounds));
+    } else {
+        print!("{}", table::render(&results, plan.rounds));
+    }
     let title = format!("dxdp bench: {} -> {}", a.label, b.label);
     let subtitle = format!(
         "{} round(s) × {}s per test on {}; medians relative to {}",
@@ -169,10 +175,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
             network: &network,
             load,
         };
-        let report = JsonReport::new(&results, &info);
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        let report = serde_json::to_string_pretty(&JsonReport::new(&results, &info))? + "\n";
+        if json_to_stdout {
+            print!("{report}");
+        } else {
+            std::fs::write(path, report)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
     }
     if let Some(path) = &args.plot {
         std::fs::write(path, svg::render(&svg::chart(&results, title, subtitle)))
@@ -269,6 +279,8 @@ fn check_quiet(pair: &PairState, a: &Endpoint, b: &Endpoint) -> Result<()> {
 
 #[derive(Serialize)]
 struct JsonReport {
+    /// `dxdp.bench/1`: the shape docs/json.md documents.
+    schema: &'static str,
     a: String,
     b: String,
     a_host_veth: String,
@@ -326,6 +338,7 @@ struct JsonMetric {
 impl JsonReport {
     fn new(results: &Results, cx: &RunInfo<'_>) -> Self {
         Self {
+            schema: "dxdp.bench/1",
             a: cx.a.label.clone(),
             b: cx.b.label.clone(),
             a_host_veth: cx.a.host_ifname.clone(),

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use serde::Serialize;
 
 use crate::cli::ComposeCheckArgs;
 use crate::compose::{self, CheckOptions, Severity, one_line};
@@ -55,9 +56,8 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
         allow_external: args.allow_external,
         project: args.project_name,
     };
-    let (mut errors, mut warnings, mut unreadable) = (0usize, 0usize, false);
-    // Locked once and written with `?`: `dxdp compose-check ... | head` must not panic.
-    let mut out = io::stdout().lock();
+    let mut found = Vec::new();
+    let mut unreadable = false;
     for path in &files {
         let stdin = path.as_os_str() == "-";
         let shown = if stdin {
@@ -73,25 +73,59 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
         match read {
             Err(err) => {
                 unreadable = true;
-                errors += 1;
-                writeln!(out, "error: {shown}: {}", one_line(&err.to_string()))?;
+                found.push(Found {
+                    file: shown,
+                    severity: Severity::Error,
+                    service: None,
+                    label: None,
+                    message: err.to_string(),
+                    line: None,
+                });
             }
             Ok(file) => {
                 for problem in compose::check(&file, &options) {
-                    match problem.severity {
-                        Severity::Error => errors += 1,
-                        Severity::Warning => warnings += 1,
-                    }
-                    writeln!(out, "{}: {shown}: {problem}", problem.severity)?;
+                    let line = problem.to_string();
+                    found.push(Found {
+                        file: shown.clone(),
+                        severity: problem.severity,
+                        service: problem.service,
+                        label: problem.key,
+                        message: problem.message,
+                        line: Some(line),
+                    });
                 }
             }
         }
     }
-    writeln!(
-        out,
-        "{errors} error(s), {warnings} warning(s) in {} file(s)",
-        files.len()
-    )?;
+    let errors = found
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let warnings = found.len() - errors;
+    // Locked once and written with `?`: `dxdp compose-check ... | head` must not panic.
+    let mut out = io::stdout().lock();
+    if args.json {
+        let report = Report {
+            schema: "dxdp.compose-check/1",
+            files: files.iter().map(|f| f.display().to_string()).collect(),
+            errors,
+            warnings,
+            problems: &found,
+        };
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else {
+        for f in &found {
+            match &f.line {
+                Some(line) => writeln!(out, "{}: {}: {line}", f.severity, f.file)?,
+                None => writeln!(out, "error: {}: {}", f.file, one_line(&f.message))?,
+            }
+        }
+        writeln!(
+            out,
+            "{errors} error(s), {warnings} warning(s) in {} file(s)",
+            files.len()
+        )?;
+    }
     out.flush()?;
     // An unreadable file counts as an error (its line says so); 2 stays clap's usage error.
     Ok(if unreadable || errors > 0 {
@@ -99,6 +133,30 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One problem found, in a file or with it.
+#[derive(Serialize)]
+struct Found {
+    file: String,
+    severity: Severity,
+    /// `null` for a problem with the file as a whole (it cannot be read or parsed).
+    service: Option<String>,
+    label: Option<String>,
+    message: String,
+    /// The text form's line; not in the JSON.
+    #[serde(skip)]
+    line: Option<String>,
+}
+
+/// `dxdp compose-check --json`: the shape docs/json.md documents.
+#[derive(Serialize)]
+struct Report<'f> {
+    schema: &'static str,
+    files: Vec<String>,
+    errors: usize,
+    warnings: usize,
+    problems: &'f [Found],
 }
 
 #[cfg(test)]
@@ -111,6 +169,7 @@ mod tests {
             file: file.iter().map(PathBuf::from).collect(),
             allow_external: false,
             project_name: None,
+            json: false,
         }
     }
 

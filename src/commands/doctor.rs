@@ -3,8 +3,10 @@ use std::{fmt, path::Path, process::ExitCode};
 
 use anyhow::Result;
 use aya::util::KernelVersion;
+use serde::Serialize;
 
 use super::privileges::missing_capabilities;
+use crate::cli::DoctorArgs;
 use crate::{
     datapath::{Capacity, Datapath, Kind, TC_SINCE, XDP_SINCE, kernel_has},
     docker::BridgeNetwork,
@@ -13,7 +15,8 @@ use crate::{
     netns::NetnsPath,
 };
 
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Verdict {
     Ok,
     Warn,
@@ -30,6 +33,7 @@ impl fmt::Display for Verdict {
     }
 }
 
+#[derive(Serialize)]
 struct Check {
     verdict: Verdict,
     what: String,
@@ -44,7 +48,16 @@ fn check(verdict: Verdict, what: impl Into<String>, fix: Option<&str>) -> Check 
     }
 }
 
-pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
+/// `dxdp doctor --json`: the shape docs/json.md documents.
+#[derive(Serialize)]
+struct Report<'c> {
+    schema: &'static str,
+    /// The worst verdict: what the exit status says (fail: 1).
+    verdict: Verdict,
+    checks: &'c [Check],
+}
+
+pub fn run(pin_dir: &Path, capacity: Capacity, args: DoctorArgs) -> Result<ExitCode> {
     let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir)];
     let (docker, networks) = docker();
     checks.push(docker);
@@ -55,10 +68,19 @@ pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
         .map(|c| c.verdict)
         .max()
         .unwrap_or(Verdict::Ok);
-    for c in &checks {
-        println!("[{}] {}", c.verdict, c.what);
-        if let Some(fix) = &c.fix {
-            println!("       fix: {fix}");
+    if args.json {
+        let report = Report {
+            schema: "dxdp.doctor/1",
+            verdict: worst,
+            checks: &checks,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for c in &checks {
+            println!("[{}] {}", c.verdict, c.what);
+            if let Some(fix) = &c.fix {
+                println!("       fix: {fix}");
+            }
         }
     }
     Ok(if worst == Verdict::Fail {

@@ -30,7 +30,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Watch(args) => watch::run(&cli.pin_dir, capacity, args),
         Command::Bench(args) => bench::run(&cli.pin_dir, capacity, args),
         Command::ComposeCheck(args) => compose_check::run(args),
-        Command::Doctor => doctor::run(&cli.pin_dir, capacity),
+        Command::Doctor(args) => doctor::run(&cli.pin_dir, capacity, args),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man => docs::man(),
     }
@@ -46,9 +46,10 @@ fn privileged(command: &Command) -> Option<&'static str> {
         Command::Cleanup => Some("cleanup"),
         Command::Watch(_) => Some("watch"),
         Command::Bench(_) => Some("bench"),
-        Command::ComposeCheck(_) | Command::Doctor | Command::Completions { .. } | Command::Man => {
-            None
-        }
+        Command::ComposeCheck(_)
+        | Command::Doctor(_)
+        | Command::Completions { .. }
+        | Command::Man => None,
     }
 }
 

@@ -19,6 +19,8 @@ use crate::{
 
 #[derive(Serialize)]
 struct Status {
+    /// `dxdp.status/1`: the shape docs/json.md documents.
+    schema: &'static str,
     pin_dir: String,
     links: Vec<LinkStatus>,
     interfaces: Vec<InterfaceStatus>,
@@ -55,6 +57,7 @@ struct InterfaceStatus {
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitCode> {
     let mut status = Status {
+        schema: "dxdp.status/1",
         pin_dir: pin_dir.display().to_string(),
         links: Vec::new(),
         interfaces: Vec::new(),

@@ -247,6 +247,7 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, CONFIGS);
+    assert_eq!(report["schema"], "dxdp.bench/1");
     assert_eq!(report["baseline"], "bridge");
     for config in configs {
         let name = config["name"].as_str().unwrap();

@@ -426,3 +426,42 @@ fn stdin_is_read_for_a_dash() {
         "{stdout}"
     );
 }
+
+/// `--json`: the documented `dxdp.compose-check/1` shape (docs/json.md), the same problems and
+/// the same exit status as the lines.
+#[test]
+fn json_output_has_the_schema_the_problems_and_the_exit_status() {
+    let path = fixture("no-shared-network.yml");
+    let missing = "tests/fixtures/compose/there-is-no-such-file.yml";
+    let run = compose_check(&["--json", &path, missing]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("one JSON document");
+    assert_eq!(report["schema"], "dxdp.compose-check/1");
+    assert_eq!(report["files"], serde_json::json!([path, missing]));
+    assert_eq!(report["errors"], 2, "{report:#}");
+    assert_eq!(report["warnings"], 0);
+    let problems = report["problems"].as_array().expect("problems");
+    assert_eq!(problems.len(), 2, "{report:#}");
+    assert_eq!(problems[0]["file"], path.as_str());
+    assert_eq!(problems[0]["severity"], "error");
+    assert_eq!(problems[0]["service"], "web");
+    assert_eq!(problems[0]["label"], "dxdp.peers");
+    assert!(
+        problems[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("no link between web and db: they share no network"),
+        "{report:#}"
+    );
+    // The unreadable file is a problem of the file as a whole.
+    assert_eq!(problems[1]["file"], missing);
+    assert!(problems[1]["service"].is_null() && problems[1]["label"].is_null());
+    // A clean example: exit 0, no problems.
+    let clean = compose_check(&["--json", "compose-examples/iperf3-pair/docker-compose.yml"]);
+    let report: serde_json::Value = serde_json::from_str(&clean.stdout).expect("JSON");
+    assert_eq!(
+        (clean.code, &report["errors"]),
+        (0, &serde_json::json!(0)),
+        "{report:#}"
+    );
+}

@@ -328,3 +328,40 @@ fn log_format_json_writes_one_object_per_line() {
     // The watch never got as far as making its pin directory.
     assert!(!std::path::Path::new(&pin_dir).exists());
 }
+
+/// `doctor --json` and `status --json` carry their documented schema (docs/json.md); doctor's
+/// top-level verdict is the worst check's, and `fail` is what exit status 1 says.
+#[test]
+fn doctor_and_status_json_carry_their_schema() {
+    if !support::require_privileges() {
+        return;
+    }
+    let out = run(&[DXDP, "doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {}", out.stdout));
+    assert_eq!(report["schema"], "dxdp.doctor/1");
+    let checks = report["checks"].as_array().expect("checks");
+    assert!(checks.len() >= 5, "{report:#}");
+    let rank = |v: &serde_json::Value| match v.as_str() {
+        Some("ok") => 0,
+        Some("warn") => 1,
+        Some("fail") => 2,
+        other => panic!("unknown verdict {other:?}"),
+    };
+    let worst = checks.iter().map(|c| rank(&c["verdict"])).max().unwrap();
+    assert_eq!(rank(&report["verdict"]), worst, "{report:#}");
+    assert_eq!(out.success(), worst < 2, "{report:#}");
+    assert!(checks.iter().all(|c| c["what"].is_string()), "{report:#}");
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["what"].as_str().unwrap().starts_with("kernel ")),
+        "{report:#}"
+    );
+
+    let pin_dir = format!("/sys/fs/bpf/dxdp-test-{}-none", std::process::id());
+    let status = run(&[DXDP, "--pin-dir", &pin_dir, "status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    assert_eq!(status["schema"], "dxdp.status/1");
+    assert_eq!(status["links"], serde_json::json!([]));
+}

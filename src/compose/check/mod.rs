@@ -14,7 +14,8 @@ use crate::rules::{
 use super::model::{ComposeFile, Service};
 use networks::{Net, attachment, resolve_wanted};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     Error,
     Warning,
