@@ -5,13 +5,15 @@
 //! flows, and evaluates every query of the Grafana dashboard.
 use std::{
     io::{Read, Write},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
 };
 
-use crate::support::{Background, World, can_run, missing_tools, require_docker, run, wait_until};
+use crate::support::{
+    Background, World, can_run, free_port, missing_tools, require_docker, run, wait_until,
+};
 
 fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/monitoring")
@@ -20,13 +22,6 @@ fn monitoring_dir() -> PathBuf {
 /// Prometheus's tools (Debian's `prometheus` package; scripts/setup.sh installs it).
 fn require_prometheus() -> bool {
     can_run(missing_tools(&["promtool", "prometheus"]))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// One plain HTTP GET; the whole response, headers included.

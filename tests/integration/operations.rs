@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use crate::support::{self, DXDP, World, require_docker, run, wait_until};
+use crate::support::{self, DXDP, World, free_port, require_docker, run, wait_until};
 
 fn scrape(addr: &str) -> String {
     ask(addr, "GET")
@@ -22,13 +22,6 @@ fn ask(addr: &str, method: &str) -> String {
     let mut body = String::new();
     let _ = conn.read_to_string(&mut body);
     body
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 #[test]

@@ -110,3 +110,11 @@ pub fn netns_rx_packets(pid: u32, ifname: &str) -> u64 {
         })
         .unwrap_or_else(|| panic!("no {ifname} in /proc/{pid}/net/dev"))
 }
+
+/// A TCP port on 127.0.0.1 free a moment ago, for a server the test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
