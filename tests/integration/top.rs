@@ -6,7 +6,9 @@
 //! - `--json --count 2` prints two lines of the `dxdp.top/1` shape, each with a positive
 //!   bits_per_sec in the busy direction;
 //! - under a real pseudo-terminal (a tmux server of this test's own), the screen shows the table,
-//!   `q` quits and Ctrl-C quits, each with exit status 0 and the terminal back in canonical mode.
+//!   `q`, Ctrl-C and SIGTERM each end it with exit status 0 and the terminal back in canonical
+//!   mode on the main screen;
+//! - piped without --once or --count, it prints plain tables, a blank line apart, until stopped.
 //!
 //! Needs root, bpffs, iperf3 (and tmux for the screen); without them the tests print
 //! "skipping: …", or fail when CI=true.
@@ -15,7 +17,7 @@ use std::time::Duration;
 
 use crate::support::{
     Background, DXDP, IPERF_PORT, Node, Topology, can_run, in_ns, missing_tools, must, quietly,
-    require_privileges, run, wait_until,
+    require_privileges, run, run_for, wait_until,
 };
 
 /// Sending rate of the one-way UDP flow.
@@ -248,6 +250,44 @@ fn an_empty_pin_directory_is_a_no_links_view() {
     assert_eq!(v["links"], serde_json::json!([]), "{run}");
 }
 
+#[test]
+fn piped_without_once_prints_plain_tables_until_stopped() {
+    if !require_privileges() || !can_run(missing_tools(&["timeout"])) {
+        return;
+    }
+    let (topo, a, _b, _flow) = busy_pair(6);
+    let dir = topo.pin_dir().display().to_string();
+    // Stopped by SIGINT after about three samples; what it printed until then is checked.
+    let run = run_for(
+        &[
+            "timeout",
+            "-s",
+            "INT",
+            "1.9",
+            DXDP,
+            "--pin-dir",
+            &dir,
+            "top",
+            "--interval",
+            "0.5",
+        ],
+        Duration::from_secs(10),
+    );
+    let out = &run.stdout;
+    assert!(
+        !out.contains('\x1b'),
+        "no ANSI codes when stdout is a pipe: {out:?}"
+    );
+    let samples: Vec<&str> = out.split("\n\ndxdp top  ").collect();
+    assert!(
+        out.starts_with("dxdp top  ") && samples.len() >= 2,
+        "expected several tables a blank line apart: {run}"
+    );
+    for sample in samples {
+        assert!(sample.contains(&a.host_veth), "{run}");
+    }
+}
+
 /// A tmux server of this test's own (`tmux -L NAME`), killed with its sessions on drop, and the
 /// script it runs, removed.
 struct Tmux {
@@ -275,7 +315,7 @@ impl Drop for Tmux {
 }
 
 #[test]
-fn interactive_screen_under_a_pseudo_terminal_quits_on_q_and_ctrl_c() {
+fn interactive_screen_under_a_pseudo_terminal_quits_on_q_ctrl_c_and_sigterm() {
     if !require_privileges() || !can_run(missing_tools(&["tmux", "stty"])) {
         return;
     }
@@ -285,19 +325,16 @@ fn interactive_screen_under_a_pseudo_terminal_quits_on_q_and_ctrl_c() {
         script: std::env::temp_dir().join(format!("dxt-top-{}.sh", std::process::id())),
     };
     let dir = topo.pin_dir().display().to_string();
-    // Two runs one after the other, each followed by its exit status and the terminal's mode.
-    std::fs::write(
-        &tmux.script,
-        format!(
-            "#!/bin/bash\n\
-             {DXDP} --pin-dir {dir} top --interval 0.5\n\
-             echo \"first exit=$?\"; stty -a | grep -o -- '-\\?icanon'; read -r _\n\
-             {DXDP} --pin-dir {dir} top --interval 0.5\n\
-             echo \"second exit=$?\"; stty -a | grep -o -- '-\\?icanon'\n\
-             sleep 120\n"
-        ),
-    )
-    .expect("write the script");
+    // Three runs one after the other, each followed by its exit status and the terminal's mode,
+    // and the next one waiting for a line.
+    let mut script = String::from("#!/bin/bash\n");
+    for run in ["first", "second", "third"] {
+        script.push_str(&format!(
+            "{DXDP} --pin-dir {dir} top --interval 0.5\n\
+             echo \"{run} exit=$?\"; stty -a | grep -o -- '-\\?icanon'; read -r _\n"
+        ));
+    }
+    std::fs::write(&tmux.script, script).expect("write the script");
     let script = tmux.script.display().to_string();
     tmux.run(&[
         "new-session",
@@ -313,7 +350,11 @@ fn interactive_screen_under_a_pseudo_terminal_quits_on_q_and_ctrl_c() {
     ])
     .assert_success();
 
-    for (key, done) in [("q", "first exit="), ("C-c", "second exit=")] {
+    for (key, done) in [
+        ("q", "first exit="),
+        ("C-c", "second exit="),
+        ("SIGTERM", "third exit="),
+    ] {
         let mut screen = String::new();
         let drawn = wait_until(Duration::from_secs(10), || {
             screen = tmux.screen();
@@ -327,7 +368,11 @@ fn interactive_screen_under_a_pseudo_terminal_quits_on_q_and_ctrl_c() {
             "the screen never showed the table before {key}:\n{screen}"
         );
         eprintln!("{}", screen.trim_end());
-        tmux.run(&["send-keys", "-t", "top", key]).assert_success();
+        if key == "SIGTERM" {
+            sigterm_child_of_pane(&tmux);
+        } else {
+            tmux.run(&["send-keys", "-t", "top", key]).assert_success();
+        }
         let exited = wait_until(Duration::from_secs(5), || {
             screen = tmux.screen();
             screen.contains(done)
@@ -346,10 +391,31 @@ fn interactive_screen_under_a_pseudo_terminal_quits_on_q_and_ctrl_c() {
         );
         // The main screen is back: the table is not on it.
         assert!(!screen.contains("q or Ctrl-C quits"), "{screen}");
-        if key == "q" {
-            // The script waits for a line before the second run.
-            tmux.run(&["send-keys", "-t", "top", "Enter"])
-                .assert_success();
-        }
+        // The script waits for a line before the next run.
+        tmux.run(&["send-keys", "-t", "top", "Enter"])
+            .assert_success();
     }
+}
+
+/// Sends SIGTERM to the process the pane's shell runs (the `dxdp top` of this test's script).
+#[track_caller]
+fn sigterm_child_of_pane(tmux: &Tmux) {
+    let shell: u32 = tmux
+        .run(&["list-panes", "-t", "top", "-F", "#{pane_pid}"])
+        .stdout
+        .trim()
+        .parse()
+        .expect("the pane's pid");
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+        .expect("the shell's children");
+    let pids: Vec<i32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 1, "the pane's shell runs {children:?}");
+    let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0])).expect("its executable");
+    let dxdp = std::fs::canonicalize(DXDP).expect("the binary under test");
+    assert_eq!(exe, dxdp, "the pane's shell runs {exe:?}");
+    // SAFETY: kill(2) on the dxdp process this test's script started.
+    assert_eq!(unsafe { libc::kill(pids[0], libc::SIGTERM) }, 0);
 }
