@@ -81,6 +81,13 @@ pub enum Command {
     Unlink(UnlinkArgs),
     /// Show installed links and their counters.
     Status(StatusArgs),
+    /// Live rates of every link and managed veth, busiest first, from the pinned counters.
+    ///
+    /// On a terminal the view redraws in place every --interval seconds; `q` or Ctrl-C quits.
+    /// Otherwise (or with --once, --count, --json) it prints one sample after another for
+    /// scripts. Rates come from two reads of the counters --interval apart, so the first sample
+    /// takes one interval. Needs no running watch.
+    Top(TopArgs),
     /// Remove every link, program, fix-up and pin dxdp made.
     Cleanup,
     /// Follow Docker and keep the links that container labels ask for.
@@ -139,6 +146,33 @@ pub struct DoctorArgs {
     /// Print JSON for scripts instead of lines (shape: docs/json.md, `dxdp.doctor/1`).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between samples (fractions allowed, 0.1 to 3600).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS", value_parser = parse_interval)]
+    pub interval: f64,
+    /// Print one sample and exit (same as --count 1).
+    #[arg(long, conflicts_with = "count")]
+    pub once: bool,
+    /// Print this many samples and exit.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// One JSON object per sample per line (schema "dxdp.top/1") instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if (0.1..=3600.0).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!("{s} is outside 0.1 to 3600 seconds"))
+    }
 }
 
 /// Labels: dxdp.enable=true opts a container in; dxdp.peers=NAME[,NAME...] and

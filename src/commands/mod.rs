@@ -8,6 +8,7 @@ mod link;
 mod privileges;
 mod resolve;
 mod status;
+mod top;
 mod unlink;
 mod watch;
 
@@ -26,6 +27,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Link(args) => link::run(&cli.pin_dir, capacity, args),
         Command::Unlink(args) => unlink::run(&cli.pin_dir, capacity, args),
         Command::Status(args) => status::run(&cli.pin_dir, capacity, args),
+        Command::Top(args) => top::run(&cli.pin_dir, capacity, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir, capacity),
         Command::Watch(args) => watch::run(&cli.pin_dir, capacity, args),
         Command::Bench(args) => bench::run(&cli.pin_dir, capacity, args),
@@ -43,6 +45,7 @@ fn privileged(command: &Command) -> Option<&'static str> {
         Command::Link(_) => Some("link"),
         Command::Unlink(_) => Some("unlink"),
         Command::Status(_) => Some("status"),
+        Command::Top(_) => Some("top"),
         Command::Cleanup => Some("cleanup"),
         Command::Watch(_) => Some("watch"),
         Command::Bench(_) => Some("bench"),

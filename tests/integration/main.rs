@@ -19,6 +19,8 @@ mod compose_check;
 // Root and bpffs: eBPF programs on crafted frames, and the binary on network namespaces.
 mod bench;
 mod netns_datapath;
+// `dxdp top` on the netns fixture, and its screen under a tmux pseudo-terminal.
+mod top;
 // Root, bpffs, cgroup2 and BTF: the socket layer on namespaces (not shipped: the evidence why).
 mod sock;
 mod verdicts;

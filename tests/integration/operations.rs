@@ -159,6 +159,7 @@ fn completions_and_man_page_come_from_the_cli_definitions() {
             "link",
             "unlink",
             "status",
+            "top",
             "watch",
             "doctor",
             "bench",
