@@ -373,9 +373,12 @@ fn interactive_screen_under_a_pseudo_terminal_quits_on_q_ctrl_c_and_sigterm() {
         } else {
             tmux.run(&["send-keys", "-t", "top", key]).assert_success();
         }
+        // Wait for the script's two lines after the run: its exit status, then stty's verdict
+        // (printed a moment later; reading before it would race).
         let exited = wait_until(Duration::from_secs(5), || {
             screen = tmux.screen();
-            screen.contains(done)
+            let mut after = screen.lines().skip_while(|l| !l.contains(done)).skip(1);
+            after.next().is_some_and(|l| l.contains("icanon"))
         });
         assert!(exited, "dxdp top did not exit on {key}:\n{screen}");
         let after: Vec<&str> = screen.lines().skip_while(|l| !l.contains(done)).collect();

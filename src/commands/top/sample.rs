@@ -1,0 +1,177 @@
+//! One sample of `dxdp top`: the rates between two reads of the pinned counters, and its
+//! documented JSON shape (`dxdp.top/1`). Pure: unit-tested in `tests.rs`.
+use std::{collections::HashMap, time::Duration};
+
+use serde::Serialize;
+
+use crate::datapath::{InterfaceCounters, Kind, LinkRecord};
+
+/// One read of the pinned state: cumulative counters, with the veths' current names.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Snapshot {
+    pub(super) links: Vec<LinkSnap>,
+    pub(super) interfaces: Vec<InterfaceSnap>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct LinkSnap {
+    pub(super) record: LinkRecord,
+    pub(super) low_ifname: Option<String>,
+    pub(super) high_ifname: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct InterfaceSnap {
+    pub(super) ifindex: u32,
+    pub(super) ifname: Option<String>,
+    pub(super) datapath: Kind,
+    pub(super) counters: InterfaceCounters,
+}
+
+/// One sample: the rates between two snapshots. Serialized as the documented `dxdp.top/1` line.
+#[derive(Debug, Serialize)]
+pub(super) struct Sample {
+    pub(super) schema: &'static str,
+    /// RFC 3339, UTC, of the second read.
+    pub(super) time: String,
+    /// Seconds actually elapsed between the two reads the rates come from.
+    pub(super) interval_secs: f64,
+    pub(super) links: Vec<LinkRate>,
+    pub(super) interfaces: Vec<InterfaceRate>,
+}
+
+/// A link's rates; `a` and `b` are its low and high endpoints, as `dxdp status` orders them.
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct LinkRate {
+    pub(super) a: String,
+    pub(super) b: String,
+    /// Host-side veth names; `null` where the veth is gone.
+    pub(super) a_veth: Option<String>,
+    pub(super) b_veth: Option<String>,
+    pub(super) network: String,
+    pub(super) datapath: Kind,
+    pub(super) a_to_b: Rate,
+    pub(super) b_to_a: Rate,
+}
+
+#[derive(Debug, Default, Serialize, PartialEq, Clone, Copy)]
+pub(super) struct Rate {
+    pub(super) packets_per_sec: f64,
+    pub(super) bits_per_sec: f64,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct InterfaceRate {
+    pub(super) ifname: Option<String>,
+    pub(super) ifindex: u32,
+    pub(super) datapath: Kind,
+    pub(super) redirected_packets_per_sec: f64,
+    pub(super) passed_packets_per_sec: f64,
+    pub(super) fallback_packets_per_sec: f64,
+    pub(super) spoofed_packets_per_sec: f64,
+}
+
+impl LinkRate {
+    pub(super) fn bits_per_sec(&self) -> f64 {
+        self.a_to_b.bits_per_sec + self.b_to_a.bits_per_sec
+    }
+    pub(super) fn packets_per_sec(&self) -> f64 {
+        self.a_to_b.packets_per_sec + self.b_to_a.packets_per_sec
+    }
+}
+
+impl InterfaceRate {
+    pub(super) fn packets_per_sec(&self) -> f64 {
+        self.redirected_packets_per_sec
+            + self.passed_packets_per_sec
+            + self.fallback_packets_per_sec
+            + self.spoofed_packets_per_sec
+    }
+}
+
+/// Growth of a counter per second. Nothing to compare with (a link or veth that appeared between
+/// the reads), a counter that went backwards (state recreated under the same key) or no elapsed
+/// time give 0, never a negative or infinite rate.
+pub(super) fn per_sec(now: u64, then: Option<u64>, secs: f64) -> f64 {
+    match then {
+        Some(then) if now >= then && secs > 0.0 => (now - then) as f64 / secs,
+        _ => 0.0,
+    }
+}
+
+/// The rates between two snapshots taken `elapsed` apart, busiest first. Pure: unit-tested.
+/// Links and veths that vanished between the reads are not shown; new ones show 0.
+pub(super) fn rates(
+    prev: &Snapshot,
+    cur: &Snapshot,
+    elapsed: Duration,
+) -> (Vec<LinkRate>, Vec<InterfaceRate>) {
+    let secs = elapsed.as_secs_f64();
+    // A link recreated between the reads has new counters: its creation time tells them apart.
+    let key = |r: &LinkRecord| (r.low_ifindex, r.high_ifindex, r.created_unix_secs);
+    let before: HashMap<_, &LinkRecord> = prev
+        .links
+        .iter()
+        .map(|l| (key(&l.record), &l.record))
+        .collect();
+    let mut links: Vec<LinkRate> = cur
+        .links
+        .iter()
+        .map(|l| {
+            let r = &l.record;
+            let old = before.get(&key(r));
+            let rate =
+                |now: &crate::datapath::Traffic, then: Option<crate::datapath::Traffic>| Rate {
+                    packets_per_sec: per_sec(now.packets, then.map(|t| t.packets), secs),
+                    bits_per_sec: 8.0 * per_sec(now.bytes, then.map(|t| t.bytes), secs),
+                };
+            LinkRate {
+                a: r.low_name.clone(),
+                b: r.high_name.clone(),
+                a_veth: l.low_ifname.clone(),
+                b_veth: l.high_ifname.clone(),
+                network: r.network.clone(),
+                datapath: r.datapath,
+                a_to_b: rate(&r.low_to_high, old.map(|o| o.low_to_high)),
+                b_to_a: rate(&r.high_to_low, old.map(|o| o.high_to_low)),
+            }
+        })
+        .collect();
+    links.sort_by(|x, y| {
+        y.bits_per_sec()
+            .total_cmp(&x.bits_per_sec())
+            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
+            .then_with(|| (&x.a, &x.b).cmp(&(&y.a, &y.b)))
+    });
+
+    let before: HashMap<u32, &InterfaceCounters> = prev
+        .interfaces
+        .iter()
+        .map(|i| (i.ifindex, &i.counters))
+        .collect();
+    let mut interfaces: Vec<InterfaceRate> = cur
+        .interfaces
+        .iter()
+        .map(|i| {
+            let old = before.get(&i.ifindex);
+            let c = &i.counters;
+            let rate =
+                |pick: fn(&InterfaceCounters) -> u64| per_sec(pick(c), old.map(|o| pick(o)), secs);
+            InterfaceRate {
+                ifname: i.ifname.clone(),
+                ifindex: i.ifindex,
+                datapath: i.datapath,
+                redirected_packets_per_sec: rate(|c| c.redirected_packets),
+                passed_packets_per_sec: rate(|c| c.passed_packets),
+                fallback_packets_per_sec: rate(|c| c.fallback_packets),
+                spoofed_packets_per_sec: rate(|c| c.spoofed_packets),
+            }
+        })
+        .collect();
+    interfaces.sort_by(|x, y| {
+        y.packets_per_sec()
+            .total_cmp(&x.packets_per_sec())
+            .then(x.ifindex.cmp(&y.ifindex))
+    });
+    (links, interfaces)
+}
