@@ -191,7 +191,7 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
         let docker = crate::docker::Docker::connect().await?;
         docker.ping().await?;
         let networks = docker.bridge_networks().await.unwrap_or_default();
-        Ok::<_, anyhow::Error>((docker.api_version(), networks))
+        Ok::<_, anyhow::Error>((docker.describe(), networks))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -199,8 +199,8 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(probe));
     match result {
-        Ok((api, networks)) => (
-            check(Verdict::Ok, format!("dockerd reachable, API {api}"), None),
+        Ok((engine, networks)) => (
+            check(Verdict::Ok, format!("{engine} reachable"), None),
             networks,
         ),
         Err(e) => (
