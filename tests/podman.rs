@@ -10,7 +10,9 @@ mod docker;
 
 use std::{thread, time::Duration};
 
-use common::{DXDP, Dxdp, FirewallRule, PinDir, Run, Status, next_id, run_for, try_run};
+use common::{
+    Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Status, next_id, run_for, try_run,
+};
 use docker::Watch;
 
 const PODMAN: &str = "/usr/bin/podman";
@@ -447,4 +449,110 @@ fn watch_links_a_labeled_pair_follows_a_restart_and_unlinks_on_stop() {
         "not unlinked on stop\n--- watch log\n{}",
         watch.log_text()
     );
+}
+
+/// A rootless Podman API service of the test's own: `podman system service` run as nobody
+/// (no subuid range: Podman falls back to a single mapping, enough to answer the API) with its
+/// storage and runtime directory in a temporary directory. On drop: the service, the pause
+/// process rootless Podman leaves behind, the directory.
+struct RootlessPodman {
+    dir: std::path::PathBuf,
+    host: String,
+    service: Option<Background>,
+}
+
+impl RootlessPodman {
+    #[track_caller]
+    fn start() -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("dxp-rootless-{}-{}", std::process::id(), next_id()));
+        std::fs::create_dir_all(&dir).expect("rootless dir");
+        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown to nobody");
+        let d = dir.to_string_lossy().into_owned();
+        let socket = format!("{d}/podman.sock");
+        let env = [
+            format!("HOME={d}"),
+            format!("XDG_RUNTIME_DIR={d}"),
+            format!("XDG_CONFIG_HOME={d}/config"),
+            format!("XDG_DATA_HOME={d}/data"),
+        ];
+        let url = format!("unix://{socket}");
+        let mut argv = vec![
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "env",
+            "-i",
+            "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+        ];
+        argv.extend(env.iter().map(String::as_str));
+        argv.extend_from_slice(&[PODMAN, "system", "service", "--time=0", &url]);
+        let me = Self {
+            dir,
+            host: url.clone(),
+            service: Some(Background::spawn(&argv)),
+        };
+        let up = common::wait_until(Duration::from_secs(30), || {
+            try_run(
+                &[
+                    "curl",
+                    "-sf",
+                    "--unix-socket",
+                    &socket,
+                    "http://podman/_ping",
+                ],
+                Duration::from_secs(5),
+            )
+            .is_ok_and(|r| r.success())
+        });
+        assert!(up, "the rootless Podman service did not answer on {socket}");
+        me
+    }
+}
+
+impl Drop for RootlessPodman {
+    fn drop(&mut self) {
+        drop(self.service.take());
+        let pause = self.dir.join("libpod/tmp/pause.pid");
+        if let Some(pid) = std::fs::read_to_string(&pause)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            // SAFETY: kill(2) on the pause process this test's rootless Podman started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("cleanup: {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// Rootless Podman's containers have no host-side veth (pasta/slirp4netns or a bridge in the
+/// user's namespace): dxdp refuses it at connect, in one line that names the way out. Podman
+/// 4.3.1's compat `/info` does not say it runs rootless; libpod's does.
+#[test]
+fn rootless_podman_is_refused_with_the_way_out() {
+    if !require_podman() {
+        return;
+    }
+    let world = World::new();
+    let rootless = RootlessPodman::start();
+    let dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
+    let host = format!("DOCKER_HOST={}", rootless.host);
+    let run = run_for(
+        &["env", &host, DXDP, "--pin-dir", &dir, "link", "web", "db"],
+        Duration::from_secs(60),
+    );
+    run.assert_failure();
+    assert_eq!(run.code(), Some(1), "{run}");
+    assert!(
+        run.stderr.contains("Podman runs rootless")
+            && run.stderr.contains("no host-side veth")
+            && run
+                .stderr
+                .contains("DOCKER_HOST=unix:///run/podman/podman.sock"),
+        "the refusal says why and names the way out: {run}"
+    );
+    assert_eq!(run.stderr.trim().lines().count(), 1, "one line: {run}");
 }

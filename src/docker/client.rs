@@ -68,9 +68,14 @@ impl Docker {
         };
         debug!(%api, %engine, "connected to the engine");
         // A rootless engine's containers have no host-side veth to attach to.
-        if let Ok(info) = client.info().await
-            && podman::rootless(&info)
-        {
+        let rootless = match &podman {
+            Some(p) => p
+                .rootless()
+                .await
+                .context("cannot ask Podman whether it runs rootless")?,
+            None => client.info().await.is_ok_and(|i| podman::rootless(&i)),
+        };
+        if rootless {
             let name = if podman.is_some() {
                 "Podman"
             } else {

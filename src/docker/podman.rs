@@ -4,7 +4,8 @@
 //! Podman 4.3's compat API answers like dockerd at API 1.41 with three differences that matter
 //! here: a network's `Options` are empty, so the bridge name (`podman0`, `podmanN`: never
 //! `br-<id>`) is only in libpod's `network_interface`; a container's `NetworkID` is the network's
-//! name; and rootless Podman says so only in `SecurityOptions` (`name=rootless`).
+//! name; and rootless Podman does not say so in `SecurityOptions` (rootless Docker adds
+//! `name=rootless` there): only libpod's `/info` has `host.security.rootless`.
 use std::{
     io::{Read, Write},
     os::unix::net::UnixStream,
@@ -37,7 +38,8 @@ pub(super) fn podman_version(version: &bollard::models::SystemVersion) -> Option
         .map(|c| c.version.clone())
 }
 
-/// Whether the engine runs rootless (Docker and Podman both add `name=rootless`).
+/// Whether dockerd runs rootless (`name=rootless` in its security options; Podman 4.3's compat
+/// API leaves it out, see [`Podman::rootless`]).
 pub(super) fn rootless(info: &bollard::models::SystemInfo) -> bool {
     info.security_options
         .as_deref()
@@ -72,6 +74,28 @@ fn socket_path(docker_host: Option<&str>) -> Result<PathBuf> {
 }
 
 #[derive(Deserialize)]
+struct LibpodInfo {
+    host: LibpodHost,
+}
+
+#[derive(Deserialize)]
+struct LibpodHost {
+    security: LibpodSecurity,
+}
+
+#[derive(Deserialize)]
+struct LibpodSecurity {
+    rootless: bool,
+}
+
+/// `host.security.rootless` of a libpod `/info` answer.
+fn libpod_rootless(body: &[u8]) -> Result<bool> {
+    let info: LibpodInfo =
+        serde_json::from_slice(body).context("libpod info: unexpected answer")?;
+    Ok(info.host.security.rootless)
+}
+
+#[derive(Deserialize)]
 struct LibpodNetwork {
     #[serde(default)]
     network_interface: String,
@@ -86,13 +110,23 @@ impl Podman {
         })
     }
 
+    /// Whether this Podman runs rootless, from libpod.
+    pub(super) async fn rootless(&self) -> Result<bool> {
+        libpod_rootless(&self.libpod(format!("/{LIBPOD_API}/libpod/info")).await?)
+    }
+
+    async fn libpod(&self, path: String) -> Result<Vec<u8>> {
+        let socket = self.socket.clone();
+        tokio::task::spawn_blocking(move || get(&socket, &path))
+            .await
+            .map_err(|e| anyhow!("libpod request: {e}"))?
+    }
+
     /// The Linux bridge of a `bridge` network (by name or ID), from libpod.
     pub(super) async fn bridge_of(&self, network: &str) -> Result<String> {
-        let path = format!("/{LIBPOD_API}/libpod/networks/{network}/json");
-        let socket = self.socket.clone();
-        let body = tokio::task::spawn_blocking(move || get(&socket, &path))
-            .await
-            .map_err(|e| anyhow!("libpod request: {e}"))??;
+        let body = self
+            .libpod(format!("/{LIBPOD_API}/libpod/networks/{network}/json"))
+            .await?;
         let net: LibpodNetwork = serde_json::from_slice(&body)
             .with_context(|| format!("libpod network {network}: unexpected answer"))?;
         if net.network_interface.is_empty() {
@@ -128,7 +162,7 @@ fn get(socket: &Path, path: &str) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{podman_version, rootless, socket_path};
+    use super::{libpod_rootless, podman_version, rootless, socket_path};
 
     /// Podman 4.3.1's `/version` (Debian 12), trimmed.
     const VERSION: &str = r#"{"Platform":{"Name":"linux/amd64/debian-12"},
@@ -159,6 +193,17 @@ mod tests {
         )
         .expect("parses");
         assert!(rootless(&rootless_info));
+    }
+
+    #[test]
+    fn rootless_podman_says_so_in_libpod_info_only() {
+        // Podman 4.3.1 run by an unprivileged user: compat /info has SecurityOptions
+        // ["name=seccomp,profile=default"] only; libpod /info (trimmed) has this.
+        let body = br#"{"host":{"networkBackend":"netavark","security":{"rootless":true,
+            "seccompEnabled":true}},"version":{"Version":"4.3.1"}}"#;
+        assert!(libpod_rootless(body).expect("parses"));
+        let rootful = br#"{"host":{"security":{"rootless":false}}}"#;
+        assert!(!libpod_rootless(rootful).expect("parses"));
     }
 
     #[test]
