@@ -220,6 +220,23 @@ else
     log "dockerd up"
 fi
 
+# --- Podman: container limits ---------------------------------------------------
+# Rootful Podman asks runc for RLIMIT_NOFILE/NPROC above what root may set on some VMs (runc:
+# "error setting rlimit type 7: operation not permitted"), which breaks every container, pod infra
+# containers and podman-compose services included. Podman reads drop-ins at start: written before
+# the API service below starts.
+podman_limits=/etc/containers/containers.conf.d/dxdp-ulimits.conf
+if [[ ! -f $podman_limits ]]; then
+    log "writing $podman_limits"
+    mkdir -p "${podman_limits%/*}"
+    cat >"$podman_limits" <<'LIMITS'
+# Added by dxdp's scripts/setup.sh: root on this machine cannot raise RLIMIT_NOFILE/NPROC to
+# Podman's defaults (runc: "error setting rlimit type 7"), which breaks every rootful container.
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+LIMITS
+fi
+
 # --- Podman API service ---------------------------------------------------------
 # Rootful Podman's Docker-compatible API for tests/podman.rs, beside dockerd (they share
 # nothing but the kernel). Started like dockerd above when no init system manages it.

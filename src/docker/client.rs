@@ -86,16 +86,16 @@ impl Docker {
         Ok(Self { client, podman })
     }
 
-    /// The engine and its API, e.g. "dockerd, API 1.51" or "Podman 4.3.1, Docker-compatible
-    /// API 1.41".
+    /// The engine and its API, e.g. "dockerd (API 1.51)" or "Podman 4.3.1 (Docker-compatible
+    /// API 1.41)".
     pub fn describe(&self) -> String {
         match &self.podman {
             Some(p) => format!(
-                "Podman {}, Docker-compatible API {}",
+                "Podman {} (Docker-compatible API {})",
                 p.version,
                 self.api_version()
             ),
-            None => format!("dockerd, API {}", self.api_version()),
+            None => format!("dockerd (API {})", self.api_version()),
         }
     }
 
