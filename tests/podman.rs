@@ -89,6 +89,7 @@ struct World {
     n: u32,
     subnets: u32,
     containers: Vec<String>,
+    pods: Vec<String>,
     networks: Vec<String>,
     _pin_dir: PinDir,
 }
@@ -105,6 +106,7 @@ impl World {
             n,
             subnets: 0,
             containers: Vec::new(),
+            pods: Vec::new(),
             networks: Vec::new(),
             _pin_dir: pin_dir,
         }
@@ -139,6 +141,17 @@ impl World {
         full
     }
 
+    /// `podman pod create --name <prefix>-<name> ARGS…`; returns the full name.
+    #[track_caller]
+    fn pod(&mut self, name: &str, args: &[&str]) -> String {
+        let full = format!("{}-{name}", self.prefix);
+        let mut argv = vec!["pod", "create", "--name", &full];
+        argv.extend_from_slice(args);
+        self.pods.push(full.clone());
+        podman_ok(&argv);
+        full
+    }
+
     #[track_caller]
     fn ip(&self, container: &str, network: &str) -> String {
         let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
@@ -169,6 +182,9 @@ impl Drop for World {
     fn drop(&mut self) {
         for c in self.containers.drain(..).rev() {
             quietly(&["rm", "-f", "-t", "0", "-v", &c]);
+        }
+        for p in self.pods.drain(..).rev() {
+            quietly(&["pod", "rm", "-f", "-t", "0", &p]);
         }
         for n in self.networks.drain(..).rev() {
             quietly(&["network", "rm", "-f", &n]);
@@ -555,4 +571,49 @@ fn rootless_podman_is_refused_with_the_way_out() {
         "the refusal says why and names the way out: {run}"
     );
     assert_eq!(run.stderr.trim().lines().count(), 1, "one line: {run}");
+}
+
+/// The containers of a pod share one netns, the infra container's: a member is refused (its
+/// network mode is `container:<infra>`), and the pod links as one endpoint through its infra
+/// container, by ID prefix; the members' traffic to the peer then goes over that link.
+#[test]
+fn a_pod_is_one_endpoint_through_its_infra_container() {
+    if !require_podman() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("pod", &[]);
+    let pod = world.pod("p", &["--network", &net]);
+    let m1 = world.run("m1", &["--pod", &pod]);
+    let m2 = world.run("m2", &["--pod", &pod]);
+    let solo = world.run("solo", &["--network", &net]);
+    let infra_id = podman_ok(&["pod", "inspect", "-f", "{{.InfraContainerID}}", &pod]);
+    let infra = podman_ok(&["inspect", "-f", "{{.Name}}", &infra_id]);
+    let ip_solo = world.ip(&solo, &net);
+
+    for (p, q) in [(&m1, &solo), (&m1, &m2)] {
+        let run = world.dxdp(&["link", p, q]);
+        run.assert_failure();
+        assert!(
+            run.stderr.contains("uses network mode container:"),
+            "a pod member is refused: {run}"
+        );
+    }
+    world.dxdp.status().assert_empty();
+
+    world
+        .dxdp(&["link", &infra_id[..12], &solo])
+        .assert_success();
+    let before = link_between(&world.dxdp.status(), &infra, &solo)
+        .expect("the pod's infra container is linked")
+        .clone();
+    ping_all(&m2, &ip_solo, 20);
+    ping_all(&m1, &ip_solo, 20);
+    let status = world.dxdp.status();
+    let link = link_between(&status, &infra, &solo).expect("linked");
+    assert!(
+        link.low_to_high.packets >= before.low_to_high.packets + 40
+            && link.high_to_low.packets >= before.high_to_low.packets + 40,
+        "both members' pings went over the pod's link: {link:?}"
+    );
 }
