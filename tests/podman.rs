@@ -617,3 +617,79 @@ fn a_pod_is_one_endpoint_through_its_infra_container() {
         "both members' pings went over the pod's link: {link:?}"
     );
 }
+
+/// podman-compose 1.0.3 sets `com.docker.compose.project/service` (and `io.podman.compose.*`),
+/// so `link` by service name and a `dxdp.group` of services work as with Compose v2; the
+/// unlabeled service is left alone. (podman-compose 1.0.3 ignores the network's `ipam` subnet:
+/// the network comes from Podman's pool, 10.89.x.0/24.)
+#[test]
+fn podman_compose_services_link_by_name_and_by_group() {
+    if !require_podman() {
+        return;
+    }
+    let mut world = World::new();
+    let project = world.prefix.replace('-', "");
+    let dir = std::env::temp_dir().join(format!("{}-compose", world.prefix));
+    std::fs::create_dir_all(&dir).expect("compose dir");
+    let file = dir.join("compose.yml");
+    let group = format!("{project}-backend");
+    std::fs::write(
+        &file,
+        format!(
+            "services:\n\
+             \x20 web:\n    image: {IMAGE}\n    networks: [app]\n    labels: {{ dxdp.enable: \"true\", dxdp.group: {group} }}\n\
+             \x20 db:\n    image: {IMAGE}\n    networks: [app]\n    labels: {{ dxdp.enable: \"true\", dxdp.group: {group} }}\n\
+             \x20 other:\n    image: {IMAGE}\n    networks: [app]\n\
+             networks:\n  app: {{}}\n"
+        ),
+    )
+    .expect("compose file");
+    let (web, db, other) = (
+        format!("{project}_web_1"),
+        format!("{project}_db_1"),
+        format!("{project}_other_1"),
+    );
+    let net = format!("{project}_app");
+    // Removed by the world on drop whatever podman-compose managed to do.
+    world
+        .containers
+        .extend([web.clone(), db.clone(), other.clone()]);
+    world.networks.push(net.clone());
+    let f = file.to_string_lossy().into_owned();
+    let up = run_for(
+        &["podman-compose", "-f", &f, "-p", &project, "up", "-d"],
+        Duration::from_secs(120),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    up.assert_success();
+
+    let run = world.dxdp(&["link", "web", "db"]);
+    run.assert_success();
+    assert!(
+        run.stdout.contains(&web) && run.stdout.contains(&db) && run.stdout.contains(&net),
+        "services resolved to their containers: {run}"
+    );
+    world.dxdp(&["unlink", "db", "web"]).assert_success();
+    world.dxdp.status().assert_empty();
+
+    world.dxdp(&["watch", "--once"]).assert_success();
+    let status = world.dxdp.status();
+    let link = link_between(&status, &web, &db).expect("the group's pair is linked");
+    assert_eq!(link.origin, "watch");
+    assert!(
+        !status
+            .links
+            .iter()
+            .any(|l| l.low_name == other || l.high_name == other),
+        "the unlabeled service is not linked: {status:?}"
+    );
+    let before = link.clone();
+    ping_all(&web, &world.ip(&db, &net), 20);
+    let status = world.dxdp.status();
+    let link = link_between(&status, &web, &db).expect("linked");
+    assert!(
+        link.low_to_high.packets >= before.low_to_high.packets + 20
+            && link.high_to_low.packets >= before.high_to_low.packets + 20,
+        "the pings were redirected: {link:?}"
+    );
+}
