@@ -693,3 +693,27 @@ fn podman_compose_services_link_by_name_and_by_group() {
         "the pings were redirected: {link:?}"
     );
 }
+
+/// `dxdp bench` on a Podman pair by container names: a quick bridge-vs-tc run measures both
+/// configurations and puts the pair back unlinked.
+#[test]
+fn bench_runs_on_a_podman_pair_and_leaves_it_unlinked() {
+    if !require_podman() {
+        return;
+    }
+    let mut world = World::new();
+    let net = world.network("bench", &[]);
+    let a = world.run("a", &["--network", &net]);
+    let b = world.run("b", &["--network", &net]);
+    let run = world.dxdp(&["bench", &a, &b, "--quick", "--only", "bridge,tc"]);
+    run.assert_success();
+    let rows: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| !l.contains(" vs "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| ["bridge", "tc", "xdp", "loopback"].contains(w))
+        .collect();
+    assert_eq!(rows, ["bridge", "tc"], "one row per configuration: {run}");
+    world.dxdp.status().assert_empty();
+}
