@@ -591,12 +591,13 @@ fn a_pod_is_one_endpoint_through_its_infra_container() {
     let infra = podman_ok(&["inspect", "-f", "{{.Name}}", &infra_id]);
     let ip_solo = world.ip(&solo, &net);
 
+    let way_out = format!("link container {} instead", &infra_id[..12]);
     for (p, q) in [(&m1, &solo), (&m1, &m2)] {
         let run = world.dxdp(&["link", p, q]);
         run.assert_failure();
         assert!(
-            run.stderr.contains("uses network mode container:"),
-            "a pod member is refused: {run}"
+            run.stderr.contains("uses network mode container:") && run.stderr.contains(&way_out),
+            "a pod member is refused, naming the infra container to link: {run}"
         );
     }
     world.dxdp.status().assert_empty();

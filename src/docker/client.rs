@@ -409,7 +409,16 @@ impl Container {
             ));
         }
         let mode = self.network_mode.as_str();
-        if mode == "host" || mode == "none" || mode.starts_with("container:") {
+        if let Some(owner) = mode.strip_prefix("container:") {
+            // A Podman pod's members share the namespace of the pod's infra container.
+            let short = &owner[..owner.len().min(12)];
+            return Some(format!(
+                "container {name} uses network mode container:{owner}: it shares that \
+                 container's network namespace (in a Podman pod, the pod's infra container); \
+                 link container {short} instead"
+            ));
+        }
+        if mode == "host" || mode == "none" {
             return Some(format!(
                 "container {name} uses network mode {mode}; dxdp links containers attached to \
                  bridge networks"
