@@ -571,6 +571,18 @@ fn rootless_podman_is_refused_with_the_way_out() {
         "the refusal says why and names the way out: {run}"
     );
     assert_eq!(run.stderr.trim().lines().count(), 1, "one line: {run}");
+
+    // doctor recognises the case: a failed check, not "dockerd not reachable".
+    let doctor = run_for(
+        &["env", &host, DXDP, "--pin-dir", &dir, "doctor"],
+        Duration::from_secs(60),
+    );
+    let line = doctor
+        .stdout
+        .lines()
+        .find(|l| l.contains("runs rootless"))
+        .unwrap_or_else(|| panic!("doctor names the rootless engine: {doctor}"));
+    assert!(line.contains("FAIL"), "a failed check: {doctor}");
 }
 
 /// The containers of a pod share one netns, the infra container's: a member is refused (its

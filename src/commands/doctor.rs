@@ -203,6 +203,14 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
             check(Verdict::Ok, format!("{engine} reachable"), None),
             networks,
         ),
+        Err(e) if e.downcast_ref::<crate::docker::Rootless>().is_some() => (
+            check(
+                Verdict::Fail,
+                format!("{e:#}"),
+                Some("link containers of rootful Podman or dockerd"),
+            ),
+            Vec::new(),
+        ),
         Err(e) => (
             check(
                 Verdict::Warn,

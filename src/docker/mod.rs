@@ -6,3 +6,4 @@ mod podman;
 
 pub use client::{BridgeNetwork, Container, Docker, NetworkAttachment};
 pub use endpoints::endpoint_on;
+pub use podman::Rootless;

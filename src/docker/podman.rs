@@ -48,15 +48,27 @@ pub(super) fn rootless(info: &bollard::models::SystemInfo) -> bool {
         .any(|o| o.split(',').any(|kv| kv == "name=rootless"))
 }
 
+/// A rootless engine, refused at connect: its message says why and names the way out.
+#[derive(Debug)]
+pub struct Rootless(String);
+
+impl std::fmt::Display for Rootless {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Rootless {}
+
 /// Why a rootless engine's containers cannot be linked, and the way out.
-pub(super) fn rootless_refusal(engine: &str) -> String {
-    format!(
+pub(super) fn rootless_refusal(engine: &str) -> Rootless {
+    Rootless(format!(
         "{engine} runs rootless: its containers reach each other through pasta/slirp4netns or a \
          bridge inside the user's own namespace, with no host-side veth dxdp can attach to; run \
          the containers under rootful Podman (sudo podman …) and point dxdp at its socket: \
          DOCKER_HOST=unix:///run/podman/podman.sock (started by `podman system service` or \
          podman.socket)"
-    )
+    ))
 }
 
 /// The unix socket DOCKER_HOST names (or Docker's default), for libpod requests.
