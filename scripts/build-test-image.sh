@@ -5,15 +5,18 @@
 # image is assembled from the host's own binaries plus exactly the shared
 # libraries `ldd` says they need, then fed to `docker import`.
 #
-# Usage: scripts/build-test-image.sh [--force]
+# Usage: scripts/build-test-image.sh [--force] [--podman]
 #   Skips the build when the image already exists and was produced by this
-#   exact version of the script; --force rebuilds regardless.
+#   exact version of the script; --force rebuilds regardless. --podman builds
+#   the same image into rootful Podman's store (`podman import`, tests/podman.rs).
 set -euo pipefail
 
 readonly image=dxdp-test:local
 # The Debian package's client, whatever else is earlier in PATH; it negotiates the
 # API version with the daemon (28.x's 1.51, or the legacy lane's 20.10 at 1.41).
-readonly docker=/usr/bin/docker
+docker=/usr/bin/docker
+# `docker run` options of the verification run; Podman's need the limits below.
+run_opts=()
 
 log() { printf 'build-test-image: %s\n' "$*" >&2; }
 die() { printf 'build-test-image: error: %s\n' "$*" >&2; exit 1; }
@@ -22,15 +25,21 @@ force=0
 for arg in "$@"; do
     case $arg in
         --force) force=1 ;;
+        --podman)
+            docker=/usr/bin/podman
+            # Rootful runc on this kind of VM cannot raise RLIMIT_NOFILE/NPROC to Podman's
+            # defaults ("error setting rlimit type 7"); ask for what the host gives.
+            run_opts=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+            ;;
         -h | --help)
-            printf 'usage: %s [--force]\n' "$0"
+            printf 'usage: %s [--force] [--podman]\n' "$0"
             exit 0
             ;;
-        *) die "unknown argument: $arg (usage: $0 [--force])" ;;
+        *) die "unknown argument: $arg (usage: $0 [--force] [--podman])" ;;
     esac
 done
 
-"$docker" info >/dev/null 2>&1 || die "docker daemon not reachable; run scripts/setup.sh first"
+"$docker" info >/dev/null 2>&1 || die "$docker cannot reach its engine; run scripts/setup.sh first"
 
 # Hashing the script means editing the tool list below is enough to make every
 # machine rebuild, without anyone remembering --force.
@@ -156,7 +165,7 @@ until iperf3 -c 127.0.0.1 -t 1 >/tmp/iperf.out 2>&1; do
 done
 grep receiver /tmp/iperf.out
 '
-if ! out=$("$docker" run --rm --network none "$image" /bin/sh -c "$verify_script" 2>&1); then
+if ! out=$("$docker" run --rm "${run_opts[@]}" --network none "$image" /bin/sh -c "$verify_script" 2>&1); then
     # Do not leave a broken image behind: the next run would skip rebuilding it.
     "$docker" image rm -f "$image" >/dev/null 2>&1 || true
     die "verification of $image failed:"$'\n'"$out"

@@ -31,6 +31,9 @@ apt_packages=(
     prometheus
     # python3 runs tests/sock_peer.py, the traffic of the socket-layer tests (tests/sock.rs).
     python3
+    # Rootful Podman beside dockerd for tests/podman.rs: Debian 12's 4.3.1 with netavark 1.4
+    # (and aardvark-dns) as its network backend, and podman-compose 1.0.3; curl pings its API.
+    podman netavark aardvark-dns podman-compose curl
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
@@ -215,6 +218,49 @@ else
     done
     docker_ok || die "dockerd did not come up within 30 s; see /var/log/dxdp-dockerd.log"
     log "dockerd up"
+fi
+
+# --- Podman: container limits ---------------------------------------------------
+# Rootful Podman asks runc for RLIMIT_NOFILE/NPROC above what root may set on some VMs (runc:
+# "error setting rlimit type 7: operation not permitted"), which breaks every container, pod infra
+# containers and podman-compose services included. Podman reads drop-ins at start: written before
+# the API service below starts.
+podman_limits=/etc/containers/containers.conf.d/dxdp-ulimits.conf
+if [[ ! -f $podman_limits ]]; then
+    log "writing $podman_limits"
+    mkdir -p "${podman_limits%/*}"
+    cat >"$podman_limits" <<'LIMITS'
+# Added by dxdp's scripts/setup.sh: root on this machine cannot raise RLIMIT_NOFILE/NPROC to
+# Podman's defaults (runc: "error setting rlimit type 7"), which breaks every rootful container.
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+LIMITS
+fi
+
+# --- Podman API service ---------------------------------------------------------
+# Rootful Podman's Docker-compatible API for tests/podman.rs, beside dockerd (they share
+# nothing but the kernel). Started like dockerd above when no init system manages it.
+podman_sock=/run/podman/podman.sock
+podman_ok() { curl -sf --unix-socket "$podman_sock" http://podman/_ping >/dev/null 2>&1; }
+if podman_ok; then
+    log "podman API service running ($podman_sock)"
+else
+    if [[ -d /run/systemd/system ]]; then
+        log "starting podman.socket via systemd"
+        systemctl start podman.socket
+    else
+        log "starting podman system service (log: /var/log/dxdp-podman.log)"
+        mkdir -p "${podman_sock%/*}"
+        setsid nohup podman system service --time=0 "unix://$podman_sock" \
+            </dev/null >/var/log/dxdp-podman.log 2>&1 &
+        disown
+    fi
+    for _ in $(seq 1 60); do
+        podman_ok && break
+        sleep 0.5
+    done
+    podman_ok || die "the podman API did not come up within 30 s; see /var/log/dxdp-podman.log"
+    log "podman API up ($podman_sock)"
 fi
 
 log "done"

@@ -213,7 +213,7 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
         let docker = crate::docker::Docker::connect().await?;
         docker.ping().await?;
         let networks = docker.bridge_networks().await.unwrap_or_default();
-        Ok::<_, anyhow::Error>((docker.api_version(), networks))
+        Ok::<_, anyhow::Error>((docker.describe(), networks))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -221,9 +221,17 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(probe));
     match result {
-        Ok((api, networks)) => (
-            check(Verdict::Ok, format!("dockerd reachable, API {api}"), None),
+        Ok((engine, networks)) => (
+            check(Verdict::Ok, format!("{engine} reachable"), None),
             networks,
+        ),
+        Err(e) if e.downcast_ref::<crate::docker::Rootless>().is_some() => (
+            check(
+                Verdict::Fail,
+                format!("{e:#}"),
+                Some("link containers of rootful Podman or dockerd"),
+            ),
+            Vec::new(),
         ),
         Err(e) => (
             check(

@@ -153,7 +153,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         stats.docker_connected(true);
         connects += 1;
         // Also after every reconnect, so that an operator sees the watch caught up with dockerd.
-        info!(api = %docker.api_version(), "connected to dockerd");
+        info!(api = %docker.api_version(), engine = %docker.describe(), "connected to dockerd");
         let connection = if connects == 1 {
             format!("dockerd API {}", docker.api_version())
         } else {

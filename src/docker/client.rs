@@ -9,6 +9,7 @@ use bollard::{
 use futures::{Stream, StreamExt};
 use tracing::debug;
 
+use super::podman::{self, Podman};
 use crate::{
     netlink::MacAddr,
     plan::{ContainerView, NetworkView},
@@ -18,10 +19,12 @@ use crate::{
 const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 
 /// A dockerd connection with the API version negotiated, so Debian's 20.10 (API 1.41) works as
-/// well as current engines.
+/// well as current engines; or rootful Podman's Docker-compatible API (see [`podman`]).
 #[derive(Clone)]
 pub struct Docker {
     client: bollard::Docker,
+    /// Set when the engine is Podman.
+    podman: Option<Podman>,
 }
 
 /// A container as dxdp sees it: the planner's view plus what netns inspection needs.
@@ -54,13 +57,46 @@ impl Docker {
             )?;
         let version = client.client_version();
         let api = format!("{}.{}", version.major_version, version.minor_version);
-        // The engine's own version, for the log only: an old engine is worth knowing about.
-        let engine = match client.version().await {
-            Ok(v) => v.version.unwrap_or_default(),
-            Err(e) => format!("unknown ({e})"),
+        // The engine's own version, for the log: an old engine is worth knowing about. Podman
+        // lists itself among the components.
+        let (engine, podman) = match client.version().await {
+            Ok(v) => match podman::podman_version(&v) {
+                Some(pv) => (format!("Podman {pv}"), Some(Podman::new(pv)?)),
+                None => (v.version.unwrap_or_default(), None),
+            },
+            Err(e) => (format!("unknown ({e})"), None),
         };
-        debug!(%api, %engine, "connected to dockerd");
-        Ok(Self { client })
+        debug!(%api, %engine, "connected to the engine");
+        // A rootless engine's containers have no host-side veth to attach to.
+        let rootless = match &podman {
+            Some(p) => p
+                .rootless()
+                .await
+                .context("cannot ask Podman whether it runs rootless")?,
+            None => client.info().await.is_ok_and(|i| podman::rootless(&i)),
+        };
+        if rootless {
+            let name = if podman.is_some() {
+                "Podman"
+            } else {
+                "dockerd"
+            };
+            bail!(podman::rootless_refusal(name));
+        }
+        Ok(Self { client, podman })
+    }
+
+    /// The engine and its API, e.g. "dockerd (API 1.51)" or "Podman 4.3.1 (Docker-compatible
+    /// API 1.41)".
+    pub fn describe(&self) -> String {
+        match &self.podman {
+            Some(p) => format!(
+                "Podman {} (Docker-compatible API {})",
+                p.version,
+                self.api_version()
+            ),
+            None => format!("dockerd (API {})", self.api_version()),
+        }
     }
 
     /// The negotiated API version, e.g. "1.41".
@@ -180,7 +216,9 @@ impl Docker {
             .unwrap_or_default();
         let mut attachments = Vec::new();
         for (net_name, net_id, mac) in endpoints_of(&inspect) {
-            let (network, bridge) = networks.get(&self.client, &net_id, &net_name).await?;
+            let (network, bridge) = networks
+                .get(&self.client, self.podman.as_ref(), &net_id, &net_name)
+                .await?;
             attachments.push(NetworkAttachment {
                 network,
                 bridge,
@@ -235,6 +273,14 @@ impl Docker {
                 continue;
             };
             let options = inspect.options.unwrap_or_default();
+            let bridge = match (options.get(BRIDGE_NAME_OPTION), &self.podman) {
+                (Some(name), _) => name.clone(),
+                (None, Some(podman)) => match podman.bridge_of(&id).await {
+                    Ok(name) => name,
+                    Err(_) => continue,
+                },
+                (None, None) => format!("br-{}", &id[..id.len().min(12)]),
+            };
             let addrs = inspect
                 .containers
                 .unwrap_or_default()
@@ -245,10 +291,7 @@ impl Docker {
                 .collect();
             out.push(BridgeNetwork {
                 name: inspect.name.unwrap_or_default(),
-                bridge: options
-                    .get(BRIDGE_NAME_OPTION)
-                    .cloned()
-                    .unwrap_or_else(|| format!("br-{}", &id[..id.len().min(12)])),
+                bridge,
                 addrs,
             });
         }
@@ -272,6 +315,7 @@ impl NetworkCache {
     async fn get(
         &mut self,
         client: &bollard::Docker,
+        podman: Option<&Podman>,
         id: &str,
         name: &str,
     ) -> Result<(NetworkView, Option<String>)> {
@@ -284,12 +328,24 @@ impl NetworkCache {
             .with_context(|| format!("cannot inspect network {name}"))?;
         let options = inspect.options.unwrap_or_default();
         let driver = inspect.driver.unwrap_or_default();
-        let bridge = (driver == "bridge").then(|| {
-            options
-                .get(BRIDGE_NAME_OPTION)
-                .cloned()
-                .unwrap_or_else(|| format!("br-{}", &id[..id.len().min(12)]))
-        });
+        // Docker names a network's bridge in its options or else `br-<id>`; Podman's compat
+        // API leaves the options empty (its bridges are podman0, podmanN), so libpod is asked.
+        // Podman's container inspect gives the network's name as its ID: the inspect's own ID
+        // is the one libpod surely knows (its compat list calls the default network "bridge").
+        let bridge = match (driver == "bridge", options.get(BRIDGE_NAME_OPTION), podman) {
+            (false, _, _) => None,
+            (true, Some(name), _) => Some(name.clone()),
+            (true, None, Some(podman)) => {
+                let real_id = inspect.id.as_deref().unwrap_or(id);
+                Some(
+                    podman
+                        .bridge_of(real_id)
+                        .await
+                        .with_context(|| format!("cannot find the bridge of network {name}"))?,
+                )
+            }
+            (true, None, None) => Some(format!("br-{}", &id[..id.len().min(12)])),
+        };
         let view = NetworkView {
             id: id.to_owned(),
             name: inspect.name.unwrap_or_else(|| name.to_owned()),
@@ -353,7 +409,16 @@ impl Container {
             ));
         }
         let mode = self.network_mode.as_str();
-        if mode == "host" || mode == "none" || mode.starts_with("container:") {
+        if let Some(owner) = mode.strip_prefix("container:") {
+            // A Podman pod's members share the namespace of the pod's infra container.
+            let short = &owner[..owner.len().min(12)];
+            return Some(format!(
+                "container {name} uses network mode container:{owner}: it shares that \
+                 container's network namespace (in a Podman pod, the pod's infra container); \
+                 link container {short} instead"
+            ));
+        }
+        if mode == "host" || mode == "none" {
             return Some(format!(
                 "container {name} uses network mode {mode}; dxdp links containers attached to \
                  bridge networks"

@@ -33,8 +33,8 @@ pub fn endpoint_on(
         && &ep.bridge_name != bridge
     {
         bail!(
-            "container {name}: its veth {} on network {net} hangs on {} instead of Docker's \
-             bridge {bridge}",
+            "container {name}: its veth {} on network {net} hangs on {} instead of the \
+             network's bridge {bridge}",
             ep.host_ifname,
             ep.bridge_name
         );
