@@ -8,7 +8,7 @@
 # Usage: scripts/build-test-image.sh [--force] [--podman]
 #   Skips the build when the image already exists and was produced by this
 #   exact version of the script; --force rebuilds regardless. --podman builds
-#   the same image into rootful Podman's store (`podman import`, tests/podman.rs).
+#   the same image into rootful Podman's store (`podman import`, tests/integration/podman.rs).
 set -euo pipefail
 
 readonly image=dxdp-test:local

@@ -31,7 +31,7 @@ apt_packages=(
     prometheus
     # python3 runs tests/sock_peer.py, the traffic of the socket-layer tests (tests/sock.rs).
     python3
-    # Rootful Podman beside dockerd for tests/podman.rs: Debian 12's 4.3.1 with netavark 1.4
+    # Rootful Podman beside dockerd for tests/integration/podman.rs: Debian 12's 4.3.1 with netavark 1.4
     # (and aardvark-dns) as its network backend, and podman-compose 1.0.3; curl pings its API.
     podman netavark aardvark-dns podman-compose curl
 )
@@ -238,7 +238,7 @@ LIMITS
 fi
 
 # --- Podman API service ---------------------------------------------------------
-# Rootful Podman's Docker-compatible API for tests/podman.rs, beside dockerd (they share
+# Rootful Podman's Docker-compatible API for tests/integration/podman.rs, beside dockerd (they share
 # nothing but the kernel). Started like dockerd above when no init system manages it.
 podman_sock=/run/podman/podman.sock
 podman_ok() { curl -sf --unix-socket "$podman_sock" http://podman/_ping >/dev/null 2>&1; }

@@ -48,7 +48,7 @@ lanes=
 finish() {
     local rc=$? elapsed=$((SECONDS - started))
     if ((rc == 0)); then
-        printf 'test.sh: PASSED (setup, image, fmt, clippy, clippy-ebpf, tests%s) in %ss\n' "$lanes" "$elapsed" >&2
+        printf 'test.sh: PASSED (setup, images, fmt, clippy, clippy-ebpf, tests%s) in %ss\n' "$lanes" "$elapsed" >&2
     else
         printf 'test.sh: FAILED at step "%s" (exit %s) after %ss\n' "$step" "$rc" "$elapsed" >&2
     fi
@@ -64,6 +64,8 @@ run_step() {
 
 run_step setup scripts/setup.sh
 run_step image scripts/build-test-image.sh
+# The same image in rootful Podman's store, for the podman:: tests.
+run_step image-podman scripts/build-test-image.sh --podman
 run_step fmt cargo fmt --all -- --check
 run_step clippy cargo clippy --all-targets -- -D warnings
 # The eBPF crate is not a default member, and is linted on its own as aya-template does: checked

@@ -33,5 +33,7 @@ mod firewall;
 mod monitoring;
 mod operations;
 mod packaging;
+// Root and rootful Podman (its API socket beside dockerd): the binary on Podman containers.
+mod podman;
 mod reliability;
 mod sd_notify;

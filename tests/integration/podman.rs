@@ -4,16 +4,12 @@
 //! `dxdp watch` following labels. Every network and container is the test's own (`dxp-<pid>-<n>…`,
 //! subnets 10.234.<k>.0/24, apart from the Docker tests' 10.231 and 10.232) and is removed on
 //! drop, even when the test fails. dockerd and its containers are not touched.
-mod common;
-#[path = "common/docker.rs"]
-mod docker;
-
 use std::{thread, time::Duration};
 
-use common::{
-    Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Status, next_id, run_for, try_run,
+use crate::support::{
+    self, Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Status, Watch, can_run, next_id,
+    run_for, try_run,
 };
-use docker::Watch;
 
 const PODMAN: &str = "/usr/bin/podman";
 /// Where scripts/setup.sh starts `podman system service`.
@@ -32,7 +28,7 @@ const ULIMITS: &[&str] = &[
 /// Whether the privileged tests can run and rootful Podman's API and the test image are there;
 /// panics under CI=true instead of skipping.
 fn require_podman() -> bool {
-    if !common::require_privileges() {
+    if !support::require_privileges() {
         return false;
     }
     let mut missing = Vec::new();
@@ -55,15 +51,7 @@ fn require_podman() -> bool {
             "Podman has no image {IMAGE} (scripts/build-test-image.sh --podman)"
         )),
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = missing.join("; ");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true, and this Podman test cannot run here: {why}");
-    }
-    eprintln!("skipping: {why}");
-    false
+    can_run(missing)
 }
 
 /// `podman ARGS…` within 60 s, whatever its exit code.
@@ -202,7 +190,7 @@ fn quietly(args: &[&str]) {
     }
 }
 
-fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s common::LinkStatus> {
+fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s support::LinkStatus> {
     status
         .links
         .iter()
@@ -433,14 +421,14 @@ fn watch_links_a_labeled_pair_follows_a_restart_and_unlinks_on_stop() {
     let b = world.run("b", &labels);
     let linked = |world: &World| link_between(&world.dxdp.status(), &a, &b).cloned();
     let within = Duration::from_secs(15);
-    let ok = common::wait_until(within, || linked(&world).is_some());
+    let ok = support::wait_until(within, || linked(&world).is_some());
     assert!(ok, "pair not linked\n--- watch log\n{}", watch.log_text());
     let first = linked(&world).expect("linked");
 
     podman_ok(&["restart", "-t", "0", &b]);
     let ip_b = world.ip(&b, &net);
-    let veths = |l: &common::LinkStatus| (l.low_ifindex, l.high_ifindex);
-    let ok = common::wait_until(within, || {
+    let veths = |l: &support::LinkStatus| (l.low_ifindex, l.high_ifindex);
+    let ok = support::wait_until(within, || {
         linked(&world).is_some_and(|l| veths(&l) != veths(&first))
     });
     assert!(
@@ -459,7 +447,7 @@ fn watch_links_a_labeled_pair_follows_a_restart_and_unlinks_on_stop() {
     );
 
     podman_ok(&["stop", "-t", "0", &a]);
-    let ok = common::wait_until(within, || linked(&world).is_none());
+    let ok = support::wait_until(within, || linked(&world).is_none());
     assert!(
         ok,
         "not unlinked on stop\n--- watch log\n{}",
@@ -509,7 +497,7 @@ impl RootlessPodman {
             host: url.clone(),
             service: Some(Background::spawn(&argv)),
         };
-        let up = common::wait_until(Duration::from_secs(30), || {
+        let up = support::wait_until(Duration::from_secs(30), || {
             try_run(
                 &[
                     "curl",
