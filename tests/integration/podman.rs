@@ -7,7 +7,7 @@
 use std::{thread, time::Duration};
 
 use crate::support::{
-    self, Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Status, Watch, can_run, next_id,
+    self, Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Watch, can_run, link_between, next_id,
     run_for, try_run,
 };
 
@@ -190,41 +190,10 @@ fn quietly(args: &[&str]) {
     }
 }
 
-fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s support::LinkStatus> {
-    status
-        .links
-        .iter()
-        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
-}
-
 /// iperf3 from container `client` to `server_ip`, bounded; returns bits/s received.
 #[track_caller]
 fn iperf3(server: &str, client: &str, server_ip: &str, udp: bool) -> f64 {
-    podman_ok(&["exec", "-d", server, "iperf3", "-s", "-1", "-p", "5201"]);
-    let mut args = vec![
-        "exec", client, "timeout", "20", "iperf3", "-c", server_ip, "-p", "5201",
-    ];
-    args.extend_from_slice(&["-t", "2", "--json", "--connect-timeout", "3000"]);
-    if udp {
-        args.extend_from_slice(&["-u", "-b", "200M"]);
-    }
-    // The one-off server may need a moment to listen.
-    let mut last = None;
-    for _ in 0..20 {
-        let run = podman(&args);
-        if run.success() {
-            let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("iperf3 json");
-            let sum = if udp {
-                &json["end"]["sum"]
-            } else {
-                &json["end"]["sum_received"]
-            };
-            return sum["bits_per_second"].as_f64().expect("bits_per_second");
-        }
-        last = Some(run);
-        thread::sleep(Duration::from_millis(100));
-    }
-    panic!("iperf3 never ran: {}", last.expect("a run"));
+    support::container_iperf3(podman, server, client, server_ip, udp)
 }
 
 /// Whether `count` pings `from -> ip` are all answered.

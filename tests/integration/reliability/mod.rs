@@ -27,8 +27,8 @@ use std::{
 
 use crate::support::{
     self, DOCKER, DXDP, Dxdp, LinkStatus, Rng, Status, Topology, Watch, World, bpf_links,
-    host_tx_packets, must, netns_rx_packets, pinned_prog_id, pinned_state_problems, require_docker,
-    require_privileges, run, run_for, soak, wait_until, xdp_prog_id,
+    host_tx_packets, link_between, must, netns_rx_packets, pinned_prog_id, pinned_state_problems,
+    require_docker, require_privileges, run, run_for, soak, wait_until, xdp_prog_id,
 };
 
 mod bad_input;
@@ -83,13 +83,6 @@ fn mesh(names: &[String]) -> BTreeSet<(String, String)> {
         }
     }
     out
-}
-
-fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s LinkStatus> {
-    status
-        .links
-        .iter()
-        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
 }
 
 /// Polls `dxdp status` until `check` holds; panics with the last status and the watch log.

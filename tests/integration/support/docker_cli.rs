@@ -139,3 +139,41 @@ pub fn engine_major() -> u32 {
         .and_then(|m| m.parse().ok())
         .unwrap_or_else(|| panic!("cannot parse the daemon's version {version:?}"))
 }
+
+/// iperf3 from container `client` to `server_ip` through a container engine's command line
+/// (`cli`: `docker` or `podman`, run with ARGS), bounded; returns bits/s received.
+#[track_caller]
+pub fn container_iperf3(
+    cli: impl Fn(&[&str]) -> Run,
+    server: &str,
+    client: &str,
+    server_ip: &str,
+    udp: bool,
+) -> f64 {
+    let started = cli(&["exec", "-d", server, "iperf3", "-s", "-1", "-p", "5201"]);
+    assert!(started.success(), "iperf3 server: {started}");
+    let mut args = vec![
+        "exec", client, "timeout", "20", "iperf3", "-c", server_ip, "-p", "5201",
+    ];
+    args.extend_from_slice(&["-t", "2", "--json", "--connect-timeout", "3000"]);
+    if udp {
+        args.extend_from_slice(&["-u", "-b", "200M"]);
+    }
+    // The one-off server may need a moment to listen.
+    let mut last = None;
+    for _ in 0..20 {
+        let run = cli(&args);
+        if run.success() {
+            let json: serde_json::Value = serde_json::from_str(&run.stdout).expect("iperf3 json");
+            let sum = if udp {
+                &json["end"]["sum"]
+            } else {
+                &json["end"]["sum_received"]
+            };
+            return sum["bits_per_second"].as_f64().expect("bits_per_second");
+        }
+        last = Some(run);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("iperf3 never ran: {}", last.expect("a run"));
+}

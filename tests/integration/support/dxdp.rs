@@ -209,3 +209,11 @@ pub fn now_unix_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
+
+/// The link between the containers (or endpoints) named `a` and `b`, in either order.
+pub fn link_between<'s>(status: &'s Status, a: &str, b: &str) -> Option<&'s LinkStatus> {
+    status
+        .links
+        .iter()
+        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+}
