@@ -21,14 +21,9 @@ fn iperf3(server: &str, client: &str, server_ip: &str, udp: bool) -> f64 {
 
 #[track_caller]
 fn ping_all(from: &str, ip: &str, count: u32) {
-    let count_s = count.to_string();
-    let run = docker(&[
-        "exec", from, "ping", "-q", "-n", "-c", &count_s, "-i", "0.01", "-W", "1", ip,
-    ]);
-    assert!(
-        run.success() && run.stdout.contains(&format!("{count} received")),
-        "ping {from} -> {ip}: {run}"
-    );
+    if let Err(run) = support::container_pings(docker, from, ip, count) {
+        panic!("ping {from} -> {ip}: {run}");
+    }
 }
 
 #[test]

@@ -198,11 +198,7 @@ fn iperf3(server: &str, client: &str, server_ip: &str, udp: bool) -> f64 {
 
 /// Whether `count` pings `from -> ip` are all answered.
 fn pings(from: &str, ip: &str, count: u32) -> bool {
-    let count_s = count.to_string();
-    let run = podman(&[
-        "exec", from, "ping", "-q", "-n", "-c", &count_s, "-i", "0.01", "-W", "1", ip,
-    ]);
-    run.success() && run.stdout.contains(&format!("{count} received"))
+    support::container_pings(podman, from, ip, count).is_ok()
 }
 
 #[track_caller]

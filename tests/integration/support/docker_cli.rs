@@ -177,3 +177,23 @@ pub fn container_iperf3(
     }
     panic!("iperf3 never ran: {}", last.expect("a run"));
 }
+
+/// `count` pings from container `from` to `ip`, 10 ms apart, through a container engine's
+/// command line (`cli`, as for [`container_iperf3`]): `Ok` when every one is answered, else the
+/// run that says why.
+pub fn container_pings(
+    cli: impl Fn(&[&str]) -> Run,
+    from: &str,
+    ip: &str,
+    count: u32,
+) -> Result<(), Run> {
+    let count_s = count.to_string();
+    let run = cli(&[
+        "exec", from, "ping", "-q", "-n", "-c", &count_s, "-i", "0.01", "-W", "1", ip,
+    ]);
+    if run.success() && run.stdout.contains(&format!("{count} received")) {
+        Ok(())
+    } else {
+        Err(run)
+    }
+}
