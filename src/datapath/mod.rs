@@ -180,7 +180,63 @@ pub struct Datapath {
     _lock: Flock<File>,
 }
 
+/// The datapath between two passes of the watch: loaded (parsing the object, its BTF and the
+/// pins took about 30 ms at each open), but not locked, so that `dxdp link` and the other
+/// commands can take the lock meanwhile.
+pub struct Unlocked {
+    ebpf: Ebpf,
+    pins: Pins,
+    /// The pinned maps as they were when loaded: a `dxdp cleanup` (or a new `link` after one)
+    /// meanwhile replaces them, and the loaded object would then write to maps nobody reads.
+    identity: Vec<(std::ffi::OsString, u64)>,
+}
+
+/// Each pinned map's name and inode.
+fn map_identity(pins: &Pins) -> Vec<(std::ffi::OsString, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out: Vec<_> = std::fs::read_dir(pins.maps())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name(), e.metadata().ok()?.ino())))
+        .collect();
+    out.sort();
+    out
+}
+
+impl Unlocked {
+    /// Locks the pinned state again; opens it afresh if its maps were replaced meanwhile.
+    pub fn lock(self, capacity: Capacity) -> Result<Datapath> {
+        let root = self.pins.root().to_path_buf();
+        let Ok(dir) = File::open(&root) else {
+            return Datapath::open(&root, capacity);
+        };
+        let lock = Flock::lock(dir, FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .with_context(|| format!("cannot lock {}", root.display()))?;
+        if map_identity(&self.pins) != self.identity {
+            drop(lock);
+            return Datapath::open(&root, capacity);
+        }
+        Ok(Datapath {
+            ebpf: self.ebpf,
+            pins: self.pins,
+            _lock: lock,
+        })
+    }
+}
+
 impl Datapath {
+    /// Lets go of the lock and keeps the loaded object for the next [`Unlocked::lock`].
+    pub fn unlock(self) -> Unlocked {
+        let identity = map_identity(&self.pins);
+        Unlocked {
+            ebpf: self.ebpf,
+            pins: self.pins,
+            identity,
+        }
+    }
+
     /// Opens (creating on first use) the pinned state under `root`.
     pub fn open(root: &Path, capacity: Capacity) -> Result<Self> {
         let pins = Pins::new(root);

@@ -43,6 +43,9 @@ pub struct NetworkAttachment {
     /// The Linux bridge carrying a `bridge` network (docker0, br-<id>).
     pub bridge: Option<String>,
     pub mac: Option<MacAddr>,
+    /// Docker's endpoint: a new one each time the container joins the network (a restart,
+    /// a reconnect), so it names one incarnation of the veth.
+    pub endpoint_id: String,
 }
 
 impl Docker {
@@ -112,7 +115,7 @@ impl Docker {
 
     /// Container and network events from `since` (unix seconds) on: they are all that can
     /// change a link.
-    pub fn events_since(&self, since: u64) -> impl Stream<Item = Result<String>> + use<> {
+    pub fn events_since(&self, since: u64) -> impl Stream<Item = Result<Event>> + use<> {
         let filters = HashMap::from([("type", vec!["container", "network"])]);
         let options = EventsOptionsBuilder::new()
             .since(&since.to_string())
@@ -120,7 +123,7 @@ impl Docker {
             .build();
         self.client
             .events(Some(options))
-            .map(|event| Ok(event_action(event?)))
+            .map(|event| Ok(event_of(event?)))
     }
 
     /// Every running container, inspected.
@@ -140,6 +143,53 @@ impl Docker {
                 Err(e) if not_found(&e) => {}
                 Err(e) => return Err(e).context(format!("cannot inspect container {id}")),
             }
+        }
+        Ok(out)
+    }
+
+    /// The running containers as one list call gives them: each ID with a fingerprint of what
+    /// an inspect would say that can change a link (names, state, each network's endpoint and
+    /// MAC). An unchanged fingerprint lets the watch keep its last inspect.
+    pub(crate) async fn running_fingerprints(&self) -> Result<Vec<(String, String)>> {
+        let options = ListContainersOptionsBuilder::new().all(false).build();
+        let summaries = self
+            .client
+            .list_containers(Some(options))
+            .await
+            .context("cannot list containers")?;
+        Ok(summaries
+            .into_iter()
+            .filter_map(|s| {
+                let id = s.id.clone()?;
+                Some((id, fingerprint(&s)))
+            })
+            .collect())
+    }
+
+    /// Several inspects at once (dockerd answers them concurrently), at most `WIDTH` in
+    /// flight; in the order of `ids`, `None` for containers gone meanwhile.
+    pub(crate) async fn inspect_many(
+        &self,
+        ids: &[String],
+        networks: &mut NetworkCache,
+    ) -> Result<Vec<Option<Container>>> {
+        const WIDTH: usize = 8;
+        let raw: Vec<_> = futures::stream::iter(ids.iter().map(|id| async move {
+            match self.client.inspect_container(id, None).await {
+                Ok(inspect) => Ok(Some(inspect)),
+                Err(e) if not_found(&e) => Ok(None),
+                Err(e) => Err(e).context(format!("cannot inspect container {id}")),
+            }
+        }))
+        .buffered(WIDTH)
+        .collect()
+        .await;
+        let mut out = Vec::with_capacity(raw.len());
+        for inspect in raw {
+            out.push(match inspect? {
+                Some(inspect) => Some(self.to_container(inspect, networks).await?),
+                None => None,
+            });
         }
         Ok(out)
     }
@@ -215,7 +265,13 @@ impl Docker {
             .and_then(|h| h.network_mode.clone())
             .unwrap_or_default();
         let mut attachments = Vec::new();
-        for (net_name, net_id, mac) in endpoints_of(&inspect) {
+        for Joined {
+            network_name: net_name,
+            network_id: net_id,
+            mac,
+            endpoint_id,
+        } in endpoints_of(&inspect)
+        {
             let (network, bridge) = networks
                 .get(&self.client, self.podman.as_ref(), &net_id, &net_name)
                 .await?;
@@ -223,6 +279,7 @@ impl Docker {
                 network,
                 bridge,
                 mac,
+                endpoint_id,
             });
         }
         attachments.sort_by(|x, y| x.network.name.cmp(&y.network.name));
@@ -300,18 +357,54 @@ impl Docker {
     }
 }
 
-/// What an event says happened (`start`, `die`, `connect`, …), from `Action`: API 1.52 drops
-/// the old `status`, `id` and `from` fields, which dxdp never reads (events only say "something
-/// changed"; the reconcile that follows inspects the containers).
-fn event_action(event: bollard::models::EventMessage) -> String {
-    event.action.unwrap_or_default()
+/// What an event says happened, and to which container: enough to tell which links it can
+/// change (the reconcile that follows inspects the container itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// `start`, `die`, `connect`, … (`exec_start: sh` and the like keep their suffix).
+    pub action: String,
+    /// The container it is about: a container event's actor, or the `container` attribute of
+    /// a network's `connect`/`disconnect`. `None` for other network events.
+    pub container: Option<String>,
+    /// The network, for network events.
+    pub network: Option<String>,
 }
 
-/// Networks looked up once per snapshot.
+/// From `Type`, `Action` and `Actor`: API 1.52 drops the old `status`, `id` and `from` fields,
+/// which dxdp never reads.
+fn event_of(event: bollard::models::EventMessage) -> Event {
+    use bollard::models::EventMessageTypeEnum as Type;
+    let actor = event.actor.unwrap_or_default();
+    let (container, network) = match event.typ {
+        Some(Type::CONTAINER) => (actor.id, None),
+        Some(Type::NETWORK) => (
+            actor
+                .attributes
+                .unwrap_or_default()
+                .remove("container")
+                .filter(|id| !id.is_empty()),
+            actor.id,
+        ),
+        _ => (None, None),
+    };
+    Event {
+        action: event.action.unwrap_or_default(),
+        container,
+        network,
+    }
+}
+
+/// Networks looked up once per snapshot, or for as long as the watch runs: what dxdp reads of
+/// a network (name, driver, bridge, ICC option) is fixed when it is created.
 #[derive(Default)]
-struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
+pub(crate) struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
 
 impl NetworkCache {
+    /// Drops a network that was removed.
+    pub(crate) fn forget(&mut self, id: &str) {
+        self.0.remove(id);
+    }
+
     async fn get(
         &mut self,
         client: &bollard::Docker,
@@ -357,11 +450,47 @@ impl NetworkCache {
     }
 }
 
-/// `(network name, network ID, MAC)` of each network a container is on, from the per-network
+/// What a list entry says that an inspect would turn into a different link: names, state and
+/// each network's endpoint ID and MAC (a new endpoint after a restart or reconnect).
+fn fingerprint(summary: &bollard::models::ContainerSummary) -> String {
+    let mut networks: Vec<String> = summary
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.networks.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(name, e)| {
+            format!(
+                "{name}={}/{}/{}",
+                e.network_id.as_deref().unwrap_or_default(),
+                e.endpoint_id.as_deref().unwrap_or_default(),
+                e.mac_address.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    networks.sort();
+    format!(
+        "{:?} {:?} {}",
+        summary.names,
+        summary.state,
+        networks.join(" ")
+    )
+}
+
+/// A container's place on one network, as its inspect gives it.
+#[derive(Debug, PartialEq, Eq)]
+struct Joined {
+    network_name: String,
+    network_id: String,
+    mac: Option<MacAddr>,
+    endpoint_id: String,
+}
+
+/// Where a container is on each network it is on, from the per-network
 /// endpoint settings only: API 1.52 (Engine 29) drops the top-level
 /// `NetworkSettings.MacAddress`/`IPAddress` (one value for the default bridge only), so nothing
 /// reads them. Endpoints without a network ID (not attached yet) are left out.
-fn endpoints_of(inspect: &ContainerInspectResponse) -> Vec<(String, String, Option<MacAddr>)> {
+fn endpoints_of(inspect: &ContainerInspectResponse) -> Vec<Joined> {
     let Some(networks) = inspect
         .network_settings
         .as_ref()
@@ -373,8 +502,12 @@ fn endpoints_of(inspect: &ContainerInspectResponse) -> Vec<(String, String, Opti
         .iter()
         .filter_map(|(name, endpoint)| {
             let id = endpoint.network_id.as_deref().filter(|i| !i.is_empty())?;
-            let mac = endpoint.mac_address.as_deref().and_then(parse_mac);
-            Some((name.clone(), id.to_owned(), mac))
+            Some(Joined {
+                network_name: name.clone(),
+                network_id: id.to_owned(),
+                mac: endpoint.mac_address.as_deref().and_then(parse_mac),
+                endpoint_id: endpoint.endpoint_id.clone().unwrap_or_default(),
+            })
         })
         .collect()
 }
@@ -445,7 +578,7 @@ impl Container {
 
 #[cfg(test)]
 mod tests {
-    use super::{endpoints_of, event_action, parse_mac};
+    use super::{Event, Joined, endpoints_of, event_of, parse_mac};
 
     /// An Engine 28.5 inspect of a container on a user-defined network, in the shape API 1.52
     /// gives it: the top-level `NetworkSettings.MacAddress`, `IPAddress` (and the rest of the
@@ -481,11 +614,14 @@ mod tests {
         let inspect = serde_json::from_str(INSPECT_1_52).expect("1.52-style inspect parses");
         assert_eq!(
             endpoints_of(&inspect),
-            vec![(
-                "dxt-rec".to_owned(),
-                "53d14924c787c63386dd531eac63cc37e69d10d0b42414d5c4312fcca2cddc1f".to_owned(),
-                Some([0xd6, 0x44, 0x95, 0x34, 0x8e, 0x6f]),
-            )]
+            vec![Joined {
+                network_name: "dxt-rec".to_owned(),
+                network_id: "53d14924c787c63386dd531eac63cc37e69d10d0b42414d5c4312fcca2cddc1f"
+                    .to_owned(),
+                mac: Some([0xd6, 0x44, 0x95, 0x34, 0x8e, 0x6f]),
+                endpoint_id: "bc6daf927d0f8f33c62f5073e19591e58ddd14dab08fb0433fd2e1c15c95f68d"
+                    .to_owned(),
+            }]
         );
     }
 
@@ -498,7 +634,33 @@ mod tests {
                 "scope": "local", "time": 1764755000, "timeNano": 1764755000123456789}"#,
         )
         .expect("1.52-style event parses");
-        assert_eq!(event_action(event), "start");
+        assert_eq!(
+            event_of(event),
+            Event {
+                action: "start".to_owned(),
+                container: Some("6a971f4056db".to_owned()),
+                network: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_network_connect_is_about_its_container() {
+        let event = serde_json::from_str(
+            r#"{"Type": "network", "Action": "connect",
+                "Actor": {"ID": "53d14924c787", "Attributes": {"container": "6a971f4056db",
+                          "name": "dxt-rec", "type": "bridge"}},
+                "scope": "local", "time": 1764755000, "timeNano": 1764755000123456789}"#,
+        )
+        .expect("network event parses");
+        assert_eq!(
+            event_of(event),
+            Event {
+                action: "connect".to_owned(),
+                container: Some("6a971f4056db".to_owned()),
+                network: Some("53d14924c787".to_owned()),
+            }
+        );
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! by name, ID prefix or compose service, and a stream of "something changed" signals.
 mod client;
 mod endpoints;
+mod inventory;
 mod podman;
 
-pub use client::{BridgeNetwork, Container, Docker, NetworkAttachment};
-pub use endpoints::endpoint_on;
+pub use client::{BridgeNetwork, Container, Docker, Event, NetworkAttachment};
+pub use endpoints::{EndpointCache, endpoint_on};
+pub use inventory::Inventory;
 pub use podman::Rootless;

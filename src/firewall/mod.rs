@@ -17,12 +17,13 @@
 //! (the datapath passes them to the bridge), but a container can forge its source IP; a rule
 //! that matches only forged addresses is out of this check's reach, as it is of the bridge's.
 mod addr;
+mod generation;
 mod iptables;
 mod model;
 mod nft;
 mod read;
 
-use std::net::IpAddr;
+use std::{collections::HashMap, net::IpAddr};
 
 pub(crate) use model::Blocker;
 
@@ -47,6 +48,93 @@ pub struct Ruleset {
     bridge_nf: Option<(bool, bool)>,
     /// A bridge's own `nf_call_ip(6)tables` switches (they add to the global ones).
     bridge_switches: fn(&str) -> (bool, bool),
+}
+
+/// The ruleset as last read, kept while nothing can have changed it: the nf_tables generation
+/// (which iptables-nft's rules move too) is the same and no legacy x_tables table is loaded.
+/// Saves the watch four tool runs (60–150 ms) on every reconcile, and, with each pair's verdict
+/// remembered while the rules stay, the walk of every pair's traffic through them.
+#[derive(Debug, Default)]
+pub struct RulesetCache {
+    held: Option<(Option<u32>, Ruleset)>,
+    verdicts: HashMap<Pair, Vec<Blocker>>,
+    /// Each bridge's own br_netfilter switches, read once per refresh (two sysfs files).
+    switches: HashMap<String, (bool, bool)>,
+    /// Full reads so far, for the log and the tests.
+    reads: u64,
+}
+
+/// What a verdict depends on besides the rules: the bridge's effective br_netfilter switches,
+/// and each side's port and addresses.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Pair {
+    bridge: String,
+    nf: Option<(bool, bool)>,
+    a: (String, Vec<IpAddr>),
+    b: (String, Vec<IpAddr>),
+}
+
+impl RulesetCache {
+    /// Brings the rules up to date: read again unless the generation proves them unchanged.
+    /// Once per pass; [`RulesetCache::between`] then answers by them.
+    pub fn refresh(&mut self) -> anyhow::Result<()> {
+        // Asked before the read: a change during the read moves it past what is kept, so the
+        // next refresh reads again. Unknown (no nf_tables) or legacy tables: read every time.
+        let generation = if read::legacy_tables_loaded() {
+            None
+        } else {
+            generation::current().ok()
+        };
+        let unchanged = matches!(&self.held, Some((Some(held), _)) if Some(*held) == generation);
+        if !unchanged {
+            self.held = None;
+            self.verdicts.clear();
+            let ruleset = Ruleset::read()?;
+            self.reads += 1;
+            self.held = Some((generation, ruleset));
+        }
+        self.switches.clear();
+        if let Some((_, ruleset)) = &mut self.held {
+            // sysctls move no generation, and are one file read each; they are part of each
+            // verdict's key.
+            ruleset.bridge_nf = read::bridge_nf();
+        }
+        Ok(())
+    }
+
+    /// The rules that keep the two endpoints from being linked, by the rules as of the last
+    /// [`RulesetCache::refresh`], which must have succeeded.
+    pub fn between(&mut self, a: &Endpoint, b: &Endpoint) -> anyhow::Result<Vec<Blocker>> {
+        let Some((_, ruleset)) = &self.held else {
+            anyhow::bail!("the firewall rules were not read");
+        };
+        let bridge = &a.bridge_name;
+        let read_switches = ruleset.bridge_switches;
+        let switches = &mut self.switches;
+        let nf = ruleset.bridge_nf.map(|(v4, v6)| {
+            let (own4, own6) = *switches
+                .entry(bridge.clone())
+                .or_insert_with(|| read_switches(bridge));
+            (v4 || own4, v6 || own6)
+        });
+        let key = Pair {
+            bridge: bridge.clone(),
+            nf,
+            a: (a.host_ifname.clone(), a.addrs.clone()),
+            b: (b.host_ifname.clone(), b.addrs.clone()),
+        };
+        if let Some(verdict) = self.verdicts.get(&key) {
+            return Ok(verdict.clone());
+        }
+        let verdict = ruleset.between(a, b);
+        self.verdicts.insert(key, verdict.clone());
+        Ok(verdict)
+    }
+
+    /// How many times the rules were read in full.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
 }
 
 impl Ruleset {

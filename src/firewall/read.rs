@@ -36,6 +36,12 @@ fn legacy_in_use(proc_file: &str) -> bool {
     std::fs::read_to_string(proc_file).is_ok_and(|names| !names.trim().is_empty())
 }
 
+/// Whether legacy iptables or ip6tables tables are loaded: their changes move no nf_tables
+/// generation.
+pub(super) fn legacy_tables_loaded() -> bool {
+    legacy_in_use("/proc/net/ip_tables_names") || legacy_in_use("/proc/net/ip6_tables_names")
+}
+
 pub(super) fn ruleset() -> Result<Ruleset> {
     let mut tables = Vec::new();
     // iptables-nft's tables, read here as iptables rules; nft's reader skips them.
@@ -110,7 +116,7 @@ fn switch(path: &str) -> bool {
     std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "1")
 }
 
-fn bridge_nf() -> Option<(bool, bool)> {
+pub(super) fn bridge_nf() -> Option<(bool, bool)> {
     let dir = "/proc/sys/net/bridge";
     Path::new(dir).exists().then(|| {
         (

@@ -12,7 +12,11 @@
 //!   the same as finished.
 //! - One link that cannot be installed (full map, foreign program) does not stop the others;
 //!   a removal that fails stops the pass, which the next reconcile retries.
+//! - A pass can be scoped to the veths of the containers an event is about ([`Scope`]): it
+//!   then changes only links with an end among them, and leaves every other link as it is.
 pub mod live;
+
+use std::collections::BTreeSet;
 
 use anyhow::Result;
 
@@ -43,6 +47,27 @@ impl<L> Wanted<L> {
     }
 }
 
+/// Which pinned links a pass looks at and may change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every link (a resync).
+    Whole,
+    /// Only links with an end among these host ifindexes: the veths of the containers an
+    /// event is about, as they were and as they are now.
+    Touching(BTreeSet<u32>),
+}
+
+impl Scope {
+    pub fn covers(&self, low_ifindex: u32, high_ifindex: u32) -> bool {
+        match self {
+            Scope::Whole => true,
+            Scope::Touching(ifindexes) => {
+                ifindexes.contains(&low_ifindex) || ifindexes.contains(&high_ifindex)
+            }
+        }
+    }
+}
+
 /// One change the engine makes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Intent<'w, L> {
@@ -66,16 +91,22 @@ pub trait LinkTable {
     fn install(&mut self, link: &Self::Link, kind: Kind) -> Result<()>;
 }
 
-/// The changes that take `actual` to `wanted`: removals first, then installs, then completions.
-/// `complete` tells whether a pinned link has both attachments.
+/// The changes that take `actual` to `wanted` within `scope`: removals first, then installs,
+/// then completions. `complete` tells whether a pinned link has both attachments.
 pub fn diff<'w, L: PartialEq>(
     wanted: &'w [Wanted<L>],
     actual: &[LinkRecord],
+    scope: &Scope,
     complete: impl Fn(&LinkRecord) -> bool,
 ) -> Vec<Intent<'w, L>> {
+    let actual: Vec<&LinkRecord> = actual
+        .iter()
+        .filter(|l| scope.covers(l.low_ifindex, l.high_ifindex))
+        .collect();
     let pinned = |pair: (u32, u32)| {
         actual
             .iter()
+            .copied()
             .find(|l| (l.low_ifindex, l.high_ifindex) == pair)
     };
     let mut removals = Vec::new();
@@ -92,7 +123,7 @@ pub fn diff<'w, L: PartialEq>(
     let mut completions = Vec::new();
     let mut seen: Vec<(u32, u32)> = Vec::new();
     for w in wanted {
-        if seen.contains(&w.pair()) {
+        if seen.contains(&w.pair()) || !scope.covers(w.low_ifindex, w.high_ifindex) {
             continue;
         }
         seen.push(w.pair());
@@ -127,16 +158,17 @@ pub struct Applied<'w, L> {
     pub links: usize,
 }
 
-/// Takes the table to `wanted`, by [`diff`].
+/// Takes the table to `wanted` within `scope`, by [`diff`].
 pub fn apply<'w, T: LinkTable>(
     table: &mut T,
     wanted: &'w [Wanted<T::Link>],
+    scope: &Scope,
 ) -> Result<Applied<'w, T::Link>>
 where
     T::Link: PartialEq,
 {
     let actual = table.links()?;
-    let intents = diff(wanted, &actual, |record| table.complete(record));
+    let intents = diff(wanted, &actual, scope, |record| table.complete(record));
     let mut applied = Applied {
         removed: Vec::new(),
         installed: Vec::new(),
@@ -160,7 +192,8 @@ where
             },
         }
     }
-    applied.links = table.links()?.len();
+    // Counted, not read again: reading the links map costs a lookup per link.
+    applied.links = actual.len() - applied.removed.len() + applied.installed.len();
     Ok(applied)
 }
 

@@ -76,7 +76,7 @@ fn adds_missing_and_removes_unwanted_watch_links() {
         rec(5, 6, Kind::Tc, Origin::Watch),
     ];
     assert_eq!(
-        diff(&wanted, &actual, |_| true),
+        diff(&wanted, &actual, &Scope::Whole, |_| true),
         [
             Intent::Remove { low: 5, high: 6 },
             Intent::Install(&wanted[1])
@@ -88,17 +88,25 @@ fn adds_missing_and_removes_unwanted_watch_links() {
 fn leaves_manual_links_alone() {
     let actual = [rec(1, 2, Kind::Xdp, Origin::Manual)];
     let none: [Wanted<(u32, u32)>; 0] = [];
-    assert_eq!(diff(&none, &actual, |_| true), []);
+    assert_eq!(diff(&none, &actual, &Scope::Whole, |_| true), []);
     // Wanted with another datapath: the hand-made link stays and counts as present, even when
     // it lacks an attachment (that is for whoever made it to fix).
-    assert_eq!(diff(&[want(1, 2, Kind::Tc)], &actual, |_| false), []);
+    assert_eq!(
+        diff(&[want(1, 2, Kind::Tc)], &actual, &Scope::Whole, |_| false),
+        []
+    );
 }
 
 #[test]
 fn datapath_change_replaces_a_watch_link() {
     let wanted = [want(1, 2, Kind::Xdp)];
     assert_eq!(
-        diff(&wanted, &[rec(1, 2, Kind::Tc, Origin::Watch)], |_| true),
+        diff(
+            &wanted,
+            &[rec(1, 2, Kind::Tc, Origin::Watch)],
+            &Scope::Whole,
+            |_| true
+        ),
         [
             Intent::Remove { low: 1, high: 2 },
             Intent::Install(&wanted[0])
@@ -113,13 +121,16 @@ fn converged_state_changes_nothing() {
         rec(1, 2, Kind::Tc, Origin::Watch),
         rec(1, 3, Kind::Tc, Origin::Watch),
     ];
-    assert_eq!(diff(&wanted, &actual, |_| true), []);
+    assert_eq!(diff(&wanted, &actual, &Scope::Whole, |_| true), []);
 }
 
 #[test]
 fn duplicate_wants_are_added_once() {
     let wanted = [want(1, 2, Kind::Tc), want(2, 1, Kind::Tc)];
-    assert_eq!(diff(&wanted, &[], |_| true), [Intent::Install(&wanted[0])]);
+    assert_eq!(
+        diff(&wanted, &[], &Scope::Whole, |_| true),
+        [Intent::Install(&wanted[0])]
+    );
 }
 
 #[test]
@@ -127,7 +138,7 @@ fn a_half_made_watch_link_is_completed_with_its_pinned_datapath() {
     let wanted = [want(1, 2, Kind::Xdp)];
     let actual = [rec(1, 2, Kind::Xdp, Origin::Watch)];
     assert_eq!(
-        diff(&wanted, &actual, |_| false),
+        diff(&wanted, &actual, &Scope::Whole, |_| false),
         [Intent::Complete(&wanted[0], Kind::Xdp)]
     );
 }
@@ -149,7 +160,7 @@ fn apply_removes_before_installing_and_one_failure_does_not_stop_the_others() {
         want(3, 4, Kind::Tc),
         want(5, 6, Kind::Xdp),
     ];
-    let applied = apply(&mut table, &wanted).unwrap();
+    let applied = apply(&mut table, &wanted, &Scope::Whole).unwrap();
     assert_eq!(
         table.calls,
         [
@@ -171,7 +182,62 @@ fn apply_removes_before_installing_and_one_failure_does_not_stop_the_others() {
     // A second pass retries only what failed.
     table.calls.clear();
     table.refuse.clear();
-    let again = apply(&mut table, &wanted).unwrap();
+    let again = apply(&mut table, &wanted, &Scope::Whole).unwrap();
     assert_eq!(table.calls, ["install 3-4 tc"]);
     assert_eq!(again.links, 4);
+}
+
+/// An event about the container behind veths 3 and 4: links elsewhere are neither removed
+/// (even unwanted ones, left to the resync) nor installed.
+#[test]
+fn a_scoped_pass_changes_only_links_touching_its_veths() {
+    let scope = Scope::Touching(BTreeSet::from([3, 4]));
+    let wanted = [want(1, 2, Kind::Tc), want(3, 5, Kind::Tc)];
+    let actual = [
+        rec(4, 6, Kind::Tc, Origin::Watch),
+        rec(7, 8, Kind::Tc, Origin::Watch),
+    ];
+    assert_eq!(
+        diff(&wanted, &actual, &scope, |_| true),
+        [
+            Intent::Remove { low: 4, high: 6 },
+            Intent::Install(&wanted[1]),
+        ]
+    );
+}
+
+#[test]
+fn a_scoped_pass_completes_and_keeps_hand_made_links_like_a_whole_one() {
+    let scope = Scope::Touching(BTreeSet::from([1]));
+    let wanted = [want(1, 2, Kind::Tc)];
+    let half_made = [rec(1, 2, Kind::Tc, Origin::Watch)];
+    assert_eq!(
+        diff(&wanted, &half_made, &scope, |_| false),
+        [Intent::Complete(&wanted[0], Kind::Tc)]
+    );
+    let by_hand = [rec(1, 9, Kind::Xdp, Origin::Manual)];
+    assert_eq!(diff::<(u32, u32)>(&[], &by_hand, &scope, |_| true), []);
+}
+
+#[test]
+fn a_scoped_apply_then_a_whole_one_reach_the_same_table() {
+    let mut table = Fake {
+        links: vec![
+            rec(1, 2, Kind::Tc, Origin::Watch),
+            rec(5, 6, Kind::Tc, Origin::Watch),
+        ],
+        ..Fake::default()
+    };
+    let wanted = [
+        want(1, 3, Kind::Tc),
+        want(5, 6, Kind::Tc),
+        want(7, 8, Kind::Tc),
+    ];
+    let scoped = apply(&mut table, &wanted, &Scope::Touching(BTreeSet::from([3]))).unwrap();
+    assert_eq!(table.calls, ["install 1-3 tc"]);
+    assert_eq!(scoped.links, 3);
+    let whole = apply(&mut table, &wanted, &Scope::Whole).unwrap();
+    assert_eq!(whole.removed, [(1, 2)]);
+    assert_eq!(table.calls[1..], ["remove 1-2", "install 7-8 tc"]);
+    assert_eq!(whole.links, 3);
 }

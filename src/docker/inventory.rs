@@ -1,0 +1,124 @@
+//! What the watch knows about the engine's running containers between two reconciles, so that
+//! neither an event nor a resync inspects every container again.
+//!
+//! - An event about container X inspects X alone ([`Inventory::refresh`]).
+//! - A resync lists the running containers (one call) and inspects only those it does not
+//!   hold, or whose list entry changed since (names, state, a network's endpoint or MAC: a
+//!   restart or reconnect makes a new endpoint), in parallel ([`Inventory::refresh_all`]).
+//! - Networks are inspected once: nothing dxdp reads of one changes after it is created.
+//!
+//! An event that never arrives is healed by the next resync's list, which sees the new entry.
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::Result;
+
+use super::{Container, Docker, client::NetworkCache};
+
+#[derive(Default)]
+pub struct Inventory {
+    containers: HashMap<String, Held>,
+    networks: NetworkCache,
+    /// Container inspects made so far.
+    inspections: u64,
+}
+
+struct Held {
+    container: Container,
+    /// The list entry it was inspected for; `None` after an event's inspect, so the next
+    /// resync inspects it once more and records one.
+    fingerprint: Option<String>,
+}
+
+impl Inventory {
+    /// Lists the running containers and inspects the ones whose entry is new or changed.
+    pub async fn refresh_all(&mut self, docker: &Docker) -> Result<()> {
+        let listed = docker.running_fingerprints().await?;
+        let running: BTreeSet<&str> = listed.iter().map(|(id, _)| id.as_str()).collect();
+        self.containers
+            .retain(|id, _| running.contains(id.as_str()));
+        let (ids, fingerprints): (Vec<String>, Vec<String>) = listed
+            .iter()
+            .filter(|(id, fingerprint)| {
+                self.containers
+                    .get(id)
+                    .is_none_or(|held| held.fingerprint.as_ref() != Some(fingerprint))
+            })
+            .cloned()
+            .unzip();
+        let inspected = docker.inspect_many(&ids, &mut self.networks).await?;
+        self.inspections += ids.len() as u64;
+        for ((id, fingerprint), container) in ids.into_iter().zip(fingerprints).zip(inspected) {
+            self.hold(id, container, Some(fingerprint));
+        }
+        Ok(())
+    }
+
+    /// Inspects these containers again (what an event is about).
+    pub async fn refresh(&mut self, docker: &Docker, ids: &BTreeSet<String>) -> Result<()> {
+        let ids: Vec<String> = ids.iter().cloned().collect();
+        let inspected = docker.inspect_many(&ids, &mut self.networks).await?;
+        self.inspections += ids.len() as u64;
+        for (id, container) in ids.into_iter().zip(inspected) {
+            self.hold(id, container, None);
+        }
+        Ok(())
+    }
+
+    /// Keeps a running container, forgets one that stopped or is gone.
+    fn hold(&mut self, id: String, container: Option<Container>, fingerprint: Option<String>) {
+        // Keyed by the inspect's full ID, whatever form of it the event used.
+        let key = match &container {
+            Some(c) if !c.view.id.is_empty() => c.view.id.clone(),
+            _ => id,
+        };
+        match container.filter(|c| c.view.running) {
+            Some(container) => {
+                self.containers.insert(
+                    key,
+                    Held {
+                        container,
+                        fingerprint,
+                    },
+                );
+            }
+            None => {
+                self.containers.remove(&key);
+            }
+        }
+    }
+
+    /// Makes the next resync inspect this container again (its netns could not be read as
+    /// held: a restart whose events were lost).
+    pub fn distrust(&mut self, id: &str) {
+        if let Some(held) = self.containers.get_mut(id) {
+            held.fingerprint = None;
+        }
+    }
+
+    /// Drops a removed network.
+    pub fn forget_network(&mut self, id: &str) {
+        self.networks.forget(id);
+    }
+
+    /// Forgets everything: the next resync inspects every container and network again.
+    pub fn clear(&mut self) {
+        *self = Self {
+            inspections: self.inspections,
+            ..Self::default()
+        };
+    }
+
+    /// The running containers held, in no particular order.
+    pub fn containers(&self) -> impl Iterator<Item = &Container> {
+        self.containers.values().map(|held| &held.container)
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.containers.contains_key(id)
+    }
+
+    /// Container inspects made so far.
+    pub fn inspections(&self) -> u64 {
+        self.inspections
+    }
+}
