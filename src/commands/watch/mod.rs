@@ -56,6 +56,12 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: WatchArgs) -> Result<ExitCo
 }
 
 async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<ExitCode> {
+    // Two malloc arenas, not one per thread that ever allocated: a long-running watch keeps
+    // each arena's free pages (at 200 containers that was about 15 MB of RSS).
+    // SAFETY: mallopt only tunes the allocator; called before the watch's threads allocate.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut backoff = Duration::from_secs(1);
