@@ -30,6 +30,8 @@ mod churn;
 mod compose_examples;
 mod docker;
 mod firewall;
+// The control plane at fleet scale (a private dockerd with up to 200 containers, 500 in the soak).
+mod fleet;
 mod monitoring;
 mod operations;
 mod packaging;

@@ -13,8 +13,10 @@
 //! - [`bpf`]: bpf(2) and bpftool as another tool would use them;
 //! - [`pinned`]: the pinned state, entry by entry;
 //! - [`docker_cli`]: the docker and compose commands;
+//! - [`docker_proxy`]: a proxy in front of a dockerd that can stall its event streams;
 //! - [`world`]: the Docker fixture, on the host's dockerd or on a private one;
 //! - [`watch`]: a `dxdp watch` in the background;
+//! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
 //! - [`rng`]: seeded randomness and `DXDP_SOAK`;
 //! - [`library`]: the dxdp library items the tests use, in one place.
 //!
@@ -22,9 +24,11 @@
 
 pub mod bpf;
 pub mod docker_cli;
+pub mod docker_proxy;
 pub mod dxdp;
 pub mod guards;
 pub mod host;
+pub mod labeled;
 pub mod library;
 pub mod names;
 pub mod pinned;
@@ -37,6 +41,6 @@ pub mod watch;
 pub mod world;
 
 pub use self::{
-    bpf::*, docker_cli::*, dxdp::*, guards::*, host::*, names::*, pinned::*, prereq::*, process::*,
-    rng::*, topology::*, traffic::*, watch::*, world::*,
+    bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, guards::*, host::*, labeled::*, names::*,
+    pinned::*, prereq::*, process::*, rng::*, topology::*, traffic::*, watch::*, world::*,
 };

@@ -1,5 +1,7 @@
-//! The pinned state, entry by entry: map dumps, attachments, and whether a pin directory holds
-//! exactly the links `dxdp status` lists.
+//! The pinned state, entry by entry: map dumps, attachments, whether a pin directory holds
+//! exactly the links `dxdp status` lists, and [`LiveMaps`] to poll it cheaply.
+
+use dxdp_common::{Endpoint as EndpointRecord, LinkKey, LinkMeta, LinkMetaKey, LinkTarget};
 
 use super::{
     bpf::bpftool,
@@ -210,4 +212,99 @@ pub fn pinned_state_problems(dxdp: &Dxdp) -> Vec<String> {
         }
     }
     problems
+}
+
+/// A pin directory's maps opened straight from bpffs (BPF_OBJ_GET through aya), as another tool
+/// would read them: no `dxdp` process, no lock on the pin directory and no eBPF object to load,
+/// so one lookup costs a few system calls and a test can poll every few milliseconds while a
+/// watch writes the maps. (`dxdp status --json` takes the directory's lock, waiting for the
+/// watch's reconcile to finish, and loads the eBPF object and the kernel's BTF: tens of ms.)
+pub struct LiveMaps {
+    dir: std::path::PathBuf,
+    meta: aya::maps::HashMap<aya::maps::MapData, LinkMetaKey, LinkMeta>,
+    links: aya::maps::PerCpuHashMap<aya::maps::MapData, LinkKey, LinkTarget>,
+    endpoints: aya::maps::HashMap<aya::maps::MapData, u32, EndpointRecord>,
+}
+
+impl LiveMaps {
+    /// Opens the maps of a pin directory a `dxdp` made.
+    #[track_caller]
+    pub fn open(pin_dir: &std::path::Path) -> Self {
+        use dxdp_common::names;
+        let map = |name: &str| {
+            let path = pin_dir.join("maps").join(name);
+            let data = aya::maps::MapData::from_pin(&path)
+                .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+            aya::maps::Map::from_map_data(data)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        Self {
+            dir: pin_dir.to_path_buf(),
+            meta: map(names::LINK_META).try_into().expect("DXDP_LINK_META"),
+            links: map(names::LINKS).try_into().expect("DXDP_LINKS"),
+            endpoints: map(names::ENDPOINTS).try_into().expect("DXDP_ENDPOINTS"),
+        }
+    }
+
+    /// Every link's (low, high) ifindex, from DXDP_LINK_META's keys. A walk that races a
+    /// deletion may restart or stop early; the caller polls again.
+    pub fn links(&self) -> Vec<(u32, u32)> {
+        self.meta
+            .keys()
+            .map_while(Result::ok)
+            .map(|k| (k.low_ifindex, k.high_ifindex))
+            .collect()
+    }
+
+    /// The endpoint names a link's record holds, low end first.
+    pub fn names(&self, x: u32, y: u32) -> Option<(String, String)> {
+        let key = LinkMetaKey {
+            low_ifindex: x.min(y),
+            high_ifindex: x.max(y),
+        };
+        let meta = self.meta.get(&key, 0).ok()?;
+        let text = |b: &[u8]| {
+            let end = b.iter().position(|c| *c == 0).unwrap_or(b.len());
+            String::from_utf8_lossy(&b[..end]).into_owned()
+        };
+        Some((text(&meta.low_name), text(&meta.high_name)))
+    }
+
+    /// Whether the link between two veths carries frames, whatever order dxdp writes its parts
+    /// in: its record, both endpoints, each direction's entry targeting the other veth, and a
+    /// pinned attachment (`links/KIND-IFINDEX`) on both veths.
+    pub fn active(&self, x: u32, y: u32) -> bool {
+        let (Ok(ex), Ok(ey)) = (self.endpoints.get(&x, 0), self.endpoints.get(&y, 0)) else {
+            return false;
+        };
+        let toward = |from: u32, to: u32, mac| {
+            self.links
+                .get(&LinkKey::new(from, mac), 0)
+                .is_ok_and(|per_cpu| per_cpu.iter().next().map(|t| t.target_ifindex) == Some(to))
+        };
+        self.names(x, y).is_some()
+            && toward(x, y, ey.mac)
+            && toward(y, x, ex.mac)
+            && [x, y].iter().all(|i| self.attachment_pinned(*i))
+    }
+
+    /// Whether nothing is left of a veth: no link record names it, it is no endpoint, it has no
+    /// pinned attachment.
+    pub fn forgot(&self, ifindex: u32) -> bool {
+        !self.attachment_pinned(ifindex)
+            && self.endpoints.get(&ifindex, 0).is_err()
+            && !self
+                .links()
+                .iter()
+                .any(|(x, y)| *x == ifindex || *y == ifindex)
+    }
+
+    fn attachment_pinned(&self, ifindex: u32) -> bool {
+        ["tc", "xdp"].iter().any(|kind| {
+            self.dir
+                .join("links")
+                .join(format!("{kind}-{ifindex}"))
+                .exists()
+        })
+    }
 }

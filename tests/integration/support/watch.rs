@@ -1,5 +1,5 @@
 //! A `dxdp watch` running in the background, with its log kept in a file for the failure
-//! messages.
+//! messages, and its Prometheus endpoint (`--metrics`) read back.
 
 use std::{
     path::PathBuf,
@@ -150,4 +150,27 @@ impl Drop for Watch {
         self.kill9();
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// One scrape of the Prometheus endpoint a watch serves with `--metrics ADDR`: the value of
+/// every sample by its name and labels as printed (`dxdp_reconciles_total`,
+/// `dxdp_map_entries{map="links"}`); `None` if the endpoint does not answer.
+pub fn scrape_metrics(addr: &str) -> Option<std::collections::HashMap<String, f64>> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // HTTP/1.0: a plain body, never chunked, and the server closes the connection.
+    write!(conn, "GET /metrics HTTP/1.0\r\nHost: dxdp\r\n\r\n").ok()?;
+    let mut response = String::new();
+    conn.read_to_string(&mut response).ok()?;
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    Some(
+        body.lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (key, value) = line.rsplit_once(' ')?;
+                Some((key.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect(),
+    )
 }
