@@ -338,6 +338,31 @@ fn clean(pins: PinDir) -> Duration {
     took
 }
 
+/// BPF links on the host, any tool's (`bpftool link show`).
+fn bpf_links() -> usize {
+    crate::support::bpftool(&["link", "show"])
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+/// Waits (at most 60 s) until the host holds no more BPF links than `base`. A cleanup unpins
+/// its links at once, but the kernel releases each from a workqueue, and each release waits
+/// for an RCU grace period holding rtnl: a first reconcile right after one would wait behind
+/// them for every netlink dump and attachment, and be charged for the previous one's teardown.
+fn settle(base: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut settled = bpf_links() <= base;
+    while !settled && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+        settled = bpf_links() <= base;
+    }
+    assert!(
+        settled,
+        "{} BPF links still held 60 s after a cleanup (at most {base} expected)",
+        bpf_links()
+    );
+}
+
 /// Measures one fleet size; `specs` are running.
 fn measure(world: &mut World, net: &str, specs: &[Spec], rounds: usize) -> Row {
     let n = specs.len();
@@ -351,10 +376,12 @@ fn measure(world: &mut World, net: &str, specs: &[Spec], rounds: usize) -> Row {
     let (mut first, mut steady) = (Vec::new(), Vec::new());
     let mut pins: Option<PinDir> = None;
     let mut cleanups = Duration::ZERO;
+    let links_before = bpf_links();
     for _ in 0..FIRST_RECONCILES {
         if let Some(done) = pins.take() {
             cleanups += clean(done);
         }
+        settle(links_before);
         let dir = PinDir::new(next_id());
         first.push(watch_once(world, &dir.path));
         for _ in 0..STEADY_PER_FIRST {

@@ -1,5 +1,6 @@
 //! `dxdp watch`: level-triggered reconciliation of labeled containers against pinned links.
-//! Docker events only say "look again"; the periodic resync heals whatever an event missed.
+//! An event says "look again at this container" (a pass scoped to it, [`pass`]); the periodic
+//! resync looks at everything and heals whatever an event missed.
 //!
 //! Under systemd (`Type=notify`) the watch says `READY=1` once it runs its loop: after its first
 //! reconcile, or after its first attempt to reach dockerd failed. Ready means the pinned state is
