@@ -195,18 +195,23 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Each file is checked on its own, as one compose project; `-` reads standard \
-    input, so `docker compose config | dxdp compose-check -` checks exactly what Compose will run \
-    (overrides, extends and variables resolved). Without files: COMPOSE_FILE (separated by \
-    COMPOSE_PATH_SEPARATOR, default ':'), else the first of compose.yaml, compose.yml, \
-    docker-compose.yaml, docker-compose.yml in this directory, as Compose looks them up. Exit \
+    after_help = "Each FILE is checked on its own, as one compose project, and the -f files \
+    together as one more; `-` reads standard input, so `docker compose config | dxdp \
+    compose-check -` checks exactly what Compose will run (overrides, extends and variables \
+    resolved). Without files: COMPOSE_FILE (separated by COMPOSE_PATH_SEPARATOR, default ':'; \
+    one project), else the first of compose.yaml, compose.yml, docker-compose.yaml, \
+    docker-compose.yml in this directory, as Compose looks them up. Each problem starts with \
+    FILE:LINE:COLUMN, where its label (or service) is written. Exit \
     status: 0 without errors (warnings allowed), 1 with errors or when a file cannot be read or \
     parsed, 2 for a command line that does not parse."
 )]
 pub struct ComposeCheckArgs {
-    /// Compose files (docker-compose.yml, ...); `-` for standard input.
+    /// Compose files (docker-compose.yml, ...), each checked as a project of its own; `-` for
+    /// standard input.
     pub files: Vec<PathBuf>,
-    /// A compose file, as `docker compose -f` takes it; repeatable, checked after FILES.
+    /// A compose file, as `docker compose -f` takes it; repeatable: the -f files are merged into
+    /// one project, as Compose merges them, and checked after FILES. A problem names the file
+    /// that wrote the label.
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: Vec<PathBuf>,
     /// Let dxdp.peers name containers outside the file: a name that matches no service or

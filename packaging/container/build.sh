@@ -88,10 +88,22 @@ root:x:0:
 nogroup:x:65534:
 EOF
 
+# OCI labels: the version from the binary; the source from Cargo.toml's `repository` (the
+# package's, or the workspace's that `repository.workspace = true` refers to), and only when
+# it is set: an image must not point at a repository nobody published.
+labels=(--label "org.opencontainers.image.version=$version")
+source_url=$(awk '
+    /^\[/ { section = $0; next }
+    (section == "[package]" || section == "[workspace.package]") && /^repository[ \t]*=[ \t]*"/ {
+        sub(/^repository[ \t]*=[ \t]*"/, ""); sub(/".*$/, ""); print; exit
+    }' "$repo/Cargo.toml")
+if [[ -n $source_url ]]; then
+    labels+=(--label "org.opencontainers.image.source=$source_url")
+fi
+
 cp "$here/Dockerfile" "$ctx/Dockerfile"
-log "building $tag from $binary (dxdp $version; ${#libs[@]} libraries: ${libs[*]:-none})"
-"$docker" build --quiet --label "org.opencontainers.image.version=$version" \
-    --tag "$tag" "$ctx" >/dev/null
+log "building $tag from $binary (dxdp $version; source ${source_url:-not set in Cargo.toml}; ${#libs[@]} libraries: ${libs[*]:-none})"
+"$docker" build --quiet "${labels[@]}" --tag "$tag" "$ctx" >/dev/null
 
 # Prove the image starts: the loader finds every library and the binary runs.
 out=$("$docker" run --rm --network none "$tag" --version 2>&1) \

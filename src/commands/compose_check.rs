@@ -17,24 +17,29 @@ const DEFAULT_FILES: [&str; 4] = [
     "docker-compose.yml",
 ];
 
-/// The files to check: those named (FILES, then each -f), else COMPOSE_FILE, else the first
-/// default file in `dir`, as Compose finds them.
-fn files_to_check(
+/// The compose projects to check, each a list of files merged as Compose merges them: each of
+/// FILES alone, then every -f together (one project, as `docker compose -f a -f b` reads it);
+/// without any, the files of COMPOSE_FILE together, else the first default file in `dir`, as
+/// Compose finds them.
+fn projects_to_check(
     args: &ComposeCheckArgs,
     compose_file: Option<&str>,
     separator: Option<&str>,
     dir: &Path,
-) -> Result<Vec<PathBuf>> {
-    let named: Vec<PathBuf> = args.files.iter().chain(&args.file).cloned().collect();
-    if !named.is_empty() {
-        return Ok(named);
+) -> Result<Vec<Vec<PathBuf>>> {
+    let mut projects: Vec<Vec<PathBuf>> = args.files.iter().map(|f| vec![f.clone()]).collect();
+    if !args.file.is_empty() {
+        projects.push(args.file.clone());
+    }
+    if !projects.is_empty() {
+        return Ok(projects);
     }
     if let Some(list) = compose_file.filter(|l| !l.is_empty()) {
         let separator = separator.filter(|s| !s.is_empty()).unwrap_or(":");
-        return Ok(list.split(separator).map(PathBuf::from).collect());
+        return Ok(vec![list.split(separator).map(PathBuf::from).collect()]);
     }
     match DEFAULT_FILES.iter().find(|f| dir.join(f).is_file()) {
-        Some(found) => Ok(vec![PathBuf::from(found)]),
+        Some(found) => Ok(vec![vec![PathBuf::from(found)]]),
         None => bail!(
             "no compose file to check: none named, COMPOSE_FILE unset, and no {} in {}; name one \
              (dxdp compose-check FILE), or check what Compose will run: docker compose config | \
@@ -46,7 +51,7 @@ fn files_to_check(
 }
 
 pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
-    let files = files_to_check(
+    let projects = projects_to_check(
         &args,
         std::env::var("COMPOSE_FILE").ok().as_deref(),
         std::env::var("COMPOSE_PATH_SEPARATOR").ok().as_deref(),
@@ -57,46 +62,10 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
         project: args.project_name,
     };
     let mut found = Vec::new();
-    let mut unreadable = false;
-    for path in &files {
-        let stdin = path.as_os_str() == "-";
-        let shown = if stdin {
-            "<stdin>".to_owned()
-        } else {
-            one_line(&path.display().to_string())
-        };
-        let read = if stdin {
-            compose::read_from(io::stdin().lock())
-        } else {
-            compose::read_file(path)
-        };
-        match read {
-            Err(err) => {
-                unreadable = true;
-                found.push(Found {
-                    file: shown,
-                    severity: Severity::Error,
-                    service: None,
-                    label: None,
-                    message: err.to_string(),
-                    line: None,
-                });
-            }
-            Ok(file) => {
-                for problem in compose::check(&file, &options) {
-                    let line = problem.to_string();
-                    found.push(Found {
-                        file: shown.clone(),
-                        severity: problem.severity,
-                        service: problem.service,
-                        label: problem.key,
-                        message: problem.message,
-                        line: Some(line),
-                    });
-                }
-            }
-        }
+    for project in &projects {
+        check_project(project, &options, &mut found);
     }
+    let files: Vec<&PathBuf> = projects.iter().flatten().collect();
     let errors = found
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -115,10 +84,7 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         for f in &found {
-            match &f.line {
-                Some(line) => writeln!(out, "{}: {}: {line}", f.severity, f.file)?,
-                None => writeln!(out, "error: {}: {}", f.file, one_line(&f.message))?,
-            }
+            writeln!(out, "{}: {}: {}", f.severity, f.place(), f.text)?;
         }
         writeln!(
             out,
@@ -128,25 +94,102 @@ pub fn run(args: ComposeCheckArgs) -> Result<ExitCode> {
     }
     out.flush()?;
     // An unreadable file counts as an error (its line says so); 2 stays clap's usage error.
-    Ok(if unreadable || errors > 0 {
+    Ok(if errors > 0 {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
 }
 
+/// Reads the files of one project and checks them merged. A file that cannot be read is one
+/// problem, and the project is not checked: without that file it is not what Compose would run.
+fn check_project(paths: &[PathBuf], options: &CheckOptions, found: &mut Vec<Found>) {
+    let shown: Vec<String> = paths
+        .iter()
+        .map(|path| {
+            if path.as_os_str() == "-" {
+                "<stdin>".to_owned()
+            } else {
+                one_line(&path.display().to_string())
+            }
+        })
+        .collect();
+    let mut parts = Vec::new();
+    for (path, shown) in paths.iter().zip(&shown) {
+        let read = if path.as_os_str() == "-" {
+            compose::read_from(io::stdin().lock())
+        } else {
+            compose::read_file(path)
+        };
+        match read {
+            Ok(part) => parts.push(part),
+            Err(err) => found.push(Found::unreadable(shown, &err)),
+        }
+    }
+    if parts.len() < paths.len() {
+        return;
+    }
+    let file = match compose::project(parts) {
+        Ok(file) => file,
+        // No services in any of the files: the first one stands for the project.
+        Err(err) => return found.push(Found::unreadable(&shown[0], &err)),
+    };
+    for problem in compose::check(&file, options) {
+        let at = problem.at;
+        found.push(Found {
+            // The file that wrote the label (or first defined the service).
+            file: at.map_or(&shown[0], |at| &shown[at.source]).clone(),
+            line: at.map(|at| at.line),
+            column: at.map(|at| at.column),
+            severity: problem.severity,
+            text: problem.to_string(),
+            service: problem.service,
+            label: problem.key,
+            message: problem.message,
+        });
+    }
+}
+
 /// One problem found, in a file or with it.
 #[derive(Serialize)]
 struct Found {
     file: String,
+    /// Where in `file` (1-based; the column counts characters): the label's key or list item,
+    /// else the service's name, else where the parser stopped; `null` when nowhere in particular.
+    line: Option<u64>,
+    column: Option<u64>,
     severity: Severity,
     /// `null` for a problem with the file as a whole (it cannot be read or parsed).
     service: Option<String>,
     label: Option<String>,
     message: String,
-    /// The text form's line; not in the JSON.
+    /// The text form's line after `SEVERITY: PLACE: `; not in the JSON.
     #[serde(skip)]
-    line: Option<String>,
+    text: String,
+}
+
+impl Found {
+    fn unreadable(file: &str, err: &compose::LoadError) -> Self {
+        let at = err.at();
+        Self {
+            file: file.to_owned(),
+            line: at.map(|at| at.line),
+            column: at.map(|at| at.column),
+            severity: Severity::Error,
+            service: None,
+            label: None,
+            message: err.to_string(),
+            text: one_line(&err.to_string()),
+        }
+    }
+
+    /// `FILE:LINE:COLUMN`, written as compilers write a place (editors jump there), or `FILE`.
+    fn place(&self) -> String {
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => format!("{}:{line}:{column}", self.file),
+            _ => self.file.clone(),
+        }
+    }
 }
 
 /// `dxdp compose-check --json`: the shape docs/json.md documents.
@@ -174,13 +217,19 @@ mod tests {
     }
 
     #[test]
-    fn files_are_found_as_compose_finds_them() {
+    fn projects_are_found_as_compose_finds_them() {
         let dir = std::env::temp_dir().join(format!("dxdp-compose-lookup-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let find = |a: &ComposeCheckArgs, env: Option<&str>, sep: Option<&str>| {
-            files_to_check(a, env, sep, &dir).map(|v| {
-                v.iter()
-                    .map(|p| p.display().to_string())
+            projects_to_check(a, env, sep, &dir).map(|projects| {
+                projects
+                    .iter()
+                    .map(|files| {
+                        files
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                    })
                     .collect::<Vec<_>>()
             })
         };
@@ -191,21 +240,23 @@ mod tests {
             "{err}"
         );
         std::fs::write(dir.join("docker-compose.yml"), "services: {}\n").unwrap();
-        assert_eq!(find(&none, None, None).unwrap(), ["docker-compose.yml"]);
+        assert_eq!(find(&none, None, None).unwrap(), [["docker-compose.yml"]]);
         std::fs::write(dir.join("compose.yaml"), "services: {}\n").unwrap();
-        assert_eq!(find(&none, None, None).unwrap(), ["compose.yaml"]);
+        assert_eq!(find(&none, None, None).unwrap(), [["compose.yaml"]]);
+        // COMPOSE_FILE names one project, as for Compose.
         assert_eq!(
             find(&none, Some("a.yml:b.yml"), None).unwrap(),
-            ["a.yml", "b.yml"]
+            [["a.yml", "b.yml"]]
         );
         assert_eq!(
             find(&none, Some("a.yml;b.yml"), Some(";")).unwrap(),
-            ["a.yml", "b.yml"]
+            [["a.yml", "b.yml"]]
         );
-        let named = args(&["x.yml"], &["y.yml", "-"]);
+        // Each FILE alone, then every -f as one project; COMPOSE_FILE is not read then.
+        let named = args(&["x.yml", "z.yml"], &["y.yml", "-"]);
         assert_eq!(
             find(&named, Some("a.yml"), None).unwrap(),
-            ["x.yml", "y.yml", "-"]
+            vec![vec!["x.yml"], vec!["z.yml"], vec!["y.yml", "-"]]
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,9 +1,11 @@
 //! `dxdp compose-check`: the dxdp labels of a compose file, checked before `docker-compose up`
 //! instead of read from `dxdp watch`'s log afterwards.
 //!
-//! Each file is checked on its own, as one compose project, with the rules of
-//! [`crate::labels`] and [`crate::plan`]. Errors are labels that cannot do what they say;
-//! warnings are labels that do nothing, or that only `up` can judge.
+//! A project is one file, or several merged as `docker compose -f a.yml -f b.yml` merges them
+//! ([`merge`]); it is checked with the rules of [`crate::labels`] and [`crate::plan`]. Errors
+//! are labels that cannot do what they say; warnings are labels that do nothing, or that only
+//! `up` can judge. Each problem carries where it is written ([`At`]): the label's key (or its
+//! list item), else the service's name, in the file that wrote it.
 //!
 //! Errors:
 //! - a malformed `dxdp.*` label (unknown key, bad value), as [`crate::labels::parse`] reports
@@ -37,10 +39,11 @@
 //! A file that cannot be read or parsed (exit status 2) includes one over [`MAX_FILE_BYTES`], or
 //! one that breaks the parser budget set in `options()` (depth, nodes, anchors, alias expansion).
 //!
-//! Not read: override files merged with `-f a.yml -f b.yml` (each file is checked alone),
-//! `extends`, profiles, and the value of any interpolation.
+//! Not read: `extends`, profiles, and the value of any interpolation (`docker compose config |
+//! dxdp compose-check -` resolves them all first).
 
 mod check;
+mod merge;
 mod model;
 
 use std::fs::File;
@@ -50,6 +53,7 @@ use std::path::Path;
 use thiserror::Error;
 
 pub use check::{CheckOptions, Problem, Severity, check, normalize_project, one_line};
+pub use model::At;
 pub(crate) use model::ComposeFile;
 
 /// Compose files are a few kilobytes; anything this big is a mistake or an attack.
@@ -75,8 +79,20 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
         .replace(", set DuplicateKeyPolicy in Options if acceptable", "")
 }
 
-/// Reads at most [`MAX_FILE_BYTES`] (plus one, to tell), whatever the file claims to be:
-/// `/dev/zero` or a growing file must not be read to the end.
+impl LoadError {
+    /// Where the parser stopped, for a file that is not YAML dxdp can read.
+    pub fn at(&self) -> Option<At> {
+        match self {
+            Self::Yaml(e) => e.location().and_then(|l| At::of(&l)),
+            _ => None,
+        }
+    }
+}
+
+/// One file of a project, which may lack `services:` (an override that only adds networks);
+/// [`project`] says whether the whole has any. Reads at most [`MAX_FILE_BYTES`] (plus one, to
+/// tell), whatever the file claims to be: `/dev/zero` or a growing file must not be read to
+/// the end.
 pub fn read_file(path: &Path) -> Result<ComposeFile, LoadError> {
     read_from(File::open(path)?)
 }
@@ -90,15 +106,26 @@ pub fn read_from(reader: impl Read) -> Result<ComposeFile, LoadError> {
     }
     let text = String::from_utf8(bytes)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8: {e}")))?;
-    parse_str(&text)
+    parse_part(&text)
 }
 
-pub(crate) fn parse_str(text: &str) -> Result<ComposeFile, LoadError> {
-    let file: ComposeFile = serde_saphyr::from_str_with_options(text, options())?;
+/// The files of one project, in the order given, merged; places in file `i` have source `i`.
+pub fn project(parts: Vec<ComposeFile>) -> Result<ComposeFile, LoadError> {
+    let file = merge::merge(parts);
     if file.services.is_none() {
         return Err(LoadError::NoServices);
     }
     Ok(file)
+}
+
+pub(crate) fn parse_part(text: &str) -> Result<ComposeFile, LoadError> {
+    Ok(serde_saphyr::from_str_with_options(text, options())?)
+}
+
+/// A project of one file, for the tests.
+#[cfg(test)]
+pub(crate) fn parse_str(text: &str) -> Result<ComposeFile, LoadError> {
+    project(vec![parse_part(text)?])
 }
 
 /// Limits sized for compose files, far below the parser's general-purpose defaults: 1 MiB of
@@ -166,8 +193,8 @@ services:
         let file =
             parse_str("services:\n  a:\n    labels: {dxdp.network: y, dxdp.enable: on}\n").unwrap();
         let labels = &file.services.unwrap()["a"].labels.clone().unwrap().0;
-        assert_eq!(labels[0].1, Scalar::Text("y".to_owned()));
-        assert_eq!(labels[1].1, Scalar::Text("on".to_owned()));
+        assert_eq!(labels[0].value, Scalar::Text("y".to_owned()));
+        assert_eq!(labels[1].value, Scalar::Text("on".to_owned()));
     }
 
     #[test]

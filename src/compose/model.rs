@@ -2,19 +2,44 @@
 //!
 //! Hand-written visitors instead of `#[serde(untagged)]`: compose allows two shapes for labels,
 //! service networks and `external`, and an untagged enum would replace the parser's
-//! "line L, column C" with "did not match any variant".
+//! "line L, column C" with "did not match any variant". The same visitors read service names
+//! and label keys as `Spanned`, so that a problem can name where they are written ([`At`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::{Location, Spanned};
+
+/// Where a service name or a label is written: the line and column (1-based, in characters)
+/// of its key, or of its `KEY=VALUE` item in a list, in file `source` of the files merged into
+/// one project (0 when there is one file). Through a merge key (`<<: *anchor`) it is where the
+/// service uses the anchor, which tells apart the services that share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct At {
+    pub source: usize,
+    pub line: u64,
+    pub column: u64,
+}
+
+impl At {
+    /// `None` for the parser's "unknown" (line 0), which it gives values serde had to buffer.
+    pub(crate) fn of(location: &Location) -> Option<Self> {
+        (location.line() > 0).then(|| Self {
+            source: 0,
+            line: location.line(),
+            column: location.column(),
+        })
+    }
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct ComposeFile {
     /// Top-level project name (compose specification; docker-compose 1.x rejects it).
     pub name: Option<String>,
     /// `None` when the key is missing, which makes the file no compose file dxdp can check.
+    #[serde(default, deserialize_with = "services_with_places")]
     pub(crate) services: Option<BTreeMap<String, Service>>,
     /// A network may be declared with no body (`front:`), hence the inner `Option`.
     pub(crate) networks: Option<BTreeMap<String, Option<NetworkDef>>>,
@@ -30,6 +55,57 @@ pub(crate) struct Service {
     pub(crate) scale: Option<Scalar>,
     /// File format 3.x.
     pub(crate) deploy: Option<Deploy>,
+    /// Where the service's name is written; set from the key by [`services_with_places`].
+    #[serde(skip)]
+    pub(crate) at: Option<At>,
+}
+
+impl ComposeFile {
+    /// Where a problem of `service` (under its label `key`, if any) points: the label as it is
+    /// written, the last one when the list form repeats it (the one docker-compose keeps), else
+    /// the service's name.
+    pub(crate) fn at(&self, service: &str, key: Option<&str>) -> Option<At> {
+        let svc = self.services.as_ref()?.get(service)?;
+        let label = key.and_then(|key| {
+            svc.labels
+                .iter()
+                .flat_map(|l| &l.0)
+                .rev()
+                .find(|l| l.key == key)
+        });
+        label.map_or(svc.at, |l| l.at)
+    }
+}
+
+/// `services:` as a map by name, each service told where its name is written.
+fn services_with_places<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, Service>>, D::Error> {
+    struct Services(BTreeMap<String, Service>);
+    impl<'de> Deserialize<'de> for Services {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Services;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a map of services by name")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Services, A::Error> {
+                    let mut out = BTreeMap::new();
+                    // The parser refuses a repeated key, so no service replaces another here.
+                    while let Some((name, mut svc)) =
+                        map.next_entry::<Spanned<String>, Service>()?
+                    {
+                        svc.at = At::of(&name.referenced);
+                        out.insert(name.value, svc);
+                    }
+                    Ok(Services(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    Ok(Option::<Services>::deserialize(d)?.map(|s| s.0))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -128,7 +204,14 @@ impl<'de> Deserialize<'de> for Scalar {
 /// Labels in written order. The list form can repeat a key, which the checker reports, so this
 /// is not a map.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Labels(pub Vec<(String, Scalar)>);
+pub(crate) struct Labels(pub Vec<Label>);
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Label {
+    pub(crate) key: String,
+    pub(crate) value: Scalar,
+    pub(crate) at: Option<At>,
+}
 
 impl<'de> Deserialize<'de> for Labels {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -140,17 +223,25 @@ impl<'de> Deserialize<'de> for Labels {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
                 let mut out = Vec::new();
-                while let Some((k, v)) = map.next_entry::<String, Scalar>()? {
-                    out.push((k, v));
+                while let Some((key, value)) = map.next_entry::<Spanned<String>, Scalar>()? {
+                    out.push(Label {
+                        at: At::of(&key.referenced),
+                        key: key.value,
+                        value,
+                    });
                 }
                 Ok(Labels(out))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Labels, A::Error> {
                 let mut out = Vec::new();
-                while let Some(item) = seq.next_element::<String>()? {
+                while let Some(item) = seq.next_element::<Spanned<String>>()? {
                     // docker-compose splits at the first `=`; a bare key is an empty label.
-                    let (k, v) = item.split_once('=').unwrap_or((&item, ""));
-                    out.push((k.to_owned(), Scalar::Text(v.to_owned())));
+                    let (k, v) = item.value.split_once('=').unwrap_or((&item.value, ""));
+                    out.push(Label {
+                        key: k.to_owned(),
+                        value: Scalar::Text(v.to_owned()),
+                        at: At::of(&item.referenced),
+                    });
                 }
                 Ok(Labels(out))
             }

@@ -53,16 +53,17 @@ fn fixture(name: &str) -> String {
     format!("tests/fixtures/compose/{name}")
 }
 
-/// The fixture yields exactly one error line, which contains `needle`, and exit status 1.
+/// The fixture yields exactly one error line, which names the place `at` (`LINE:COLUMN`) in the
+/// file and contains `needle`, and exit status 1.
 #[track_caller]
-fn assert_single_error(name: &str, needle: &str) {
+fn assert_single_error(name: &str, at: &str, needle: &str) {
     let path = fixture(name);
     let run = compose_check(&[&path]);
     assert_eq!(run.code, 1, "{}", run.stdout);
     let errors = run.lines("error:");
     assert_eq!(errors.len(), 1, "{}", run.stdout);
     assert!(
-        errors[0].starts_with(&format!("error: {path}: service ")),
+        errors[0].starts_with(&format!("error: {path}:{at}: service ")),
         "{}",
         errors[0]
     );
@@ -132,6 +133,7 @@ fn all_examples_at_once() {
 fn unknown_key() {
     assert_single_error(
         "unknown-key.yml",
+        "8:7",
         "service web: label dxdp.enabel: unknown dxdp label key; valid keys are dxdp.enable,",
     );
 }
@@ -144,7 +146,7 @@ fn bad_value() {
     assert_eq!(
         run.stdout,
         format!(
-            "error: {path}: service web: label dxdp.datapath: unknown datapath in \"fast\"; write \
+            "error: {path}:6:51: service web: label dxdp.datapath: unknown datapath in \"fast\"; write \
              dxdp.datapath=auto, tc or xdp\n1 error(s), 0 warning(s) in 1 file(s)\n"
         )
     );
@@ -155,6 +157,7 @@ fn unknown_peer_is_an_error_unless_external_peers_are_allowed() {
     // `db` is a service and `the-db` its container_name; only `cache` matches nothing.
     assert_single_error(
         "unknown-peer.yml",
+        "8:7",
         "service web: label dxdp.peers: names cache, which is neither a service nor a \
          container_name in this file; name a service of this file, or pass --allow-external",
     );
@@ -176,6 +179,7 @@ fn unknown_peer_is_an_error_unless_external_peers_are_allowed() {
 fn group_with_one_member() {
     assert_single_error(
         "lonely-group.yml",
+        "8:7",
         "service api: label dxdp.group: group backend has only service api",
     );
     // The would-be second member lacks dxdp.enable=true, which is the warning that explains it.
@@ -191,6 +195,7 @@ fn group_with_one_member() {
 fn labels_on_a_host_network_service() {
     assert_single_error(
         "host-network.yml",
+        "6:3",
         "service probe: network_mode host puts it in the host's network stack",
     );
 }
@@ -199,6 +204,7 @@ fn labels_on_a_host_network_service() {
 fn network_label_for_a_network_the_service_is_not_on() {
     assert_single_error(
         "network-not-joined.yml",
+        "10:7",
         "service web: label dxdp.network: names network backnet, which service web is not on; \
          its networks: front (Docker name frontnet)",
     );
@@ -208,6 +214,7 @@ fn network_label_for_a_network_the_service_is_not_on() {
 fn network_label_with_the_compose_key_instead_of_the_docker_name() {
     assert_single_error(
         "network-compose-key.yml",
+        "10:7",
         "label dxdp.network: names compose network front, but dxdp.network takes the Docker name, \
          which is PROJECT_front (compose prefixes the project name)",
     );
@@ -239,14 +246,17 @@ fn project_name_from_the_environment() {
 fn peers_without_a_shared_network() {
     assert_single_error(
         "no-shared-network.yml",
+        "9:7",
         "service web: label dxdp.peers: no link between web and db: they share no network",
     );
 }
 
 #[test]
 fn repeated_list_label() {
+    // The last of the repeated items: the value docker-compose keeps.
     assert_single_error(
         "repeated-label.yml",
+        "10:9",
         "service web: label dxdp.datapath: label is given more than once",
     );
 }
@@ -259,7 +269,7 @@ fn labels_without_opt_in_are_only_warnings() {
     assert_eq!(
         run.stdout,
         format!(
-            "warning: {path}: service web: label dxdp.peers: ignored because the service has no \
+            "warning: {path}:7:7: service web: label dxdp.peers: ignored because the service has no \
              dxdp.enable=true; add dxdp.enable=true to opt in\n0 error(s), 1 warning(s) in 1 \
              file(s)\n"
         )
@@ -273,7 +283,17 @@ fn syntax_error_exits_1_with_the_line() {
     assert_eq!(run.code, 1, "{}", run.stdout);
     let errors = run.lines("error:");
     assert_eq!(errors.len(), 1, "{}", run.stdout);
-    assert!(errors[0].starts_with(&format!("error: {path}: not YAML dxdp can read: ")));
+    // Where the parser stopped, first as FILE:LINE:COLUMN, and in its own words.
+    assert!(
+        errors[0].starts_with(&format!("error: {path}:7:")),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[0].contains(": not YAML dxdp can read: "),
+        "{}",
+        errors[0]
+    );
     assert!(errors[0].contains("at line 7, column"), "{}", errors[0]);
 }
 
@@ -336,6 +356,85 @@ fn every_file_is_reported_and_the_worst_status_wins() {
     assert_eq!(run.summary(), "2 error(s), 0 warning(s) in 2 file(s)");
 }
 
+/// A known bad label, read by the binary: the line starts with the file, the line and the
+/// column of the label's key, as compilers print them (editors and CI annotations jump there),
+/// and `--json` gives the same place as fields.
+#[test]
+fn a_bad_label_is_named_by_file_line_and_column() {
+    let path = fixture("unknown-key.yml");
+    let text = fs::read_to_string(root().join(&path)).expect("fixture");
+    // Found in the file rather than written down, so an edit of the fixture cannot fool it.
+    let (line, column) = text
+        .lines()
+        .enumerate()
+        .find_map(|(i, l)| l.find("dxdp.enabel:").map(|c| (i + 1, c + 1)))
+        .expect("the misspelt key in the fixture");
+    let run = compose_check(&[&path]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert_eq!(
+        run.lines("error:"),
+        [format!(
+            "error: {path}:{line}:{column}: service web: label dxdp.enabel: unknown dxdp label \
+             key; valid keys are dxdp.enable, dxdp.peers, dxdp.group, dxdp.datapath, \
+             dxdp.network, dxdp.firewall"
+        )
+        .as_str()],
+        "{}",
+        run.stdout
+    );
+    let json = compose_check(&["--json", &path]);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let problem = &report["problems"][0];
+    assert_eq!(
+        (&problem["file"], &problem["line"], &problem["column"]),
+        (
+            &serde_json::json!(path),
+            &serde_json::json!(line),
+            &serde_json::json!(column)
+        ),
+        "{report:#}"
+    );
+}
+
+/// `-f base -f override` is one project, merged as Compose merges it: the override's peer is
+/// checked as the merged service's, and the error names the override file at the label's place.
+/// As two FILES, each is a project of its own, and the override's label is only ignored.
+#[test]
+fn merged_files_name_the_file_that_wrote_the_label() {
+    let base = fixture("override-base.yml");
+    let over = fixture("override-bad-label.yml");
+    let run = compose_check(&["-f", &base, "-f", &over]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "error: {over}:6:7: service web: label dxdp.peers: names cache, which is neither a \
+             service nor a container_name in this file; name a service of this file, or pass \
+             --allow-external if cache is a container started elsewhere\n1 error(s), 0 \
+             warning(s) in 2 file(s)\n"
+        )
+    );
+    // The same files through COMPOSE_FILE: one project too.
+    let out = Command::new(env!("CARGO_BIN_EXE_dxdp"))
+        .arg("compose-check")
+        .current_dir(root())
+        .env("COMPOSE_FILE", format!("{base}:{over}"))
+        .env_remove("COMPOSE_PROJECT_NAME")
+        .output()
+        .expect("run dxdp");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), run.stdout);
+    let apart = compose_check(&[&base, &over]);
+    assert_eq!(apart.code, 0, "{}", apart.stdout);
+    assert_eq!(apart.lines("warning:").len(), 1, "{}", apart.stdout);
+    assert!(
+        apart.lines("warning:")[0].starts_with(&format!(
+            "warning: {over}:6:7: service web: label dxdp.peers: ignored"
+        )),
+        "{}",
+        apart.stdout
+    );
+}
+
 #[test]
 fn fixtures_each_show_one_problem_kind() {
     // A new fixture needs a test above; this keeps the list and the directory in step.
@@ -355,6 +454,8 @@ fn fixtures_each_show_one_problem_kind() {
             "no-services.yml",
             "no-shared-network.yml",
             "not-enabled.yml",
+            "override-bad-label.yml",
+            "override-base.yml",
             "repeated-label.yml",
             "syntax-error.yml",
             "unknown-key.yml",
@@ -422,7 +523,7 @@ fn stdin_is_read_for_a_dash() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.starts_with("error: <stdin>: service web: label dxdp.enabel"),
+        stdout.starts_with("error: <stdin>:8:7: service web: label dxdp.enabel"),
         "{stdout}"
     );
 }
@@ -443,6 +544,12 @@ fn json_output_has_the_schema_the_problems_and_the_exit_status() {
     let problems = report["problems"].as_array().expect("problems");
     assert_eq!(problems.len(), 2, "{report:#}");
     assert_eq!(problems[0]["file"], path.as_str());
+    // Where web's dxdp.peers label is written.
+    assert_eq!(
+        (&problems[0]["line"], &problems[0]["column"]),
+        (&serde_json::json!(9), &serde_json::json!(7)),
+        "{report:#}"
+    );
     assert_eq!(problems[0]["severity"], "error");
     assert_eq!(problems[0]["service"], "web");
     assert_eq!(problems[0]["label"], "dxdp.peers");
@@ -456,6 +563,7 @@ fn json_output_has_the_schema_the_problems_and_the_exit_status() {
     // The unreadable file is a problem of the file as a whole.
     assert_eq!(problems[1]["file"], missing);
     assert!(problems[1]["service"].is_null() && problems[1]["label"].is_null());
+    assert!(problems[1]["line"].is_null() && problems[1]["column"].is_null());
     // A clean example: exit 0, no problems.
     let clean = compose_check(&["--json", "compose-examples/iperf3-pair/docker-compose.yml"]);
     let report: serde_json::Value = serde_json::from_str(&clean.stdout).expect("JSON");

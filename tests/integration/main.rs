@@ -39,3 +39,5 @@ mod packaging;
 mod podman;
 mod reliability;
 mod sd_notify;
+// Root and dockerd in no swarm: the Swarm stack on a one-node swarm the test makes and leaves.
+mod swarm;

@@ -464,6 +464,14 @@ fn container_image_watch_links_labeled_containers() {
         Some("MIT OR Apache-2.0"),
         "{labels:?}"
     );
+    // The source is Cargo.toml's `repository`, and nothing when it is not set (as now).
+    let manifest = std::fs::read_to_string(Path::new(REPO).join("Cargo.toml")).unwrap();
+    assert_eq!(
+        labels.get("org.opencontainers.image.source"),
+        cargo_repository(&manifest).as_ref(),
+        "{labels:?}"
+    );
+    source_label_follows_the_manifest(&prefix, &mut undo);
 
     // Docker refuses rslave on a private mount; hosts booted with systemd have it shared, this
     // one may not (the README tells users to run the same command).
@@ -616,6 +624,80 @@ fn container_image_watch_links_labeled_containers() {
     compose(&["down"]).ok();
     must(&[DXDP, "--pin-dir", &pin_dir, "cleanup"]);
     eprintln!("container image test took {:?}", started.elapsed());
+}
+
+/// `repository = "URL"` under `[package]` or `[workspace.package]` of a Cargo.toml.
+fn cargo_repository(manifest: &str) -> Option<String> {
+    let mut section = "";
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if matches!(section, "[package]" | "[workspace.package]")
+            && let Some(value) = line.strip_prefix("repository")
+            && let Some(value) = value.trim_start().strip_prefix('=')
+            && let Some(value) = value.trim().strip_prefix('"')
+        {
+            return value.split('"').next().map(str::to_owned);
+        }
+    }
+    None
+}
+
+#[test]
+fn cargo_repository_is_read_from_the_package_or_the_workspace() {
+    let ws = "[workspace.package]\nrepository = \"https://a.example/x\"\n[package]\nrepository.workspace = true\n";
+    assert_eq!(cargo_repository(ws).as_deref(), Some("https://a.example/x"));
+    let pkg = "[package]\nname = \"dxdp\"\nrepository=\"https://b.example/y\" # comment\n";
+    assert_eq!(
+        cargo_repository(pkg).as_deref(),
+        Some("https://b.example/y")
+    );
+    // Another table's `repository` is not the project's.
+    let dep =
+        "[package]\nname = \"dxdp\"\n[dependencies.foo]\nrepository = \"https://c.example\"\n";
+    assert_eq!(cargo_repository(dep), None);
+}
+
+/// build.sh, copied into a tree whose Cargo.toml sets the workspace's `repository` (the form
+/// dxdp's manifest would use), labels the image with it as the OCI source.
+fn source_label_follows_the_manifest(prefix: &str, undo: &mut Undo) {
+    const URL: &str = "https://example.org/dxdp-test/dxdp";
+    let tree = tempdir("source-label");
+    let container = tree.path.join("packaging/container");
+    std::fs::create_dir_all(&container).unwrap();
+    for file in ["build.sh", "Dockerfile"] {
+        std::fs::copy(
+            Path::new(REPO).join("packaging/container").join(file),
+            container.join(file),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        tree.path.join("Cargo.toml"),
+        format!(
+            "[workspace.package]\nversion = \"0.1.0\"\nrepository = \"{URL}\"\n\n[package]\n\
+             name = \"dxdp\"\nrepository.workspace = true\n"
+        ),
+    )
+    .unwrap();
+    let tag = format!("{prefix}-source:local");
+    {
+        let tag = tag.clone();
+        undo.push("source-labelled image", move || {
+            quietly(&[DOCKER, "image", "rm", &tag])
+        });
+    }
+    let build = container.join("build.sh");
+    must(&[build.to_str().unwrap(), "--binary", DXDP, "--tag", &tag]);
+    let source = must(&[
+        DOCKER,
+        "image",
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"org.opencontainers.image.source\"}}",
+        &tag,
+    ]);
+    assert_eq!(source.trim(), URL);
 }
 
 // ---------------------------------------------------------------------------------------------

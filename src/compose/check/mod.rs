@@ -11,7 +11,7 @@ use crate::rules::{
     keys::{ENABLE, GROUP, KEYS, NETWORK, PEERS, PREFIX},
 };
 
-use super::model::{ComposeFile, Service};
+use super::model::{At, ComposeFile, Service};
 use networks::{Net, attachment, resolve_wanted};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
@@ -37,6 +37,9 @@ pub struct Problem {
     pub service: Option<String>,
     pub key: Option<String>,
     pub message: String,
+    /// Where the label `key` is written, else the service's name; `None` only for a file built
+    /// by hand, or one the parser could not place.
+    pub at: Option<At>,
 }
 
 /// `service S: label K: MESSAGE`, on one line whatever the names hold: a YAML key may contain
@@ -155,6 +158,11 @@ pub fn check(file: &ComposeFile, options: &CheckOptions) -> Vec<Problem> {
     }
 
     let mut problems = out.0;
+    for p in &mut problems {
+        if let Some(service) = &p.service {
+            p.at = file.at(service, p.key.as_deref());
+        }
+    }
     problems.sort_by(|x, y| {
         (&x.service, &x.key, x.severity, &x.message)
             .cmp(&(&y.service, &y.key, y.severity, &y.message))
@@ -173,6 +181,8 @@ impl Out {
             service: Some(service.to_owned()),
             key: key.map(str::to_owned),
             message,
+            // Filled in by `check`, which has the file.
+            at: None,
         });
     }
     fn error(&mut self, service: &str, key: Option<&str>, message: String) {
@@ -251,7 +261,8 @@ impl<'a> Info<'a> {
         let name = self.name;
         let mut ours: HashMap<String, String> = HashMap::new();
         let mut repeated = BTreeSet::new();
-        for (key, value) in svc.labels.iter().flat_map(|l| &l.0) {
+        for label in svc.labels.iter().flat_map(|l| &l.0) {
+            let (key, value) = (&label.key, &label.value);
             if key.starts_with(PREFIX) {
                 if ours.insert(key.clone(), value.to_text()).is_some() {
                     repeated.insert(key.as_str());
@@ -542,6 +553,8 @@ fn check_pair(a: &Info, b: &Info, key: &str, out: &mut Out) {
     }
 }
 
+#[cfg(test)]
+mod at_tests;
 mod networks;
 #[cfg(test)]
 mod tests;

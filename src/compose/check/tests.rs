@@ -51,12 +51,16 @@ fn group_pair_in_both_label_forms_is_clean() {
 
 #[test]
 fn model_built_by_hand() {
-    use super::super::model::{Labels, Service};
+    use super::super::model::{Label, Labels, Service};
     let svc = |labels: &[(&str, &str)]| Service {
         labels: Some(Labels(
             labels
                 .iter()
-                .map(|(k, v)| ((*k).to_owned(), Scalar::Text((*v).to_owned())))
+                .map(|(k, v)| Label {
+                    key: (*k).to_owned(),
+                    value: Scalar::Text((*v).to_owned()),
+                    at: None,
+                })
                 .collect(),
         )),
         ..Service::default()
@@ -74,7 +78,9 @@ fn model_built_by_hand() {
         .unwrap()
         .insert("b".to_owned(), svc(&[(ENABLE, "false")]));
     let p = check(&file, &CheckOptions::default());
-    assert_one(&p, Severity::Warning, "opts out with dxdp.enable=false");
+    let p = assert_one(&p, Severity::Warning, "opts out with dxdp.enable=false");
+    // Nothing was parsed, so there is no place to name.
+    assert_eq!(p.at, None);
 }
 
 #[test]

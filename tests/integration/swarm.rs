@@ -1,0 +1,329 @@
+//! packaging/swarm/dxdp-stack.yml deployed as its README says, on a one-node swarm of the
+//! host's dockerd: the global dxdp service runs and links a labeled pair of containers.
+//!
+//! The test makes the swarm itself (`docker swarm init` on 127.0.0.1) and leaves it at the end,
+//! with what swarm mode made (the `ingress` network, and `docker_gwbridge`, which `swarm leave`
+//! keeps). A dockerd that is in a swarm already is someone else's: the test does not run there
+//! (it fails under CI=true, as any test that cannot run). Everything is undone by guards, in
+//! reverse order, also when an assertion fails: the stack, the containers and the network, the
+//! pin directory, the shared bpffs mount, the swarm.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    DOCKER, DXDP, Run, Status, World, can_run, docker_ok, link_between, quietly, require_docker,
+    run_for, try_run, wait_until,
+};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const STACK_FILE: &str = "packaging/swarm/dxdp-stack.yml";
+/// The image the stack file names, built by packaging/container/build.sh.
+const STACK_IMAGE: &str = "dxdp:local";
+const BPFFS: &str = "/sys/fs/bpf";
+/// Made by swarm mode: `ingress` by `swarm init`, `docker_gwbridge` with the first task.
+const SWARM_NETWORKS: [&str; 2] = ["ingress", "docker_gwbridge"];
+
+/// `docker ARGS…` within 60 s; `None` if it could not run or overran. Never panics: the guards
+/// below call it from `drop`, also while a failed assertion unwinds.
+fn docker(args: &[&str]) -> Option<Run> {
+    let mut argv = vec![DOCKER];
+    argv.extend_from_slice(args);
+    match try_run(&argv, Duration::from_secs(60)) {
+        Ok(run) => Some(run),
+        Err(e) => {
+            eprintln!("{e}");
+            None
+        }
+    }
+}
+
+/// `docker info`'s swarm state: `inactive`, `pending`, `active`, `error` or `locked`; empty if
+/// dockerd did not answer.
+fn swarm_state() -> String {
+    docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
+        .map(|run| run.stdout.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn network_exists(name: &str) -> bool {
+    docker(&["network", "inspect", name]).is_some_and(|run| run.success())
+}
+
+/// A swarm this test initialized; left on drop (or by [`Swarm::leave`]), taking with it what
+/// swarm mode made: `docker_gwbridge` is removed unless it was there before.
+struct Swarm {
+    gwbridge_was_there: bool,
+    left: bool,
+}
+
+impl Swarm {
+    #[track_caller]
+    fn init() -> Self {
+        let swarm = Self {
+            gwbridge_was_there: network_exists("docker_gwbridge"),
+            left: false,
+        };
+        // Loopback only: a one-node swarm needs no reachable address, and nothing outside this
+        // host gets a port 2377 to talk to.
+        docker_ok(&[
+            "swarm",
+            "init",
+            "--advertise-addr",
+            "127.0.0.1",
+            "--listen-addr",
+            "127.0.0.1:2377",
+        ]);
+        swarm
+    }
+
+    /// Leaves the swarm and removes `docker_gwbridge` if swarm mode made it; what failed, if
+    /// anything.
+    fn leave(&mut self) -> Result<(), String> {
+        if self.left {
+            return Ok(());
+        }
+        self.left = true;
+        let left = docker(&["swarm", "leave", "--force"]);
+        if swarm_state() != "inactive" {
+            return Err(match left {
+                Some(run) => format!("cannot leave the swarm: {run}"),
+                None => "cannot leave the swarm".to_owned(),
+            });
+        }
+        if self.gwbridge_was_there {
+            return Ok(());
+        }
+        // The ingress sandbox may still hold the bridge for a moment after the leave.
+        let mut last = None;
+        let removed = wait_until(Duration::from_secs(20), || {
+            if !network_exists("docker_gwbridge") {
+                return true;
+            }
+            let run = docker(&["network", "rm", "docker_gwbridge"]);
+            let done = run.as_ref().is_some_and(Run::success);
+            last = run;
+            done
+        });
+        match (removed, last) {
+            (true, _) => Ok(()),
+            (false, Some(run)) => Err(format!("cannot remove docker_gwbridge: {run}")),
+            (false, None) => Err("docker_gwbridge stayed".to_owned()),
+        }
+    }
+}
+
+impl Drop for Swarm {
+    fn drop(&mut self) {
+        if let Err(e) = self.leave() {
+            eprintln!("cleanup: {e}");
+        }
+    }
+}
+
+/// `mount --make-shared /sys/fs/bpf` when it is not (the stack's `rslave` bind needs it, as
+/// the README says); made private again on drop.
+struct SharedBpffs {
+    changed: bool,
+}
+
+impl SharedBpffs {
+    #[track_caller]
+    fn ensure() -> Self {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let line = mountinfo
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some(BPFFS))
+            .expect("bpffs in mountinfo");
+        if line.contains(" shared:") {
+            return Self { changed: false };
+        }
+        run_for(&["mount", "--make-shared", BPFFS], Duration::from_secs(20)).assert_success();
+        Self { changed: true }
+    }
+}
+
+impl Drop for SharedBpffs {
+    fn drop(&mut self) {
+        if self.changed {
+            quietly(&["mount", "--make-private", BPFFS]);
+        }
+    }
+}
+
+/// A deployed stack: `docker stack rm` on drop, then a bounded wait until its containers are
+/// gone (the removal is asynchronous, and the swarm must not be left under a running task).
+struct Stack {
+    name: String,
+}
+
+impl Stack {
+    /// `docker stack deploy --resolve-image never -c packaging/swarm/dxdp-stack.yml NAME`, as
+    /// the stack's README says, with the watch's pin directory set through the stack file's
+    /// `DXDP_PIN_DIR` variable.
+    #[track_caller]
+    fn deploy(name: &str, pin_dir: &str) -> Self {
+        let file = format!("{REPO}/{STACK_FILE}");
+        let pin_env = format!("DXDP_PIN_DIR={pin_dir}");
+        let stack = Self {
+            name: name.to_owned(),
+        };
+        run_for(
+            &[
+                "env",
+                &pin_env,
+                DOCKER,
+                "stack",
+                "deploy",
+                "--resolve-image",
+                "never",
+                "-c",
+                &file,
+                name,
+            ],
+            Duration::from_secs(60),
+        )
+        .assert_success();
+        stack
+    }
+
+    fn label(&self) -> String {
+        format!("label=com.docker.stack.namespace={}", self.name)
+    }
+
+    /// IDs of the stack's running containers.
+    fn running(&self) -> Vec<String> {
+        docker_ok(&["ps", "-q", "--filter", &self.label()])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `docker service ps` and the service's log, for a failure message.
+    fn diagnostics(&self) -> String {
+        let service = format!("{}_dxdp", self.name);
+        let shown = |run: Option<Run>| run.map(|r| r.to_string()).unwrap_or_default();
+        let ps = shown(docker(&["service", "ps", "--no-trunc", &service]));
+        let logs = shown(docker(&["service", "logs", "--raw", &service]));
+        format!("{ps}\n{logs}")
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        quietly(&[DOCKER, "stack", "rm", &self.name]);
+        let gone = wait_until(Duration::from_secs(60), || {
+            docker(&["ps", "-aq", "--filter", &self.label()])
+                .is_some_and(|run| run.success() && run.stdout.trim().is_empty())
+        });
+        if !gone {
+            eprintln!("cleanup: containers of stack {} still there", self.name);
+        }
+    }
+}
+
+/// The stack file deployed on a fresh one-node swarm runs `dxdp watch` as a global service, and
+/// that watch links two labeled containers in the pin directory the stack gives it; afterwards
+/// the host's dockerd is in no swarm and has no `ingress` nor (unless it was there before)
+/// `docker_gwbridge` network.
+#[test]
+fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
+    if !require_docker() {
+        return;
+    }
+    let state = swarm_state();
+    let mut problems = Vec::new();
+    if state != "inactive" {
+        problems.push(format!(
+            "the host's dockerd is in a swarm already (state {state}); this test makes a swarm of \
+             its own and leaves it, so it does not run in one it did not make: run it where \
+             `docker info --format '{{{{.Swarm.LocalNodeState}}}}'` says inactive (`docker swarm \
+             leave --force` if that swarm is yours to end)"
+        ));
+    } else if docker_ok(&["info", "--format", "{{.LiveRestoreEnabled}}"]) == "true" {
+        problems.push(
+            "dockerd runs with live-restore, which swarm mode refuses; run this test on a \
+             dockerd without it"
+                .to_owned(),
+        );
+    }
+    if !can_run(problems) {
+        return;
+    }
+    let started = Instant::now();
+
+    // The image the stack names, with the binary under test, built as the README says.
+    let build = format!("{REPO}/packaging/container/build.sh");
+    run_for(
+        &[&build, "--binary", DXDP, "--tag", STACK_IMAGE],
+        Duration::from_secs(180),
+    )
+    .assert_success();
+
+    // Dropped in reverse: stack, world (containers, network, pin directory), bpffs, swarm.
+    let mut swarm = Swarm::init();
+    let bpffs = SharedBpffs::ensure();
+    let mut world = World::shared();
+    let pin_dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
+    let stack = Stack::deploy(&format!("{}-stack", world.prefix), &pin_dir);
+
+    let running = wait_until(Duration::from_secs(60), || !stack.running().is_empty());
+    assert!(
+        running,
+        "the stack's dxdp task did not run within 60 s:\n{}",
+        stack.diagnostics()
+    );
+    let env = docker_ok(&["inspect", "-f", "{{json .Config.Env}}", &stack.running()[0]]);
+    assert!(
+        env.contains(&format!("\"DXDP_PIN_DIR={pin_dir}\"")),
+        "the task's environment: {env}"
+    );
+
+    // A labeled pair on a bridge network of the test's own, started by plain `docker run`.
+    let net = world.network("net", &[]);
+    let group = format!("dxdp.group={}", world.prefix);
+    let labels = ["--network", &net, "-l", "dxdp.enable=true", "-l", &group];
+    let a = world.run("a", &labels, &[]);
+    let b = world.run("b", &labels, &[]);
+    // The watch makes the pin directory when it first needs it: until then, no status.
+    let status = || -> Option<Status> {
+        let run = world.dxdp.run(&["status", "--json"]);
+        run.success()
+            .then(|| serde_json::from_str(&run.stdout).ok())
+            .flatten()
+    };
+    let linked = wait_until(Duration::from_secs(30), || {
+        status().is_some_and(|s| link_between(&s, &a, &b).is_some_and(|l| l.origin == "watch"))
+    });
+    assert!(
+        linked,
+        "no watch link between {a} and {b} in {pin_dir} within 30 s: {:#?}\n{}",
+        world.dxdp.status(),
+        stack.diagnostics()
+    );
+    let link = link_between(&world.dxdp.status(), &a, &b).cloned().unwrap();
+    assert_eq!(
+        (link.network.as_str(), link.datapath.as_str()),
+        (net.as_str(), "tc")
+    );
+
+    // Undone in order, then checked: the host's dockerd is as the test found it.
+    drop(stack);
+    drop(world);
+    drop(bpffs);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(swarm_state(), "inactive");
+    for network in SWARM_NETWORKS {
+        if network == "docker_gwbridge" && swarm.gwbridge_was_there {
+            continue;
+        }
+        assert!(
+            !network_exists(network),
+            "{network} is still there after the swarm was left"
+        );
+    }
+    assert!(
+        !std::path::Path::new(&pin_dir).exists(),
+        "{pin_dir} is still there"
+    );
+    eprintln!("swarm stack test took {:?}", started.elapsed());
+}
