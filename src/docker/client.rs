@@ -126,25 +126,18 @@ impl Docker {
             .map(|event| Ok(event_of(event?)))
     }
 
-    /// Every running container, inspected.
+    /// Every running container, inspected (those gone between the list and their inspect are
+    /// left out: the next event brings them up to date).
     pub async fn running(&self) -> Result<Vec<Container>> {
-        let options = ListContainersOptionsBuilder::new().all(false).build();
-        let summaries = self
-            .client
-            .list_containers(Some(options))
-            .await
-            .context("cannot list containers")?;
+        let ids: Vec<String> = self
+            .running_fingerprints()
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
         let mut networks = NetworkCache::default();
-        let mut out = Vec::new();
-        for id in summaries.into_iter().filter_map(|s| s.id) {
-            match self.client.inspect_container(&id, None).await {
-                Ok(inspect) => out.push(self.to_container(inspect, &mut networks).await?),
-                // Gone between list and inspect: the next event brings it up to date.
-                Err(e) if not_found(&e) => {}
-                Err(e) => return Err(e).context(format!("cannot inspect container {id}")),
-            }
-        }
-        Ok(out)
+        let inspected = self.inspect_many(&ids, &mut networks).await?;
+        Ok(inspected.into_iter().flatten().collect())
     }
 
     /// The running containers as one list call gives them: each ID with a fingerprint of what
