@@ -191,6 +191,13 @@ pub struct Unlocked {
     identity: Vec<(std::ffi::OsString, u64)>,
 }
 
+/// Takes the pin directory's lock, waiting for another `dxdp` process to let it go.
+fn lock_exclusive(dir: File, root: &Path) -> Result<Flock<File>> {
+    Flock::lock(dir, FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("cannot lock {}", root.display()))
+}
+
 /// Each pinned map's name and inode.
 fn map_identity(pins: &Pins) -> Vec<(std::ffi::OsString, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -211,9 +218,7 @@ impl Unlocked {
         let Ok(dir) = File::open(&root) else {
             return Datapath::open(&root, capacity);
         };
-        let lock = Flock::lock(dir, FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .with_context(|| format!("cannot lock {}", root.display()))?;
+        let lock = lock_exclusive(dir, &root)?;
         if map_identity(&self.pins) != self.identity {
             drop(lock);
             return Datapath::open(&root, capacity);
@@ -242,9 +247,7 @@ impl Datapath {
         let pins = Pins::new(root);
         pins.prepare()?;
         let dir = File::open(root).with_context(|| format!("cannot open {}", root.display()))?;
-        let lock = Flock::lock(dir, FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .with_context(|| format!("cannot lock {}", root.display()))?;
+        let lock = lock_exclusive(dir, root)?;
         state::check_abi(&pins)?;
         let mut loader = EbpfLoader::new();
         loader.default_map_pin_directory(pins.maps());

@@ -113,10 +113,6 @@ impl Inventory {
         self.containers.values().map(|held| &held.container)
     }
 
-    pub fn contains(&self, id: &str) -> bool {
-        self.containers.contains_key(id)
-    }
-
     /// Container inspects made so far.
     pub fn inspections(&self) -> u64 {
         self.inspections

@@ -191,14 +191,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                         // A burst (compose up) becomes one reconcile, about all it names.
                         while let Some(Some(Ok(more))) = events.next().now_or_never() {
                             if let Some(also) = scope_of(&more, &mut watcher) {
-                                match also {
-                                    Which::All => which = Which::All,
-                                    Which::Containers(ids) => {
-                                        for id in ids {
-                                            which.add(Some(&id));
-                                        }
-                                    }
-                                }
+                                which.merge(also);
                             }
                         }
                         let outcome = watcher.reconcile(&docker, which).await;
@@ -277,9 +270,7 @@ fn scope_of(event: &Event, watcher: &mut Watcher) -> Option<Which> {
     {
         watcher.network_removed(network);
     }
-    let mut which = Which::Containers(Default::default());
-    which.add(event.container.as_deref());
-    Some(which)
+    Some(Which::about(event.container.as_deref()))
 }
 
 async fn finish(

@@ -52,12 +52,18 @@ pub(super) enum Which {
 }
 
 impl Which {
-    /// Adds what another event is about.
-    pub(super) fn add(&mut self, container: Option<&str>) {
-        match (&mut *self, container) {
-            (Which::Containers(ids), Some(id)) => {
-                ids.insert(id.to_owned());
-            }
+    /// A pass about the container an event names, or a whole one if it names none.
+    pub(super) fn about(container: Option<&str>) -> Self {
+        match container {
+            Some(id) => Which::Containers(BTreeSet::from([id.to_owned()])),
+            None => Which::All,
+        }
+    }
+
+    /// Widens this pass to cover another event's too.
+    pub(super) fn merge(&mut self, other: Which) {
+        match (&mut *self, other) {
+            (Which::Containers(ids), Which::Containers(more)) => ids.extend(more),
             _ => *self = Which::All,
         }
     }
@@ -469,4 +475,23 @@ fn permission_denied(err: &anyhow::Error) -> bool {
             .downcast_ref::<std::io::Error>()
             .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_about_every_container_it_names_or_everything() {
+        let mut which = Which::about(Some("a"));
+        which.merge(Which::about(Some("b")));
+        assert_eq!(
+            which,
+            Which::Containers(BTreeSet::from(["a".to_owned(), "b".to_owned()]))
+        );
+        which.merge(Which::about(None));
+        assert_eq!(which, Which::All);
+        which.merge(Which::about(Some("c")));
+        assert_eq!(which, Which::All);
+    }
 }
