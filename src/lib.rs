@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod plan;
+pub mod rcu;
 pub mod reconcile;
 mod rules;
 pub mod sd_notify;

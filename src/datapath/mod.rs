@@ -429,7 +429,12 @@ impl Datapath {
     /// between writing a link into the maps and pinning an attachment leaves a link that the
     /// maps list but that one side (or neither) redirects; [`Datapath::install`] completes it.
     pub fn attachments_pinned(&self, kind: Kind, x: u32, y: u32) -> bool {
-        [x, y].iter().all(|i| self.pins.link(kind, *i).exists())
+        self.attachment_pinned(kind, x) && self.attachment_pinned(kind, y)
+    }
+
+    /// Whether this veth holds its pinned attachment of `kind`.
+    pub fn attachment_pinned(&self, kind: Kind, ifindex: u32) -> bool {
+        self.pins.link(kind, ifindex).exists()
     }
 
     pub fn counters(&mut self, ifindex: u32) -> Result<Option<InterfaceCounters>> {

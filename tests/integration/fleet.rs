@@ -4,7 +4,8 @@
 //! - [`link_up_and_reconcile_time_as_the_fleet_grows`] is the benchmark: a fleet of labeled
 //!   containers in groups of five (two links per container) at 10, then 200 (and 500 with
 //!   `DXDP_SOAK=1`; `DXDP_FLEET_SIZES=10,50` chooses, `DXDP_FLEET_ROUNDS` the rounds). Per size
-//!   it times the first and the steady reconcile of a `dxdp watch --once` process, a running
+//!   it times the first reconcile of a `dxdp watch --once` process (alternately with and
+//!   without `--expedite-rcu`, the kernel's switch otherwise off) and its steady one, a running
 //!   watch's resync (from its own metrics), and, under a running watch that only events drive,
 //!   `docker run` returning → the new link active in the pinned maps (link-up) and `docker rm
 //!   -f` returning → the link gone (link-down). It prints a table with the issue's goals beside
@@ -29,9 +30,10 @@ use std::{
 use serde_json::json;
 
 use crate::support::{
-    DXDP, DockerProxy, Dxdp, IMAGE, LiveMaps, PinDir, Rng, Spec, Watch, World, actual, converge,
-    converge_within, expected, free_port, link_between, next_id, pick, pinned_state_problems,
-    require_docker, run_for, scrape_metrics, settled_rss, soak, start_all, wait_until, watch_once,
+    DXDP, DockerProxy, Dxdp, IMAGE, LiveMaps, PinDir, RcuSwitchGuard, Rng, Spec, Watch, World,
+    actual, converge, converge_within, expected, free_port, link_between, next_id, pick,
+    pinned_state_problems, rcu_expedited, require_docker, run_for, scrape_metrics, settled_rss,
+    soak, start_all, wait_until, watch_once, watch_once_with,
 };
 
 /// The issue's goals, printed beside the figures (never asserted, but the soak's memory).
@@ -167,6 +169,8 @@ struct Row {
     links: usize,
     started_in: Duration,
     first: Vec<Duration>,
+    /// First reconciles with `--expedite-rcu`.
+    expedited: Vec<Duration>,
     steady: Vec<Duration>,
     resync: Vec<Duration>,
     up: Vec<Duration>,
@@ -187,6 +191,8 @@ impl Row {
             "containers_started_secs": self.started_in.as_secs_f64(),
             "first_reconcile_ms": all(&self.first),
             "first_reconcile_median_ms": ms(median(&self.first)),
+            "first_reconcile_expedited_ms": all(&self.expedited),
+            "first_reconcile_expedited_median_ms": ms(median(&self.expedited)),
             "steady_reconcile_ms": all(&self.steady),
             "steady_reconcile_median_ms": ms(median(&self.steady)),
             "steady_resync_ms": all(&self.resync),
@@ -209,20 +215,23 @@ impl Row {
 fn table(rows: &[Row], rounds: usize) -> String {
     let load = |l: [f64; 3]| format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2]);
     let mut out = format!(
-        "| containers / links | first reconcile | steady reconcile | steady resync | link-up p50 \
-         | link-up p95 | link-down p50 | watch RSS | watch idle CPU | load before → after |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n\
-         | goal | {GOAL_FIRST} | | {GOAL_RESYNC} | {GOAL_UP_P50} | {GOAL_UP_P95} | | {GOAL_RSS} \
-         | {GOAL_IDLE} | |\n"
+        "| containers / links | first reconcile | first, --expedite-rcu | steady reconcile \
+         | steady resync | link-up p50 | link-up p95 | link-down p50 | watch RSS | watch idle CPU \
+         | load before → after |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n\
+         | goal | {GOAL_FIRST} | {GOAL_FIRST} | | {GOAL_RESYNC} | {GOAL_UP_P50} | {GOAL_UP_P95} | \
+         | {GOAL_RSS} | {GOAL_IDLE} | |\n"
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} / {} | {} (n={}) | {} (n={}) | {} (n={}) | {} | {} | {} | {:.1} MB | {:.1} % \
-             | {} → {} |\n",
+            "| {} / {} | {} (n={}) | {} (n={}) | {} (n={}) | {} (n={}) | {} | {} | {} | {:.1} MB \
+             | {:.1} % | {} → {} |\n",
             r.containers,
             r.links,
             shown(median(&r.first)),
             r.first.len(),
+            shown(median(&r.expedited)),
+            r.expedited.len(),
             shown(median(&r.steady)),
             r.steady.len(),
             shown(median(&r.resync)),
@@ -238,7 +247,8 @@ fn table(rows: &[Row], rounds: usize) -> String {
     }
     out.push_str(&format!(
         "(medians. first and steady reconcile: a `dxdp watch --once` process, on a fresh pin \
-         directory, then again; steady resync: a running watch's periodic reconcile over the idle \
+         directory, then again; first with --expedite-rcu: the same, alternating with the first \
+         without, the kernel's RCU switch off otherwise; steady resync: a running watch's periodic reconcile over the idle \
          fleet, as its metrics report it; link-up: `docker run -d` returning → link active in \
          the pinned maps; link-down: `docker rm -f` returning → link gone; {rounds} rounds each)\n"
     ));
@@ -338,28 +348,38 @@ fn clean(pins: PinDir) -> Duration {
     took
 }
 
-/// BPF links on the host, any tool's (`bpftool link show`).
-fn bpf_links() -> usize {
-    crate::support::bpftool(&["link", "show"])
-        .as_array()
-        .map_or(0, Vec::len)
+/// BPF links and programs on the host, any tool's (`bpftool link show`, `bpftool prog show`).
+fn bpf_objects() -> (usize, usize) {
+    let count = |what: &str| {
+        crate::support::bpftool(&[what, "show"])
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    (count("link"), count("prog"))
 }
 
-/// Waits (at most 60 s) until the host holds no more BPF links than `base`. A cleanup unpins
-/// its links at once, but the kernel releases each from a workqueue, and each release waits
-/// for an RCU grace period holding rtnl: a first reconcile right after one would wait behind
-/// them for every netlink dump and attachment, and be charged for the previous one's teardown.
-fn settle(base: usize) {
+/// Waits (at most 60 s) until the host holds no more BPF links and programs than `base`. A
+/// cleanup unpins its links at once, but the kernel releases each from a workqueue, and each
+/// release waits for an RCU grace period holding rtnl: a first reconcile right after one would
+/// wait behind them for every netlink dump and attachment, and be charged for the previous
+/// one's teardown. A link leaves `bpftool link show` before its release waits; its program
+/// goes only after, so the programs are what tells that the releases are done.
+fn settle(base: (usize, usize)) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut settled = bpf_links() <= base;
-    while !settled && Instant::now() < deadline {
+    let held = |(links, progs): (usize, usize)| links > base.0 || progs > base.1;
+    let mut now = bpf_objects();
+    while held(now) && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(100));
-        settled = bpf_links() <= base;
+        now = bpf_objects();
     }
     assert!(
-        settled,
-        "{} BPF links still held 60 s after a cleanup (at most {base} expected)",
-        bpf_links()
+        !held(now),
+        "{} BPF links and {} programs still held 60 s after a cleanup (at most {} and {} \
+         expected)",
+        now.0,
+        now.1,
+        base.0,
+        base.1
     );
 }
 
@@ -373,21 +393,29 @@ fn measure(world: &mut World, net: &str, specs: &[Spec], rounds: usize) -> Row {
     // Reconciles by `watch --once`. A first reconcile needs a pin directory nobody has linked
     // through: the previous one is cleaned up first (its programs would be foreign to the next
     // one's).
-    let (mut first, mut steady) = (Vec::new(), Vec::new());
+    // First reconciles with and without `--expedite-rcu` alternate, each on a fresh directory.
+    let (mut first, mut expedited, mut steady) = (Vec::new(), Vec::new(), Vec::new());
     let mut pins: Option<PinDir> = None;
     let mut cleanups = Duration::ZERO;
-    let links_before = bpf_links();
+    let objects_before = bpf_objects();
     for _ in 0..FIRST_RECONCILES {
-        if let Some(done) = pins.take() {
-            cleanups += clean(done);
+        for expedite in [false, true] {
+            if let Some(done) = pins.take() {
+                cleanups += clean(done);
+            }
+            settle(objects_before);
+            let dir = PinDir::new(next_id());
+            if expedite {
+                expedited.push(watch_once_with(world, &dir.path, &["--expedite-rcu"]).0);
+                assert_eq!(rcu_expedited(), 0, "--expedite-rcu left the RCU switch on");
+            } else {
+                first.push(watch_once(world, &dir.path));
+                for _ in 0..STEADY_PER_FIRST {
+                    steady.push(watch_once(world, &dir.path));
+                }
+            }
+            pins = Some(dir);
         }
-        settle(links_before);
-        let dir = PinDir::new(next_id());
-        first.push(watch_once(world, &dir.path));
-        for _ in 0..STEADY_PER_FIRST {
-            steady.push(watch_once(world, &dir.path));
-        }
-        pins = Some(dir);
     }
     let pins = pins.expect("a pin directory");
     let dxdp = Dxdp {
@@ -401,7 +429,8 @@ fn measure(world: &mut World, net: &str, specs: &[Spec], rounds: usize) -> Row {
     let resync = resyncs(&dxdp, &host, RESYNC_SAMPLES);
     let resyncs_took = started.elapsed() - reconciles_took;
     eprintln!(
-        "fleet: {n} containers: first reconcile {first:?}, steady {steady:?} (with {cleanups:?} \
+        "fleet: {n} containers: first reconcile {first:?}, with --expedite-rcu {expedited:?}, \
+         steady {steady:?} (with {cleanups:?} \
          of cleanups, {reconciles_took:?} in all); the running watch's resyncs {resync:?} \
          ({resyncs_took:?})"
     );
@@ -504,6 +533,7 @@ fn measure(world: &mut World, net: &str, specs: &[Spec], rounds: usize) -> Row {
         links: want.len(),
         started_in: Duration::ZERO,
         first,
+        expedited,
         steady,
         resync,
         up,
@@ -531,6 +561,8 @@ fn link_up_and_reconcile_time_as_the_fleet_grows() {
     let test_started = Instant::now();
     let (sizes, rounds) = (sizes(), rounds());
     let json_path = std::env::var_os("DXDP_FLEET_JSON");
+    // The default first reconcile is measured with the kernel's default: the switch off.
+    let _switch = RcuSwitchGuard::set(0);
     let mut world = World::private();
     let mut nets: Vec<String> = Vec::new();
     let mut specs: Vec<Spec> = Vec::new();

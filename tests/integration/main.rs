@@ -32,9 +32,11 @@ mod docker;
 mod firewall;
 // The control plane at fleet scale (a private dockerd with up to 200 containers, 500 in the soak).
 mod fleet;
+// `watch --expedite-rcu`: the host's RCU expedite switch, on only while a pass attaches.
 mod monitoring;
 mod operations;
 mod packaging;
+mod rcu_expedite;
 // Root and rootful Podman (its API socket beside dockerd): the binary on Podman containers.
 mod podman;
 mod reliability;

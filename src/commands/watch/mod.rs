@@ -28,6 +28,7 @@ use crate::{
     datapath::{Capacity, Datapath, Origin},
     docker::{Docker, Event},
     metrics::{self, Metrics},
+    rcu,
     sd_notify::Notifier,
 };
 use pass::{Outcome, Watcher, Which};
@@ -67,6 +68,21 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut backoff = Duration::from_secs(1);
     info!(pin_dir = %pin_dir.display(), resync_secs = args.resync, "dxdp watch starting");
+    let switch = rcu::Switch::host();
+    if args.expedite_rcu {
+        switch.check()?;
+    }
+    // A watch killed while it had the switch on left it on: put it back, with or without the
+    // flag this time.
+    match switch.recover() {
+        Ok(Some(holder)) => warn!(
+            pid = holder.pid,
+            "put /sys/kernel/rcu_expedited back to {}: a dxdp that turned it on died before it could",
+            holder.previous
+        ),
+        Ok(None) => {}
+        Err(err) => warn!("{err:#}"),
+    }
     let stats = Arc::new(Metrics::default());
     let _server = match args.metrics {
         Some(addr) => {
@@ -96,7 +112,12 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         Ok(())
     })
     .await??;
-    let mut watcher = Watcher::new(pin_dir.clone(), capacity, Arc::clone(&stats));
+    let mut watcher = Watcher::new(
+        pin_dir.clone(),
+        capacity,
+        args.expedite_rcu,
+        Arc::clone(&stats),
+    );
     let mut notify = if args.once {
         Notifier::disabled()
     } else {

@@ -36,6 +36,7 @@ use crate::{
     netlink,
     netns::NetnsPath,
     plan::{self, DesiredLink, Diagnostic, Level},
+    rcu,
     reconcile::{
         self, Scope, Wanted,
         live::{Live, Resolved},
@@ -85,6 +86,8 @@ struct Held {
 pub(super) struct Watcher {
     pub(super) pin_dir: PathBuf,
     pub(super) capacity: Capacity,
+    /// `--expedite-rcu`: expedited grace periods while a pass attaches ([`rcu`]).
+    expedite_rcu: bool,
     pub(super) stats: Arc<Metrics>,
     inventory: Inventory,
     held: Option<Held>,
@@ -101,10 +104,16 @@ pub(super) struct Outcome {
 const FRESH_EVERY: u64 = 10;
 
 impl Watcher {
-    pub(super) fn new(pin_dir: PathBuf, capacity: Capacity, stats: Arc<Metrics>) -> Self {
+    pub(super) fn new(
+        pin_dir: PathBuf,
+        capacity: Capacity,
+        expedite_rcu: bool,
+        stats: Arc<Metrics>,
+    ) -> Self {
         Self {
             pin_dir,
             capacity,
+            expedite_rcu,
             stats,
             inventory: Inventory::default(),
             held: Some(Held::default()),
@@ -177,11 +186,13 @@ impl Watcher {
         };
         let mut held = self.held.take().unwrap_or_default();
         let (pin_dir, capacity, which_now) = (self.pin_dir.clone(), self.capacity, which.clone());
+        let expedite_rcu = self.expedite_rcu;
         let (held, applied) = tokio::task::spawn_blocking(move || {
             let applied = apply(
                 &mut held,
                 &pin_dir,
                 capacity,
+                expedite_rcu,
                 &containers,
                 &links,
                 &which_now,
@@ -246,6 +257,7 @@ fn apply(
     held: &mut Held,
     pin_dir: &Path,
     capacity: Capacity,
+    expedite_rcu: bool,
     containers: &[Container],
     links: &BTreeSet<DesiredLink>,
     which: &Which,
@@ -385,7 +397,14 @@ fn apply(
         datapath,
         host: &host,
     };
+    let switch = rcu::Switch::host();
+    let expedited = if expedite_rcu {
+        expedite(&switch, &table.datapath, &wanted, &scope)
+    } else {
+        None
+    };
     let applied = reconcile::apply(&mut table, &wanted, &scope);
+    drop(expedited);
     held.datapath = Some(table.datapath.unlock());
     phases.mark("apply");
     phases.log();
@@ -427,6 +446,41 @@ fn apply(
         links: applied.links,
         unreadable,
     })
+}
+
+/// Expedited grace periods for this pass if it will attach a program to a veth that has none
+/// pinned ([`rcu`]); a pass that attaches nothing leaves the host's switch alone. Not being able
+/// to turn it on slows the pass down, and is logged, but does not stop it.
+fn expedite<'s>(
+    switch: &'s rcu::Switch,
+    datapath: &Datapath,
+    wanted: &[Wanted<Resolved>],
+    scope: &Scope,
+) -> Option<rcu::Expedited<'s>> {
+    let veths: BTreeSet<u32> = wanted
+        .iter()
+        .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
+        .flat_map(|w| [(w.kind, w.low_ifindex), (w.kind, w.high_ifindex)])
+        .filter(|&(kind, ifindex)| !datapath.attachment_pinned(kind, ifindex))
+        .map(|(_, ifindex)| ifindex)
+        .collect();
+    if veths.is_empty() {
+        return None;
+    }
+    match switch.expedite() {
+        Ok(expedited) => {
+            debug!(
+                veths = veths.len(),
+                ours = expedited.is_some(),
+                "expedited RCU grace periods for the attachments"
+            );
+            expedited
+        }
+        Err(err) => {
+            warn!("--expedite-rcu: {err:#}; attaching at the kernel's normal pace");
+            None
+        }
+    }
 }
 
 /// Hands the heap pages a pass freed back to the kernel. glibc keeps them for reuse, in an

@@ -15,7 +15,7 @@ use super::{
     dxdp::{DXDP, Dxdp, Status},
     host::host_veth,
     pinned::pinned_state_problems,
-    process::{run_for, wait_until},
+    process::{Run, run_for, wait_until},
     rng::Rng,
     watch::Watch,
     world::World,
@@ -293,18 +293,23 @@ pub fn settled_rss(watch: &Watch) -> u64 {
 /// everything; returns how long it took.
 #[track_caller]
 pub fn watch_once(world: &World, pin_dir: &Path) -> Duration {
+    watch_once_with(world, pin_dir, &[]).0
+}
+
+/// [`watch_once`] with more arguments for `watch`; returns how long it took and its output.
+#[track_caller]
+pub fn watch_once_with(world: &World, pin_dir: &Path, extra: &[&str]) -> (Duration, Run) {
     let env = format!(
         "DOCKER_HOST={}",
         world.docker_host().expect("a private dockerd")
     );
     let dir = pin_dir.to_string_lossy().into_owned();
+    let mut argv = vec!["env", &env, DXDP, "--pin-dir", &dir, "watch", "--once"];
+    argv.extend_from_slice(extra);
     let started = Instant::now();
-    let run = run_for(
-        &["env", &env, DXDP, "--pin-dir", &dir, "watch", "--once"],
-        Duration::from_secs(300),
-    );
+    let run = run_for(&argv, Duration::from_secs(300));
     let took = started.elapsed();
     assert!(run.success(), "{run}");
     assert!(!run.stderr.contains("cannot link"), "{run}");
-    took
+    (took, run)
 }

@@ -18,6 +18,7 @@
 //! - [`watch`]: a `dxdp watch` in the background;
 //! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
 //! - [`rng`]: seeded randomness and `DXDP_SOAK`;
+//! - [`rcu_switch`]: the kernel's RCU expedite switch, put back on drop, and sampled;
 //! - [`library`]: the dxdp library items the tests use, in one place.
 //!
 //! The items are re-exported here: areas `use crate::support::{…}`.
@@ -34,6 +35,7 @@ pub mod names;
 pub mod pinned;
 pub mod prereq;
 pub mod process;
+pub mod rcu_switch;
 pub mod rng;
 pub mod topology;
 pub mod traffic;
@@ -42,5 +44,6 @@ pub mod world;
 
 pub use self::{
     bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, guards::*, host::*, labeled::*, names::*,
-    pinned::*, prereq::*, process::*, rng::*, topology::*, traffic::*, watch::*, world::*,
+    pinned::*, prereq::*, process::*, rcu_switch::*, rng::*, topology::*, traffic::*, watch::*,
+    world::*,
 };
