@@ -70,7 +70,8 @@ impl Holder {
         format!("{} {} {}\n", self.pid, self.start_time, self.previous)
     }
 
-    fn alive(&self) -> bool {
+    /// Whether the process that wrote the marker still runs.
+    pub fn alive(&self) -> bool {
         start_time(self.pid) == Some(self.start_time)
     }
 }
@@ -194,6 +195,19 @@ impl Switch {
             switch: self,
             previous: holder.previous,
         }))
+    }
+
+    /// The dxdp that turned the switch on, if a readable marker says one did.
+    pub fn holder(&self) -> Option<Holder> {
+        Holder::parse(&fs::read_to_string(&self.marker).ok()?)
+    }
+
+    pub fn knob(&self) -> &Path {
+        &self.knob
+    }
+
+    pub fn marker(&self) -> &Path {
+        &self.marker
     }
 
     /// Puts the switch back for a dxdp that turned it on and died before it could: returns that

@@ -13,6 +13,7 @@ use crate::{
     firewall::Ruleset,
     netlink,
     netns::NetnsPath,
+    rcu,
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -58,7 +59,12 @@ struct Report<'c> {
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: DoctorArgs) -> Result<ExitCode> {
-    let mut checks = vec![kernel(), capabilities(), bpffs(pin_dir)];
+    let mut checks = vec![
+        kernel(),
+        capabilities(),
+        bpffs(pin_dir),
+        rcu(&rcu::Switch::host()),
+    ];
     let (docker, networks) = docker();
     checks.push(docker);
     checks.extend(firewall(&networks));
@@ -129,6 +135,62 @@ fn capabilities() -> Check {
             format!("missing capabilities: {}", missing.join(", ")),
             Some("run as root, or grant them (the systemd unit in packaging/ does)"),
         )
+    }
+}
+
+/// The kernel's RCU expedite switch, which decides how long a veth's first attachment waits,
+/// and whether a dxdp that turned it on (`watch --expedite-rcu`) died before putting it back.
+fn rcu(switch: &rcu::Switch) -> Check {
+    let knob = switch.knob().display();
+    let value = match switch.read() {
+        Ok(value) => value,
+        Err(e) => {
+            return check(
+                Verdict::Warn,
+                format!("RCU grace periods: {e:#}"),
+                Some("watch --expedite-rcu cannot be used here"),
+            );
+        }
+    };
+    match (value, switch.holder()) {
+        (0, _) => check(
+            Verdict::Ok,
+            format!(
+                "RCU grace periods normal ({knob} = 0): a veth's first attachment waits one \
+                 (about 12 ms); `watch --expedite-rcu` expedites them while it attaches"
+            ),
+            None,
+        ),
+        (_, Some(holder)) if holder.alive() => check(
+            Verdict::Ok,
+            format!(
+                "RCU grace periods expedited for now: dxdp pid {} is attaching \
+                 (watch --expedite-rcu) and puts {knob} back to {} after",
+                holder.pid, holder.previous
+            ),
+            None,
+        ),
+        (_, Some(holder)) => check(
+            Verdict::Warn,
+            format!(
+                "{knob} = {value}, left on by dxdp pid {} that died while attaching \
+                 (watch --expedite-rcu); every grace period on the host interrupts every CPU",
+                holder.pid
+            ),
+            Some(&format!(
+                "start `dxdp watch` (it puts the value back), or `echo {} > {knob}` and remove {}",
+                holder.previous,
+                switch.marker().display()
+            )),
+        ),
+        (_, None) => check(
+            Verdict::Ok,
+            format!(
+                "RCU grace periods expedited ({knob} = {value}, the host's setting): first \
+                 attachments are fast; dxdp leaves it as it is"
+            ),
+            None,
+        ),
     }
 }
 

@@ -127,6 +127,7 @@ fn doctor_reports_each_check_and_its_verdict() {
         "kernel",
         "capabilities",
         "bpffs mounted",
+        "RCU grace periods",
         "br_netfilter",
         "firewall:",
         "dockerd",

@@ -1,8 +1,8 @@
 //! `dxdp watch --expedite-rcu`: the kernel's host-wide RCU expedite switch
 //! (`/sys/kernel/rcu_expedited`), turned on only while a pass attaches programs and put back
 //! afterwards; a value the operator set left alone; a switch left on by a killed watch put back by
-//! the next one; a switch that cannot be turned refused at start. (How much it saves is the fleet
-//! benchmark's to show: `fleet::`.)
+//! the next one (and reported by `dxdp doctor` until then); a switch that cannot be turned refused
+//! at start. (How much it saves is the fleet benchmark's to show: `fleet::`.)
 
 use std::{path::Path, time::Duration};
 
@@ -97,12 +97,23 @@ fn a_switch_left_on_by_a_killed_watch_is_put_back() {
     std::fs::create_dir_all("/run/dxdp").expect("/run/dxdp");
     std::fs::write(RCU_MARKER, format!("{pid} 1 0\n")).expect("marker");
 
-    // The next watch puts it back as it starts, before it even reaches dockerd (this one has
-    // none to reach) and without --expedite-rcu.
+    // `dxdp doctor` tells the operator, and how to mend it.
     let pins = PinDir::new(next_id());
     let dxdp = Dxdp {
         pin_dir: pins.path.clone(),
     };
+    let doctor = dxdp.run(&["doctor"]);
+    assert!(
+        doctor.stdout.contains(&format!(
+            "[warn] {RCU_EXPEDITED} = 1, left on by dxdp pid {pid} that died"
+        )) && doctor
+            .stdout
+            .contains("start `dxdp watch` (it puts the value back)"),
+        "doctor does not report the switch left on: {doctor}"
+    );
+
+    // The next watch puts it back as it starts, before it even reaches dockerd (this one has
+    // none to reach) and without --expedite-rcu.
     let mut watch = Watch::start_with_env(
         &dxdp,
         &[],
@@ -122,6 +133,11 @@ fn a_switch_left_on_by_a_killed_watch_is_put_back() {
     assert!(
         log.contains(&format!("pid={pid}")) && log.contains("put /sys/kernel/rcu_expedited back"),
         "the watch did not say what it put back: {log}"
+    );
+    let doctor = dxdp.run(&["doctor"]);
+    assert!(
+        doctor.stdout.contains("[ ok ] RCU grace periods normal"),
+        "{doctor}"
     );
 }
 
