@@ -279,6 +279,17 @@ mod tests {
         Files { dir, switch }
     }
 
+    /// The marker of a watch that turned the switch on (from 0) and died.
+    fn dead_holder(f: &Files) -> Holder {
+        let dead = Holder {
+            pid: dead_pid(),
+            start_time: 1,
+            previous: 0,
+        };
+        fs::write(&f.switch.marker, dead.render()).expect("marker");
+        dead
+    }
+
     fn dead_pid() -> u32 {
         let mut child = std::process::Command::new("true").spawn().expect("true");
         let pid = child.id();
@@ -324,12 +335,7 @@ mod tests {
     #[test]
     fn a_dead_holders_switch_is_put_back() {
         let f = files("1\n");
-        let dead = Holder {
-            pid: dead_pid(),
-            start_time: 1,
-            previous: 0,
-        };
-        fs::write(&f.switch.marker, dead.render()).expect("marker");
+        let dead = dead_holder(&f);
         assert_eq!(f.switch.recover().expect("recover"), Some(dead));
         assert_eq!(f.switch.read().unwrap(), 0);
         assert!(!f.switch.marker.exists());
@@ -349,12 +355,7 @@ mod tests {
     #[test]
     fn a_switch_found_off_is_not_touched_by_recovery() {
         let f = files("0\n");
-        let dead = Holder {
-            pid: dead_pid(),
-            start_time: 1,
-            previous: 0,
-        };
-        fs::write(&f.switch.marker, dead.render()).expect("marker");
+        dead_holder(&f);
         assert!(f.switch.recover().expect("recover").is_some());
         assert_eq!(f.switch.read().unwrap(), 0);
         assert!(!f.switch.marker.exists());

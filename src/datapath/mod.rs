@@ -368,21 +368,36 @@ impl Datapath {
 
     /// Removes a link; an interface left without links loses its program and its fix-ups.
     pub fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<Option<LinkRecord>> {
-        let key = meta_key(low_ifindex, high_ifindex);
+        Ok(self.remove_links(&[(low_ifindex, high_ifindex)])?.pop())
+    }
+
+    /// Removes these links, given by their two host ifindexes, and the programs of the veths
+    /// left without one; returns the records of those that existed. Each removal reads the
+    /// whole links map, so many links go in one pass, not one pass each (that made `cleanup`
+    /// of 1000 links quadratic: 8 s).
+    pub fn remove_links(&mut self, pairs: &[(u32, u32)]) -> Result<Vec<LinkRecord>> {
+        let keys: Vec<LinkMetaKey> = pairs.iter().map(|&(x, y)| meta_key(x, y)).collect();
         let mut maps = state::Maps::new(&mut self.ebpf)?;
-        let record = maps.link_meta(&key)?.map(|m| to_record(&key, &m));
-        maps.remove_link(low_ifindex, high_ifindex)?;
+        let mut records = Vec::new();
+        for key in &keys {
+            if let Some(meta) = maps.link_meta(key)? {
+                records.push(to_record(key, &meta));
+            }
+        }
+        maps.remove_links(&keys)?;
         let in_use = maps.interfaces_in_use()?;
-        for ifindex in [low_ifindex, high_ifindex]
-            .into_iter()
+        let ends: std::collections::BTreeSet<u32> = keys
+            .iter()
+            .flat_map(|k| [k.low_ifindex, k.high_ifindex])
             .filter(|i| !in_use.contains(i))
-        {
+            .collect();
+        for ifindex in ends {
             self.release_interface(ifindex)?;
         }
-        if let Some(rec) = &record {
+        for rec in &records {
             info!(a = %rec.low_name, b = %rec.high_name, network = %rec.network, datapath = %rec.datapath, "link removed");
         }
-        Ok(record)
+        Ok(records)
     }
 
     fn release_interface(&mut self, ifindex: u32) -> Result<()> {
@@ -497,9 +512,11 @@ impl Datapath {
     /// Removes every link, program, fix-up and pin dxdp made under this root.
     pub fn purge(mut self) -> Result<usize> {
         let links = self.links()?;
-        for link in &links {
-            self.remove(link.low_ifindex, link.high_ifindex)?;
-        }
+        let pairs: Vec<(u32, u32)> = links
+            .iter()
+            .map(|l| (l.low_ifindex, l.high_ifindex))
+            .collect();
+        self.remove_links(&pairs)?;
         for (ifindex, _) in self.interfaces()? {
             self.release_interface(ifindex)?;
         }

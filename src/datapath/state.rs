@@ -247,10 +247,18 @@ impl<'a> Maps<'a> {
         }
     }
 
-    /// Removes both directions and the record of the link between two host ifindexes.
-    pub(super) fn remove_link(&mut self, x: u32, y: u32) -> Result<()> {
-        self.remove_directions(|from, to| (from, to) == (x, y) || (from, to) == (y, x))?;
-        ignore_absent(self.link_meta.remove(&super::meta_key(x, y)))
+    /// Removes both directions and the record of each of these links: one pass over the
+    /// directions for all of them.
+    pub(super) fn remove_links(&mut self, keys: &[LinkMetaKey]) -> Result<()> {
+        let pairs: HashSet<(u32, u32)> = keys
+            .iter()
+            .map(|k| (k.low_ifindex, k.high_ifindex))
+            .collect();
+        self.remove_directions(|from, to| pairs.contains(&(from.min(to), from.max(to))))?;
+        for key in keys {
+            ignore_absent(self.link_meta.remove(key))?;
+        }
+        Ok(())
     }
 
     /// Deletes every directed link whose (ingress, target) ifindexes match.

@@ -382,13 +382,19 @@ fn link_and_ping(world: &World, a: &str, b: &str, net: &str, ip: &str) {
     let status = world.dxdp.status();
     let link = link_between(&status, a, b).expect("linked");
     assert_eq!(link.network, net, "{a} - {b} linked on the wrong network");
+    ping_redirected(world, a, b, ip);
+}
+
+/// 20 pings `a -> ip` (of b) must all be answered and be redirected by their link, both ways.
+#[track_caller]
+fn ping_redirected(world: &World, a: &str, b: &str, ip: &str) {
     let before = link_packets(world, a, b);
     ping_all(a, ip, 20);
     let grown = link_packets(world, a, b) - before;
     assert!(
         grown >= 40,
-        "{a} -> {b} ({ip}) on {net}: 20 pings should be redirected both ways, the link's \
-         counters grew by {grown}"
+        "{a} -> {b} ({ip}): 20 pings should be redirected both ways, the link's counters grew \
+         by {grown}"
     );
 }
 
@@ -613,4 +619,61 @@ fn engine28_gateway_modes_link() {
         let ip_a = world.ip(&a, &net);
         ping_all(&b, &ip_a, 10);
     }
+}
+
+/// `watch --cleanup` removes the links it made when it stops, and nothing else: a link made by
+/// hand keeps working, with its attachments. `dxdp cleanup` then removes everything, and the
+/// pair still talks, over the bridge. Both remove their links in one pass over the maps.
+#[test]
+fn watch_cleanup_removes_its_own_links_and_cleanup_removes_the_rest() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("net", &[]);
+    let mut watch = world.watch(&["--cleanup"]);
+    let group = format!("dxdp.group={}-four", world.prefix);
+    let mut labels = LABELS_GROUP.to_vec();
+    labels.push(&group);
+    let mut args = vec!["--network", net.as_str()];
+    args.extend_from_slice(&labels);
+    for i in 0..4 {
+        world.run(&format!("g{i}"), &args, &[]);
+    }
+    let p = world.run("p", &["--network", &net], &[]);
+    let q = world.run("q", &["--network", &net], &[]);
+    link_and_ping(&world, &p, &q, &net, &world.ip(&q, &net));
+    watch.expect_links(7, Duration::from_secs(15));
+
+    assert_eq!(watch.terminate(), Some(0), "{}", watch.log_text());
+    let status = world.dxdp.status();
+    assert_eq!(status.links.len(), 1, "{status:?}");
+    assert_eq!(
+        link_between(&status, &p, &q).expect("p-q kept").origin,
+        "manual"
+    );
+    let mut pinned: Vec<String> = std::fs::read_dir(world.dxdp.pin_dir.join("links"))
+        .expect("links pin directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    pinned.sort();
+    let mut kept: Vec<String> = [&p, &q]
+        .iter()
+        .map(|c| format!("tc-{}", world.veth(c, &net).1))
+        .collect();
+    kept.sort();
+    assert_eq!(pinned, kept, "attachments other than p's and q's left");
+    assert!(
+        watch.log_text().contains("removed=6"),
+        "{}",
+        watch.log_text()
+    );
+    ping_redirected(&world, &p, &q, &world.ip(&q, &net));
+
+    world.dxdp.run(&["cleanup"]).assert_success();
+    assert!(
+        !world.dxdp.pin_dir.exists(),
+        "cleanup left the pin directory"
+    );
+    ping_all(&p, &world.ip(&q, &net), 5);
 }

@@ -333,7 +333,7 @@ fn anchor_links(maps: &LiveMaps, anchor: u32) -> BTreeSet<(u32, u32)> {
 }
 
 /// `dxdp cleanup` of a pin directory, then its guard goes. Bounded by 5 min rather than the
-/// guard's 20 s: on this machine removing 1000 links (500 containers) takes longer than that.
+/// guard's 20 s, which removing 1000 links (500 containers) once took longer than.
 /// Returns how long the cleanup took.
 #[track_caller]
 fn clean(pins: PinDir) -> Duration {

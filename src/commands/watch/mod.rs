@@ -309,14 +309,13 @@ async fn finish(
     let pin_dir = pin_dir.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || -> Result<usize> {
         let mut datapath = Datapath::open(&pin_dir, capacity)?;
-        let mut removed = 0;
-        for link in datapath.links()? {
-            if link.origin == Origin::Watch {
-                datapath.remove(link.low_ifindex, link.high_ifindex)?;
-                removed += 1;
-            }
-        }
-        Ok(removed)
+        let ours: Vec<(u32, u32)> = datapath
+            .links()?
+            .iter()
+            .filter(|l| l.origin == Origin::Watch)
+            .map(|l| (l.low_ifindex, l.high_ifindex))
+            .collect();
+        Ok(datapath.remove_links(&ours)?.len())
     })
     .await??;
     info!(removed, "dxdp watch stopping; removed the links it made");
