@@ -104,8 +104,8 @@ impl Drop for Expedited<'_> {
             );
             return;
         }
-        if let Err(err) = fs::remove_file(&self.switch.marker) {
-            warn!("cannot remove {}: {err}", self.switch.marker.display());
+        if let Err(err) = remove_marker(&self.switch.marker) {
+            warn!("{err:#}");
         }
     }
 }

@@ -374,7 +374,7 @@ impl Datapath {
     /// Removes these links, given by their two host ifindexes, and the programs of the veths
     /// left without one; returns the records of those that existed. Each removal reads the
     /// whole links map, so many links go in one pass, not one pass each (that made `cleanup`
-    /// of 1000 links quadratic: 8 s).
+    /// of 1000 links quadratic: 10 s).
     pub fn remove_links(&mut self, pairs: &[(u32, u32)]) -> Result<Vec<LinkRecord>> {
         let keys: Vec<LinkMetaKey> = pairs.iter().map(|&(x, y)| meta_key(x, y)).collect();
         let mut maps = state::Maps::new(&mut self.ebpf)?;
