@@ -6,6 +6,7 @@ set -euo pipefail
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 ((EUID == 0)) || die "must run as root (apt, bpffs, dockerd and the privileged tests need it); try: sudo $0"
 
@@ -34,6 +35,10 @@ apt_packages=(
     # Rootful Podman beside dockerd for tests/integration/podman.rs: Debian 12's 4.3.1 with netavark 1.4
     # (and aardvark-dns) as its network backend, and podman-compose 1.0.3; curl pings its API.
     podman netavark aardvark-dns podman-compose curl
+    # runc explicitly: crun, which Podman prefers, refuses every container on hybrid-cgroup hosts.
+    runc
+    # The probe image of scripts/engine-check.sh, which proves each engine runs a container.
+    busybox-static
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)
@@ -237,11 +242,57 @@ default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 LIMITS
 fi
 
+# --- Podman: OCI runtime --------------------------------------------------------------
+# Installing podman pulls in crun, which Podman prefers over runc. crun refuses every container
+# on a host whose cgroups are hybrid (v1 controllers, plus a v2 hierarchy that holds one):
+# "cgroups in hybrid mode not supported, drop all controllers from cgroupv2". So the engine is
+# asked to run a container with its own choice first; if it cannot and runc can, runc becomes
+# the runtime for every podman command and for the API service below (started after this).
+podman_runtime=/etc/containers/containers.conf.d/dxdp-runtime.conf
+podman_runtime_chosen=
+if "$scripts_dir/engine-check.sh" podman; then
+    log "podman: runtime $(podman info --format '{{.Host.OCIRuntime.Name}}') runs containers"
+elif [[ ! -f $podman_runtime ]] && "$scripts_dir/engine-check.sh" podman --runtime=runc; then
+    log "podman: $(podman info --format '{{.Host.OCIRuntime.Name}}') cannot run containers here" \
+        "(see above); choosing runc in $podman_runtime"
+    cat >"$podman_runtime" <<'RUNTIME'
+# Added by dxdp's scripts/setup.sh: Podman's default runtime (crun) could not run a container on
+# this host (hybrid cgroups: "cgroups in hybrid mode not supported"); runc can.
+[engine]
+runtime = "runc"
+RUNTIME
+    podman_runtime_chosen=runc
+else
+    die "podman cannot run a container with its default runtime or with runc; see engine-check's \
+message above"
+fi
+log "podman: OCI runtime $(podman info --format '{{.Host.OCIRuntime.Name}}')"
+
 # --- Podman API service ---------------------------------------------------------
 # Rootful Podman's Docker-compatible API for tests/integration/podman.rs, beside dockerd (they share
 # nothing but the kernel). Started like dockerd above when no init system manages it.
 podman_sock=/run/podman/podman.sock
 podman_ok() { curl -sf --unix-socket "$podman_sock" http://podman/_ping >/dev/null 2>&1; }
+# The service reads containers.conf when it starts: one started before the runtime was chosen
+# must be restarted. setup.sh records the pid of a service it started itself.
+podman_pidfile=/run/dxdp-podman-service.pid
+if [[ -n $podman_runtime_chosen ]] && podman_ok; then
+    if [[ -d /run/systemd/system ]]; then
+        log "restarting podman.service for runtime $podman_runtime_chosen"
+        systemctl restart podman.service
+    elif [[ -f $podman_pidfile ]] && pid=$(<"$podman_pidfile") \
+        && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == podman ]]; then
+        log "stopping the podman API service setup.sh started (pid $pid) for runtime $podman_runtime_chosen"
+        kill "$pid"
+        for _ in $(seq 1 40); do
+            [[ -d /proc/$pid ]] || break
+            sleep 0.25
+        done
+    else
+        die "a Podman API service is running on $podman_sock with the old runtime, and setup.sh \
+did not start it; restart it so that it reads $podman_runtime"
+    fi
+fi
 if podman_ok; then
     log "podman API service running ($podman_sock)"
 else
@@ -253,6 +304,7 @@ else
         mkdir -p "${podman_sock%/*}"
         setsid nohup podman system service --time=0 "unix://$podman_sock" \
             </dev/null >/var/log/dxdp-podman.log 2>&1 &
+        echo $! >"$podman_pidfile"
         disown
     fi
     for _ in $(seq 1 60); do
@@ -262,5 +314,18 @@ else
     podman_ok || die "the podman API did not come up within 30 s; see /var/log/dxdp-podman.log"
     log "podman API up ($podman_sock)"
 fi
+
+# --- Every engine runs a container ---------------------------------------------------
+# Installed is not working: each engine must run, reach and remove a container here, so that a
+# machine where one cannot fails now, naming the engine and the fix.
+"$scripts_dir/engine-check.sh" docker || die "Docker cannot run a container; see above"
+"$scripts_dir/engine-check.sh" podman || die "Podman cannot run a container; see above"
+podman_api_runtime=$(curl -sf --unix-socket "$podman_sock" http://podman/v4.0.0/libpod/info \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["host"]["ociRuntime"]["name"])') \
+    || die "cannot ask the Podman API service which runtime it uses"
+[[ $podman_api_runtime == "$(podman info --format '{{.Host.OCIRuntime.Name}}')" ]] \
+    || die "the Podman API service uses runtime $podman_api_runtime, podman itself another; \
+restart the service so that it reads /etc/containers/containers.conf.d"
+log "podman API service: OCI runtime $podman_api_runtime"
 
 log "done"

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod rcu;
 pub mod reconcile;
 mod rules;
+pub mod runtime;
 pub mod sd_notify;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use clap::Parser;
 // The library's modules, under the paths the commands use (`crate::datapath`, ...).
 use dxdp::{
     bench, compose, datapath, docker, endpoint, firewall, labels, metrics, netlink, netns, plan,
-    rcu, reconcile, sd_notify,
+    rcu, reconcile, runtime, sd_notify,
 };
 
 use cli::{Cli, LogFormat};

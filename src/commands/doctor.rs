@@ -14,6 +14,7 @@ use crate::{
     netlink,
     netns::NetnsPath,
     rcu,
+    runtime::{self, CgroupLayout, OciRuntime},
 };
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -66,7 +67,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: DoctorArgs) -> Result<ExitC
         rcu(&rcu::Switch::host()),
     ];
     let (docker, networks) = docker();
-    checks.push(docker);
+    checks.extend(docker);
     checks.extend(firewall(&networks));
     checks.extend(programs(pin_dir, capacity));
     let worst = checks
@@ -270,12 +271,14 @@ fn firewall(networks: &[BridgeNetwork]) -> Vec<Check> {
     out
 }
 
-fn docker() -> (Check, Vec<BridgeNetwork>) {
+/// The engine, and whether its OCI runtime can start containers on this host.
+fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
     let probe = async {
         let docker = crate::docker::Docker::connect().await?;
         docker.ping().await?;
         let networks = docker.bridge_networks().await.unwrap_or_default();
-        Ok::<_, anyhow::Error>((docker.describe(), networks))
+        let runtime = docker.oci_runtime().await;
+        Ok::<_, anyhow::Error>((docker.describe(), networks, runtime))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -283,25 +286,61 @@ fn docker() -> (Check, Vec<BridgeNetwork>) {
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(probe));
     match result {
-        Ok((engine, networks)) => (
-            check(Verdict::Ok, format!("{engine} reachable"), None),
+        Ok((engine, networks, runtime)) => (
+            vec![
+                check(Verdict::Ok, format!("{engine} reachable"), None),
+                oci_runtime(runtime, &CgroupLayout::host()),
+            ],
             networks,
         ),
         Err(e) if e.downcast_ref::<crate::docker::Rootless>().is_some() => (
-            check(
+            vec![check(
                 Verdict::Fail,
                 format!("{e:#}"),
                 Some("link containers of rootful Podman or dockerd"),
-            ),
+            )],
             Vec::new(),
         ),
         Err(e) => (
-            check(
+            vec![check(
                 Verdict::Warn,
                 format!("dockerd not reachable: {e:#}"),
                 Some("start dockerd (watch and container names need it; netns: endpoints do not)"),
-            ),
+            )],
             Vec::new(),
+        ),
+    }
+}
+
+/// The engine's OCI runtime: a runtime that cannot start a container here means no container
+/// to link, whatever dxdp does.
+fn oci_runtime(runtime: Result<OciRuntime>, layout: &CgroupLayout) -> Check {
+    let runtime = match runtime {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return check(
+                Verdict::Warn,
+                format!("cannot ask the engine for its OCI runtime: {e:#}"),
+                None,
+            );
+        }
+    };
+    let named = if runtime.version.is_empty() {
+        runtime.name.clone()
+    } else {
+        format!("{} ({})", runtime.name, runtime.version)
+    };
+    match runtime::refusal(&runtime, layout) {
+        None => check(Verdict::Ok, format!("OCI runtime {named}"), None),
+        Some(why) => check(
+            Verdict::Fail,
+            format!("OCI runtime {named} cannot start containers here: {why}"),
+            Some(
+                "use runc: printf '[engine]\\nruntime = \"runc\"\\n' > \
+                 /etc/containers/containers.conf.d/dxdp-runtime.conf (Podman; apt-get install \
+                 runc first if it is missing), then restart the API service (systemctl restart \
+                 podman.service); scripts/setup.sh does both",
+            ),
         ),
     }
 }

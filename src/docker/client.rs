@@ -108,6 +108,25 @@ impl Docker {
         format!("{}.{}", v.major_version, v.minor_version)
     }
 
+    /// The OCI runtime the engine starts containers with: libpod's for Podman, dockerd's
+    /// `DefaultRuntime` otherwise (dockerd reports no version for it).
+    pub async fn oci_runtime(&self) -> Result<crate::runtime::OciRuntime> {
+        match &self.podman {
+            Some(p) => p.oci_runtime().await,
+            None => {
+                let info = self
+                    .client
+                    .info()
+                    .await
+                    .context("cannot ask dockerd for /info")?;
+                Ok(crate::runtime::OciRuntime {
+                    name: info.default_runtime.unwrap_or_default(),
+                    version: String::new(),
+                })
+            }
+        }
+    }
+
     pub async fn ping(&self) -> Result<()> {
         self.client.ping().await?;
         Ok(())

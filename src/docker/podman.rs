@@ -16,6 +16,8 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Deserialize;
 
+use crate::runtime::OciRuntime;
+
 /// The component name Podman's `/version` lists itself under.
 const PODMAN_COMPONENT: &str = "Podman Engine";
 /// libpod API version in request paths: Podman 4.x serves any 4.x path.
@@ -93,6 +95,16 @@ struct LibpodInfo {
 #[derive(Deserialize)]
 struct LibpodHost {
     security: LibpodSecurity,
+    #[serde(rename = "ociRuntime")]
+    oci_runtime: Option<LibpodOciRuntime>,
+}
+
+#[derive(Deserialize)]
+struct LibpodOciRuntime {
+    name: String,
+    /// Several lines ("crun version 1.8.1\ncommit: …"): the first says it.
+    #[serde(default)]
+    version: String,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +117,25 @@ fn libpod_rootless(body: &[u8]) -> Result<bool> {
     let info: LibpodInfo =
         serde_json::from_slice(body).context("libpod info: unexpected answer")?;
     Ok(info.host.security.rootless)
+}
+
+/// `host.ociRuntime` of a libpod `/info` answer.
+fn libpod_oci_runtime(body: &[u8]) -> Result<OciRuntime> {
+    let info: LibpodInfo =
+        serde_json::from_slice(body).context("libpod info: unexpected answer")?;
+    let runtime = info
+        .host
+        .oci_runtime
+        .ok_or_else(|| anyhow!("libpod info names no OCI runtime"))?;
+    Ok(OciRuntime {
+        name: runtime.name,
+        version: runtime
+            .version
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    })
 }
 
 #[derive(Deserialize)]
@@ -125,6 +156,12 @@ impl Podman {
     /// Whether this Podman runs rootless, from libpod.
     pub(super) async fn rootless(&self) -> Result<bool> {
         libpod_rootless(&self.libpod(format!("/{LIBPOD_API}/libpod/info")).await?)
+    }
+
+    /// The OCI runtime this Podman runs containers with, from libpod (the compat `/info` has
+    /// no `DefaultRuntime`).
+    pub(super) async fn oci_runtime(&self) -> Result<OciRuntime> {
+        libpod_oci_runtime(&self.libpod(format!("/{LIBPOD_API}/libpod/info")).await?)
     }
 
     async fn libpod(&self, path: String) -> Result<Vec<u8>> {
@@ -174,7 +211,7 @@ fn get(socket: &Path, path: &str) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{libpod_rootless, podman_version, rootless, socket_path};
+    use super::{libpod_oci_runtime, libpod_rootless, podman_version, rootless, socket_path};
 
     /// Podman 4.3.1's `/version` (Debian 12), trimmed.
     const VERSION: &str = r#"{"Platform":{"Name":"linux/amd64/debian-12"},
@@ -216,6 +253,19 @@ mod tests {
         assert!(libpod_rootless(body).expect("parses"));
         let rootful = br#"{"host":{"security":{"rootless":false}}}"#;
         assert!(!libpod_rootless(rootful).expect("parses"));
+    }
+
+    #[test]
+    fn the_oci_runtime_is_read_from_libpod_info_with_the_first_line_of_its_version() {
+        // Podman 4.3.1 on Debian 12 with crun installed (trimmed).
+        let body = br#"{"host":{"security":{"rootless":false},"ociRuntime":{"name":"crun",
+            "package":"crun_1.8.1-1+deb12u1_amd64","path":"/usr/bin/crun",
+            "version":"crun version 1.8.1\ncommit: f8a096be\nrundir: /run/crun"}}}"#;
+        let runtime = libpod_oci_runtime(body).expect("parses");
+        assert_eq!(runtime.name, "crun");
+        assert_eq!(runtime.version, "crun version 1.8.1");
+        let none = br#"{"host":{"security":{"rootless":false}}}"#;
+        assert!(libpod_oci_runtime(none).is_err());
     }
 
     #[test]

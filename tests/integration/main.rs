@@ -39,6 +39,8 @@ mod packaging;
 mod rcu_expedite;
 // Root and rootful Podman (its API socket beside dockerd): the binary on Podman containers.
 mod podman;
+// Root, dockerd and Podman: setup's proof that each engine runs a container, and doctor's runtime.
+mod engines;
 mod reliability;
 mod sd_notify;
 // Root and dockerd in no swarm: the Swarm stack on a one-node swarm the test makes and leaves.
