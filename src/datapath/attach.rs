@@ -144,9 +144,7 @@ impl<'p> Programs<'p> {
                 let id = self
                     .xdp
                     .attach_to_if_index(ep.host_ifindex, XdpMode::Driver)
-                    .with_context(|| {
-                        format!("cannot attach native XDP program to {}", ep.host_ifname)
-                    })?;
+                    .map_err(|e| xdp_attach_error(e, ep))?;
                 self.xdp.take_link(id)?.try_into().map_err(|_| {
                     anyhow!(
                         "{}: XDP was attached through netlink, which cannot be pinned; dxdp \
@@ -285,4 +283,27 @@ fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {
 fn program<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<&'e mut aya::programs::Program> {
     ebpf.program_mut(name)
         .ok_or_else(|| anyhow!("eBPF object lacks program {name}"))
+}
+
+/// veth refuses an XDP program that is not multi-buffer aware when its peer's MTU exceeds one
+/// page less XDP's headroom and the skb's shared info (ERANGE, "Peer MTU is too large to set
+/// XDP": 3,506 bytes on x86_64 with 4 KiB pages); say so, and the way out, in one line.
+fn xdp_attach_error(err: aya::programs::ProgramError, ep: &Endpoint) -> anyhow::Error {
+    if let aya::programs::ProgramError::SyscallError(sys) = &err
+        && sys.io_error.raw_os_error() == Some(libc::ERANGE)
+    {
+        let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ep.host_ifname))
+            .map_or_else(|_| "its MTU".to_owned(), |m| format!("MTU {}", m.trim()));
+        return anyhow!(
+            "{}: the xdp datapath cannot attach to {} ({mtu}): veth takes XDP only up to an MTU \
+             of about 3,500 bytes (a page less headroom); link with --datapath tc, which carries \
+             jumbo frames",
+            ep.label,
+            ep.host_ifname
+        );
+    }
+    anyhow::Error::new(err).context(format!(
+        "cannot attach native XDP program to {}",
+        ep.host_ifname
+    ))
 }

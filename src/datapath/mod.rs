@@ -248,7 +248,7 @@ impl Datapath {
         pins.prepare()?;
         let dir = File::open(root).with_context(|| format!("cannot open {}", root.display()))?;
         let lock = lock_exclusive(dir, root)?;
-        state::check_abi(&pins)?;
+        let found_abi = state::check_abi(&pins)?;
         let mut loader = EbpfLoader::new();
         loader.default_map_pin_directory(pins.maps());
         capacity.apply(&mut loader);
@@ -258,12 +258,46 @@ impl Datapath {
                 pins.maps().display()
             )
         })?;
-        state::stamp_abi(&mut ebpf)?;
+        let migrating = found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES;
+        if migrating {
+            // The pinned programs of that layout check no source address: fill the addresses
+            // first, then swap in this binary's programs, which need them.
+            let filled = state::migrate_sources(&mut ebpf)?;
+            attach::Programs::upgrade(&mut ebpf, &pins)?;
+            info!(
+                veths = filled,
+                "migrated {} to state layout {}: source addresses recorded, programs replaced",
+                root.display(),
+                dxdp_common::ABI_VERSION
+            );
+        }
+        state::stamp_abi(&mut ebpf, migrating)?;
         Ok(Self {
             ebpf,
             pins,
             _lock: lock,
         })
+    }
+
+    /// Records the addresses these endpoints' containers send from, where they are managed and
+    /// the addresses changed (IPv6 added later, a link-local that appeared after the link):
+    /// frames from an address not recorded take the bridge. Returns how many changed.
+    pub fn refresh_sources<'e>(
+        &mut self,
+        endpoints: impl IntoIterator<Item = &'e Endpoint>,
+    ) -> Result<usize> {
+        let mut maps = state::Maps::new(&mut self.ebpf)?;
+        let mut changed = 0;
+        for ep in endpoints {
+            if let Some(rec) = maps.endpoint(ep.host_ifindex)?
+                && state::same_endpoint(&rec, ep)
+                && maps.set_sources(ep.host_ifindex, &ep.addrs)?
+            {
+                info!(endpoint = %ep.label, addresses = ?ep.addrs, "source addresses updated");
+                changed += 1;
+            }
+        }
+        Ok(changed)
     }
 
     /// Swaps in this binary's programs where the pinned ones differ (after an upgrade).
@@ -313,6 +347,8 @@ impl Datapath {
                             existing.map_or("tc".to_owned(), |k| k.to_string()),
                         );
                     }
+                    // Linking again brings its addresses up to date.
+                    maps.set_sources(ep.host_ifindex, &ep.addrs)?;
                 }
                 Some(_) => {
                     // The ifindex was reused by a new veth: nothing recorded for it is valid.

@@ -1,5 +1,5 @@
 //! Typed access to the pinned maps, and the journal that makes a multi-step change all-or-nothing.
-use std::collections::HashSet;
+use std::{collections::HashSet, net::IpAddr};
 
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
@@ -7,8 +7,9 @@ use aya::{
     maps::{Array, HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
 };
 use dxdp_common::{
-    ABI_VERSION, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec,
-    LinkKey, LinkMeta, LinkMetaKey, LinkTarget, Meta, names,
+    ABI_VERSION, ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
+    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, Meta,
+    Sources, names,
 };
 use tracing::warn;
 
@@ -33,7 +34,12 @@ impl Default for Capacity {
 
 impl Capacity {
     pub(super) fn apply(self, loader: &mut EbpfLoader<'_>) {
-        for name in [names::ENDPOINTS, names::TARGETS, names::COUNTERS] {
+        for name in [
+            names::ENDPOINTS,
+            names::TARGETS,
+            names::COUNTERS,
+            names::SOURCES,
+        ] {
             loader.map_max_entries(name, self.max_endpoints);
         }
         // A link takes two directed entries.
@@ -43,17 +49,19 @@ impl Capacity {
 }
 
 /// Refuses a pin directory written by a dxdp whose map layout differs from ours, before the
-/// loader tries to reuse maps whose keys and values it would misread.
-pub(super) fn check_abi(pins: &super::Pins) -> Result<()> {
+/// loader tries to reuse maps whose keys and values it would misread. Returns the version found
+/// (0 for a new directory): [`ABI_VERSION_WITHOUT_SOURCES`] is taken, and migrated by
+/// [`migrate_sources`] once loaded.
+pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
     let path = pins.maps().join(names::META);
     if !path.exists() {
-        return Ok(());
+        return Ok(0);
     }
     let data =
         MapData::from_pin(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let meta: Array<_, Meta> = Array::try_from(aya::maps::Map::Array(data))?;
     let found = meta.get(&0, 0)?.abi_version;
-    if found != 0 && found != ABI_VERSION {
+    if found != 0 && found != ABI_VERSION && found != ABI_VERSION_WITHOUT_SOURCES {
         bail!(
             "{} was written by a dxdp with state layout {found}, this one uses {ABI_VERSION}; \
              remove it with that version's `dxdp cleanup` (or `rm -r {}`) and link again",
@@ -61,15 +69,47 @@ pub(super) fn check_abi(pins: &super::Pins) -> Result<()> {
             pins.root().display()
         );
     }
-    Ok(())
+    Ok(found)
 }
 
-pub(super) fn stamp_abi(ebpf: &mut Ebpf) -> Result<()> {
+/// Brings a directory of [`ABI_VERSION_WITHOUT_SOURCES`] to this layout: each managed veth gets
+/// the addresses of its container's interface, read in the namespace its record names (found
+/// by inode among running processes). A veth whose namespace is gone gets none, so its frames
+/// take the bridge until the garbage collection removes it. Returns how many were filled.
+pub(super) fn migrate_sources(ebpf: &mut Ebpf) -> Result<usize> {
+    let mut maps = Maps::new(ebpf)?;
+    let mut filled = 0;
+    for item in maps.endpoints.iter().collect::<Vec<_>>() {
+        let (ifindex, rec) = item?;
+        let Some(netns) = crate::netns::find_by_inode(rec.netns_ino) else {
+            warn!(
+                ifindex,
+                "migration: the container's namespace is gone; no addresses"
+            );
+            continue;
+        };
+        match crate::netlink::addresses(&netns, rec.peer_ifindex) {
+            Ok(addrs) => {
+                maps.set_sources(ifindex, &addrs)?;
+                filled += 1;
+            }
+            Err(e) => warn!(
+                ifindex,
+                "migration: cannot read the container's addresses: {e:#}"
+            ),
+        }
+    }
+    Ok(filled)
+}
+
+/// Records in META that the pinned maps have this binary's layout: on a new directory, and
+/// after [`migrate_sources`] (`force`).
+pub(super) fn stamp_abi(ebpf: &mut Ebpf, force: bool) -> Result<()> {
     let map = ebpf
         .map_mut(names::META)
         .ok_or_else(|| anyhow!("eBPF object lacks {}", names::META))?;
     let mut meta: Array<_, Meta> = Array::try_from(map)?;
-    if meta.get(&0, 0)?.abi_version == 0 {
+    if force || meta.get(&0, 0)?.abi_version == 0 {
         meta.set(
             0,
             Meta {
@@ -93,6 +133,7 @@ pub(super) struct Maps<'a> {
     targets: DevMapHash<&'a mut MapData>,
     counters: PerCpuHashMap<&'a mut MapData, u32, Counters>,
     link_meta: HashMap<&'a mut MapData, LinkMetaKey, LinkMeta>,
+    sources: HashMap<&'a mut MapData, u32, Sources>,
 }
 
 fn missing(name: &str) -> anyhow::Error {
@@ -101,12 +142,13 @@ fn missing(name: &str) -> anyhow::Error {
 
 impl<'a> Maps<'a> {
     pub(super) fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [endpoints, links, targets, counters, link_meta] = ebpf.maps_disjoint_mut([
+        let [endpoints, links, targets, counters, link_meta, sources] = ebpf.maps_disjoint_mut([
             names::ENDPOINTS,
             names::LINKS,
             names::TARGETS,
             names::COUNTERS,
             names::LINK_META,
+            names::SOURCES,
         ]);
         Ok(Self {
             endpoints: HashMap::try_from(endpoints.ok_or_else(|| missing(names::ENDPOINTS))?)?,
@@ -114,7 +156,34 @@ impl<'a> Maps<'a> {
             targets: DevMapHash::try_from(targets.ok_or_else(|| missing(names::TARGETS))?)?,
             counters: PerCpuHashMap::try_from(counters.ok_or_else(|| missing(names::COUNTERS))?)?,
             link_meta: HashMap::try_from(link_meta.ok_or_else(|| missing(names::LINK_META))?)?,
+            sources: HashMap::try_from(sources.ok_or_else(|| missing(names::SOURCES))?)?,
         })
+    }
+
+    /// The addresses recorded for a managed veth's container.
+    pub(super) fn sources(&self, ifindex: u32) -> Result<Option<Sources>> {
+        absent_is_none(self.sources.get(&ifindex, 0))
+    }
+
+    /// Records the addresses `ifindex`'s container may send from (replacing what was there);
+    /// returns whether that changed anything.
+    pub(super) fn set_sources(&mut self, ifindex: u32, addrs: &[IpAddr]) -> Result<bool> {
+        let wanted = sources_of(addrs);
+        if addrs.len() > MAX_SOURCES {
+            warn!(
+                ifindex,
+                addresses = addrs.len(),
+                "more addresses than a link checks ({MAX_SOURCES}); frames from the others take \
+                 the bridge"
+            );
+        }
+        if self.sources(ifindex)? == Some(wanted) {
+            return Ok(false);
+        }
+        self.sources
+            .insert(ifindex, wanted, 0)
+            .map_err(|e| full(e, names::SOURCES, "the container's addresses"))?;
+        Ok(true)
     }
 
     pub(super) fn endpoint(&self, ifindex: u32) -> Result<Option<EndpointRec>> {
@@ -198,6 +267,7 @@ impl<'a> Maps<'a> {
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
         let zero = PerCpuValues::try_from(vec![Counters::default(); cpus])?;
         undo.push(Undo::Endpoint(ifindex));
+        self.set_sources(ifindex, &ep.addrs)?;
         self.counters
             .insert(ifindex, zero, 0)
             .map_err(|e| full(e, names::COUNTERS, &ep.label))?;
@@ -305,6 +375,7 @@ impl<'a> Maps<'a> {
         self.remove_meta(touches)?;
         ignore_absent(self.endpoints.remove(&ifindex))?;
         ignore_absent(self.counters.remove(&ifindex))?;
+        ignore_absent(self.sources.remove(&ifindex))?;
         ignore_absent(self.targets.remove(ifindex))
     }
 
@@ -333,8 +404,27 @@ impl<'a> Maps<'a> {
         for ifindex in counters {
             ignore_absent(self.counters.remove(&ifindex))?;
         }
+        let sources: Vec<_> = self
+            .sources
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|i| !is_managed(*i))
+            .collect();
+        for ifindex in sources {
+            ignore_absent(self.sources.remove(&ifindex))?;
+        }
         Ok(())
     }
+}
+
+/// The 16-byte form the datapath compares: IPv6 as is, IPv4 v4-mapped. IPv4 first, in order.
+pub(super) fn sources_of(addrs: &[IpAddr]) -> Sources {
+    let mut ordered: Vec<&IpAddr> = addrs.iter().collect();
+    ordered.sort_by_key(|a| a.is_ipv6());
+    Sources::new(ordered.into_iter().map(|a| match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }))
 }
 
 fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
@@ -406,6 +496,7 @@ impl Journal {
                 Undo::Endpoint(ifindex) => {
                     let _ = maps.endpoints.remove(&ifindex);
                     let _ = maps.counters.remove(&ifindex);
+                    let _ = maps.sources.remove(&ifindex);
                     ignore_absent(maps.targets.remove(ifindex))
                 }
                 Undo::Direction(key) => ignore_absent(maps.links.remove(&key)),
@@ -421,5 +512,41 @@ impl Journal {
                 warn!("roll back step failed: {e:#}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_ipv4_mapped_first_and_capped_at_what_the_datapath_checks() {
+        let v4: IpAddr = "10.231.9.10".parse().unwrap();
+        let ll: IpAddr = "fe80::42:acff:fe11:a".parse().unwrap();
+        let global: IpAddr = "fd00::a".parse().unwrap();
+        let sources = sources_of(&[ll, global, v4]);
+        assert_eq!(sources.count, 3);
+        let mapped = match v4 {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(_) => unreachable!(),
+        };
+        assert_eq!(sources.addrs[0], mapped, "IPv4 first, v4-mapped");
+        assert!(sources.contains(&mapped));
+        let IpAddr::V6(ll6) = ll else { unreachable!() };
+        assert!(sources.contains(&ll6.octets()));
+        let other: std::net::Ipv6Addr = "fd00::c".parse().unwrap();
+        assert!(!sources.contains(&other.octets()));
+        // An empty slot is all zeros: `::` is never taken for one of them.
+        assert!(!sources.contains(&[0; 16]));
+
+        let many: Vec<IpAddr> = (1..=12u8)
+            .map(|i| IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, i)))
+            .collect();
+        let capped = sources_of(&many);
+        assert_eq!(capped.count as usize, MAX_SOURCES);
+        let ninth = std::net::Ipv4Addr::new(10, 0, 0, 9)
+            .to_ipv6_mapped()
+            .octets();
+        assert!(!capped.contains(&ninth), "past the cap: the bridge's");
     }
 }

@@ -3,9 +3,17 @@
 //! (and still drops), the explicit opt-ins link it, a rule for other addresses blocks nothing,
 //! and a rule added under a running watch takes the watch's link away within one resync.
 
-use std::time::{Duration, Instant};
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use crate::support::{FirewallRule, World, docker, must, quietly, require_docker, wait_until};
+
+/// Sends UDP with a forged source address from a container's namespace, and counts arrivals.
+const FORGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/integration/forge.py");
+const FORGED: u32 = 200;
 
 /// Whether `from` reaches `ip` (3 pings, 1 s each at most).
 fn pings(from: &str, ip: &str) -> bool {
@@ -282,4 +290,117 @@ fn a_stock_ufw_next_to_docker_blocks_nothing() {
             .contains(&format!("no rule keeps containers on network {net}")),
         "doctor finds nothing blocking on {net}: {doctor}"
     );
+}
+
+/// How many of [`FORGED`] UDP datagrams that `from` puts on its eth0 with source `src_ip` (its
+/// own MAC, `to`'s MAC) reach a socket in `to` listening on `dst_ip`.
+fn arrivals(world: &World, from: &str, to: &str, net: &str, src_ip: &str, dst_ip: &str) -> u32 {
+    let port = "9999";
+    let pid_to = world.pid(to).to_string();
+    let mut receiver = Command::new("nsenter")
+        .args(["-t", &pid_to, "-n", "python3", FORGE, "receive", port, "1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cannot start the receiver");
+    let mut out = BufReader::new(receiver.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("the receiver's first line");
+    assert_eq!(line.trim(), "ready", "the receiver did not bind");
+    let pid_from = world.pid(from).to_string();
+    let (mac_from, mac_to) = (world.mac(from, net), world.mac(to, net));
+    let count = FORGED.to_string();
+    must(&[
+        "nsenter", "-t", &pid_from, "-n", "python3", FORGE, "send", "eth0", &mac_to, &mac_from,
+        src_ip, dst_ip, port, &count,
+    ]);
+    line.clear();
+    out.read_line(&mut line).expect("the receiver's count");
+    receiver
+        .wait()
+        .expect("the receiver ends by itself within 10 s");
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("the receiver printed {line:?}"))
+}
+
+/// A's frames with its own MAC but C's source address, to B: over a link they meet the
+/// operator's rule about C exactly as on the bridge, over tc and xdp, and are counted as
+/// spoofed; A's own address still rides the link (issue 22).
+fn forged_sources_meet_the_rule(world: &mut World, net: &str, ipv6: bool) {
+    let a = world.run("a", &["--network", net], &[]);
+    let b = world.run("b", &["--network", net], &[]);
+    let c = world.run("c", &["--network", net], &[]);
+    let ip = |w: &World, x: &str| if ipv6 { w.ip6(x, net) } else { w.ip(x, net) };
+    let (ip_a, ip_b, ip_c) = (ip(world, &a), ip(world, &b), ip(world, &c));
+    let (tool, host) = if ipv6 {
+        ("ip6tables", "/128")
+    } else {
+        ("iptables", "/32")
+    };
+    let (src, dst) = (format!("{ip_c}{host}"), format!("{ip_b}{host}"));
+    let _rule = FirewallRule::insert(tool, "DOCKER-USER", &["-s", &src, "-d", &dst, "-j", "DROP"]);
+    let family = if ipv6 { "IPv6" } else { "IPv4" };
+    assert_eq!(
+        arrivals(world, &a, &b, net, &ip_a, &ip_b),
+        FORGED,
+        "{family}: A's own datagrams must all reach B over the bridge (the sender works)"
+    );
+    assert_eq!(
+        arrivals(world, &a, &b, net, &ip_c, &ip_b),
+        0,
+        "{family}: on the bridge the rule about C drops A's datagrams forged from C"
+    );
+    let (_, veth_a) = world.veth(&a, net);
+    for datapath in ["tc", "xdp"] {
+        let at = format!("{family} over {datapath}");
+        world
+            .dxdp
+            .run(&["link", "--datapath", datapath, &a, &b])
+            .assert_success();
+        let before = world.dxdp.status().counters(veth_a);
+        assert_eq!(
+            arrivals(world, &a, &b, net, &ip_c, &ip_b),
+            0,
+            "{at}: a forged source rode the link past `{tool} -A DOCKER-USER -s {src} -d {dst} \
+             -j DROP`"
+        );
+        let forged = world.dxdp.status().counters(veth_a).since(&before);
+        assert!(
+            forged.spoofed_packets >= u64::from(FORGED) && forged.redirected_packets == 0,
+            "{at}: the forged datagrams must be counted as spoofed and not redirected: {forged:?}"
+        );
+        let before = world.dxdp.status().counters(veth_a);
+        assert_eq!(
+            arrivals(world, &a, &b, net, &ip_a, &ip_b),
+            FORGED,
+            "{at}: A's own"
+        );
+        let own = world.dxdp.status().counters(veth_a).since(&before);
+        assert!(
+            own.redirected_packets >= u64::from(FORGED),
+            "{at}: A's own datagrams must ride the link: {own:?}"
+        );
+        world.dxdp.run(&["unlink", &a, &b]).assert_success();
+    }
+}
+
+#[test]
+fn a_forged_ipv4_source_meets_the_rule_about_it_over_a_link_as_on_the_bridge() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("forge", &[]);
+    forged_sources_meet_the_rule(&mut world, &net, false);
+}
+
+/// Engine 28: DOCKER-USER in ip6tables.
+#[test]
+fn engine28_a_forged_ipv6_source_meets_the_rule_about_it_over_a_link_as_on_the_bridge() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network_v6("forge6", true, &[]);
+    forged_sources_meet_the_rule(&mut world, &net, true);
 }

@@ -835,3 +835,100 @@ fn an_upgraded_binary_swaps_its_program_into_running_attachments_without_loss() 
     dxdp.status().assert_empty();
     assert_eq!(dxdp.link_pins(), Vec::<String>::new());
 }
+
+/// A pin directory of state layout 2, from before links checked source addresses: its maps lack
+/// DXDP_SOURCES and its pinned program checks no source. The next dxdp to open it (here `status`)
+/// records each managed veth's addresses, read in the namespace its record names, swaps in this
+/// binary's programs and stamps layout 3: the link redirects again, now with sources checked.
+#[test]
+fn a_layout_2_pin_directory_is_migrated_in_place_with_each_veths_addresses() {
+    if !require_privileges() {
+        return;
+    }
+    let topo = Topology::new(2);
+    let (a, b) = (topo.node(0), topo.node(1));
+    let dxdp = &topo.dxdp;
+    let (ha, hb) = (a.host_ifindex(), b.host_ifindex());
+    dxdp.link(a, b, "tc");
+    let maps = topo.pin_dir().join("maps");
+    let prog_pin = topo.pin_dir().join("progs/dxdp_tc");
+    let link_pins = [ha, hb].map(|i| topo.pin_dir().join(format!("links/tc-{i}")));
+    let (_, ours) = pinned_program(&prog_pin);
+
+    // What a layout-2 dxdp leaves: its own program in both attachments, no DXDP_SOURCES, and
+    // META saying 2.
+    let old = support::load_passing_tc(&topo.scratch_pin_path("layout2"), "dxt_layout2");
+    for pin in &link_pins {
+        support::update_pinned_link(pin, &old.path);
+    }
+    std::fs::remove_file(&prog_pin).expect("unpin dxdp_tc");
+    std::fs::rename(&old.path, &prog_pin).expect("pin the old program in its place");
+    std::fs::remove_file(maps.join("DXDP_SOURCES")).expect("unpin DXDP_SOURCES");
+    let meta = maps.join("DXDP_META").display().to_string();
+    let abi = || {
+        let entry = bpftool(&["map", "lookup", "pinned", &meta, "key", "0", "0", "0", "0"]);
+        let byte = entry["value"][0].as_str().expect("a value byte").to_owned();
+        u8::from_str_radix(byte.trim_start_matches("0x"), 16).expect("hex")
+    };
+    must(&[
+        "bpftool", "map", "update", "pinned", &meta, "key", "0", "0", "0", "0", "value", "2", "0",
+        "0", "0", "0", "0", "0", "0",
+    ]);
+    assert_eq!(abi(), 2);
+
+    dxdp.status();
+    assert_eq!(abi(), 3, "the directory is stamped with the new layout");
+    assert!(maps.join("DXDP_SOURCES").exists(), "DXDP_SOURCES pinned");
+    assert_eq!(
+        pinned_program(&prog_pin).1,
+        ours,
+        "this binary's program is pinned again"
+    );
+    for pin in &link_pins {
+        let (_, running) = pinned_link(pin);
+        assert_eq!(
+            running,
+            pinned_program(&prog_pin).0,
+            "{} runs the new program",
+            pin.display()
+        );
+    }
+    // Both addresses of each node were recorded: both families ride the link.
+    assert_redirected_ping(&topo, a, b, &b.ipv4);
+    assert_redirected_ping(&topo, b, a, &a.ipv6);
+    dxdp.unlink(a, b);
+    dxdp.status().assert_empty();
+}
+
+/// veth refuses an XDP program without multi-buffer support above an MTU of about 3,500 bytes
+/// (ERANGE): on a jumbo pair, `link --datapath xdp` says so in one line with the way out, leaves
+/// no link behind, and tc links the same pair (issue 21).
+#[test]
+fn xdp_on_a_jumbo_pair_is_refused_in_one_line_and_tc_links_it() {
+    if !require_privileges() {
+        return;
+    }
+    let topo = Topology::new(2);
+    let (a, b) = (topo.node(0), topo.node(1));
+    for node in [a, b] {
+        must(&["ip", "link", "set", "dev", &node.host_veth, "mtu", "9000"]);
+        must(&in_ns(
+            &node.netns,
+            &["ip", "link", "set", "dev", &node.ifname, "mtu", "9000"],
+        ));
+    }
+    let run = topo
+        .dxdp
+        .run(&["link", &a.spec(), &b.spec(), "--datapath", "xdp"]);
+    run.assert_failure();
+    let message = run.stderr.trim();
+    assert_eq!(message.lines().count(), 1, "one line: {run}");
+    assert!(
+        message.contains("MTU 9000") && message.contains("--datapath tc"),
+        "the refusal names the MTU and the way out: {run}"
+    );
+    topo.dxdp.status().assert_empty();
+    topo.dxdp.link(a, b, "tc");
+    assert_redirected_ping(&topo, a, b, &b.ipv4);
+    topo.dxdp.unlink(a, b);
+}

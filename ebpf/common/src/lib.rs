@@ -6,7 +6,11 @@
 #![no_std]
 
 /// Layout version of the pinned maps. A pinned directory written with another version is refused.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
+
+/// The layout before [`Sources`]: the same maps less `DXDP_SOURCES`. A directory of this
+/// version is migrated in place (the map is added and filled from each endpoint's namespace).
+pub const ABI_VERSION_WITHOUT_SOURCES: u32 = 2;
 
 /// Names of the maps and programs as they appear in the object file and under the pin directory.
 pub mod names {
@@ -15,6 +19,7 @@ pub mod names {
     pub const TARGETS: &str = "DXDP_TARGETS";
     pub const COUNTERS: &str = "DXDP_COUNTERS";
     pub const LINK_META: &str = "DXDP_LINK_META";
+    pub const SOURCES: &str = "DXDP_SOURCES";
     pub const META: &str = "DXDP_META";
     pub const TC_PROGRAM: &str = "dxdp_tc";
     pub const XDP_PROGRAM: &str = "dxdp_xdp";
@@ -104,6 +109,55 @@ pub struct Counters {
     pub spoofed_packets: u64,
 }
 
+/// How many addresses one managed veth's container may send from over a link (Docker gives an
+/// interface at most three: IPv4, IPv6 and the IPv6 link-local).
+pub const MAX_SOURCES: usize = 8;
+
+/// The addresses a managed veth's container owns (keyed by the host-side ifindex). A linked
+/// frame is redirected only if its IPv4/IPv6 source is one of them: a container with CAP_NET_RAW
+/// can forge another's source address, and on the bridge br_netfilter would apply the operator's
+/// rules about that address to it. IPv4 addresses are stored v4-mapped (`::ffff:a.b.c.d`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sources {
+    pub count: u32,
+    pub _pad: u32,
+    pub addrs: [[u8; 16]; MAX_SOURCES],
+}
+
+impl Sources {
+    /// Up to [`MAX_SOURCES`] of `addrs` (each 16 bytes, IPv4 already mapped); the rest are
+    /// left out, so frames from them take the bridge.
+    pub fn new(addrs: impl IntoIterator<Item = [u8; 16]>) -> Self {
+        let mut out = Self {
+            count: 0,
+            _pad: 0,
+            addrs: [[0; 16]; MAX_SOURCES],
+        };
+        for addr in addrs.into_iter().take(MAX_SOURCES) {
+            out.addrs[out.count as usize] = addr;
+            out.count += 1;
+        }
+        out
+    }
+
+    /// Whether `addr` (16 bytes, IPv4 mapped) is one of these.
+    #[inline(always)]
+    pub fn contains(&self, addr: &[u8; 16]) -> bool {
+        let mut i = 0;
+        while i < MAX_SOURCES {
+            if i as u32 >= self.count {
+                return false;
+            }
+            if self.addrs[i] == *addr {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+}
+
 /// Identity of a link in [`LinkMeta`]: the two host ifindexes, lower first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,6 +201,7 @@ const _: () = {
     assert!(core::mem::size_of::<LinkMetaKey>() == 8);
     assert!(core::mem::size_of::<LinkMeta>() == 16 + 3 * NAME_LEN);
     assert!(core::mem::size_of::<Meta>() == 8);
+    assert!(core::mem::size_of::<Sources>() == 8 + 16 * MAX_SOURCES);
 };
 
 #[cfg(feature = "user")]
@@ -159,6 +214,7 @@ mod pod {
     unsafe impl aya::Pod for super::LinkMetaKey {}
     unsafe impl aya::Pod for super::LinkMeta {}
     unsafe impl aya::Pod for super::Meta {}
+    unsafe impl aya::Pod for super::Sources {}
 }
 
 /// The socket layer (`sock` datapath): maps and programs of `ebpf/programs/src/sock.rs`.

@@ -5,12 +5,16 @@ use aya_ebpf::{
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
-    LinkTarget, Meta,
+    LinkTarget, Meta, Sources,
 };
 
 /// Managed host-side veths by ifindex, with the MAC their container may send from.
 #[map(name = "DXDP_ENDPOINTS")]
 pub static ENDPOINTS: HashMap<u32, Endpoint> = HashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
+
+/// Managed host-side veths by ifindex, with the addresses their container may send from.
+#[map(name = "DXDP_SOURCES")]
+pub static SOURCES: HashMap<u32, Sources> = HashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
 
 /// (ingress ifindex, destination MAC) -> target host-side veth ifindex and per-CPU counters.
 #[map(name = "DXDP_LINKS")]

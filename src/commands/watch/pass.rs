@@ -405,6 +405,15 @@ fn apply(
     };
     let applied = reconcile::apply(&mut table, &wanted, &scope);
     drop(expedited);
+    // A container's addresses as this pass read them (IPv6 added later) are the only sources
+    // its links redirect: the datapath passes frames from any other to the bridge.
+    let resolved = wanted
+        .iter()
+        .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
+        .flat_map(|w| [&w.link.a, &w.link.b]);
+    if let Err(err) = table.datapath.refresh_sources(resolved) {
+        warn!("cannot update the containers' source addresses: {err:#}");
+    }
     held.datapath = Some(table.datapath.unlock());
     phases.mark("apply");
     phases.log();
