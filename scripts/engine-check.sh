@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Proves that a container engine can run a container here: imports a one-binary probe image
-# (busybox-static) if it is missing, runs a container from it on the engine's default bridge
-# network, pings the container from the host and removes it. scripts/setup.sh runs it for each
+# (busybox-static) if it is missing, makes a bridge network of its own (10.235.1.0/24 for
+# Docker, 10.235.2.0/24 for Podman), runs a container from the image on it, pings the container
+# from the host and removes both. A network of its own, not the engine's default: a test's
+# private dockerd, or an operator, may have removed docker0. scripts/setup.sh runs it for each
 # engine it installs, so a machine where an engine is installed but broken fails setup (and CI)
 # instead of failing tests later, or passing because an older machine happened to work.
 #
@@ -16,8 +18,8 @@ log() { printf 'engine-check: %s\n' "$*" >&2; }
 engine=${1:-}
 shift || true
 case $engine in
-    docker) cli=/usr/bin/docker ;;
-    podman) cli=/usr/bin/podman ;;
+    docker) cli=/usr/bin/docker subnet=10.235.1.0/24 ;;
+    podman) cli=/usr/bin/podman subnet=10.235.2.0/24 ;;
     *)
         printf 'usage: %s docker|podman [RUN_OPTION...]\n' "$0" >&2
         exit 2
@@ -42,9 +44,18 @@ name=dxdp-probe-$$
 rootfs=
 cleanup() {
     "$cli" rm -f "$name" >/dev/null 2>&1 || true
+    "$cli" network rm "$name" >/dev/null 2>&1 || true
     if [[ -n $rootfs ]]; then rm -rf "$rootfs"; fi
 }
 trap cleanup EXIT
+
+# A probe network a killed check left behind holds the subnet: it is ours by its name.
+for stale in $("$cli" network ls --filter name=dxdp-probe- --format '{{.Name}}' 2>/dev/null); do
+    "$cli" network rm "$stale" >/dev/null 2>&1 || true
+done
+if ! out=$("$cli" network create --subnet "$subnet" "$name" 2>&1); then
+    fail "cannot create a bridge network: $out" "read the engine's message; \`$engine info\` names its network backend"
+fi
 
 if ! "$cli" image inspect "$image" >/dev/null 2>&1; then
     rootfs=$(mktemp -d "${TMPDIR:-/tmp}/dxdp-probe.XXXXXX")
@@ -60,7 +71,7 @@ if ! "$cli" image inspect "$image" >/dev/null 2>&1; then
     fi
 fi
 
-if ! out=$("$cli" run -d --name "$name" "${run_opts[@]}" "$image" /bin/sleep 60 2>&1); then
+if ! out=$("$cli" run -d --name "$name" --network "$name" "${run_opts[@]}" "$image" /bin/sleep 60 2>&1); then
     case $out in
         *"cgroups in hybrid mode not supported"*)
             fail "$out" "this host mixes cgroup v1 and v2 (hybrid), which crun refuses; use runc: \
@@ -74,12 +85,13 @@ and restart the Podman API service (scripts/setup.sh does both)" ;;
 fi
 ip=$("$cli" inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' "$name" \
     | awk '{print $1}')
-[[ -n $ip ]] || fail "container $name has no IPv4 address on the default network" \
-    "check the engine's default bridge network (\`$engine network inspect\`)"
+[[ -n $ip ]] || fail "container $name has no IPv4 address on network $name" \
+    "check the engine's bridge networks (\`$engine network inspect $name\`)"
 ping -c1 -W2 "$ip" >/dev/null 2>&1 \
     || fail "the host cannot ping container $name at $ip" \
         "check the firewall's FORWARD chain and the engine's bridge"
 "$cli" rm -f "$name" >/dev/null 2>&1 || fail "$cli rm -f $name failed" "remove it by hand"
+"$cli" network rm "$name" >/dev/null 2>&1 || fail "$cli network rm $name failed" "remove it by hand"
 case $engine in
     docker) runtime=$("$cli" info --format '{{.DefaultRuntime}}' 2>/dev/null || echo unknown) ;;
     podman) runtime=$("$cli" info --format '{{.Host.OCIRuntime.Name}}' 2>/dev/null || echo unknown) ;;

@@ -117,7 +117,9 @@ pub enum Command {
 /// container name, ID prefix or compose service.
 #[derive(Debug, Args)]
 pub struct LinkArgs {
+    #[arg(value_parser = EndpointParser)]
     pub a: EndpointSpec,
+    #[arg(value_parser = EndpointParser)]
     pub b: EndpointSpec,
     #[arg(long, value_enum, default_value_t)]
     pub datapath: Choice,
@@ -130,7 +132,9 @@ pub struct LinkArgs {
 
 #[derive(Debug, Args)]
 pub struct UnlinkArgs {
+    #[arg(value_parser = EndpointParser)]
     pub a: EndpointSpec,
+    #[arg(value_parser = EndpointParser)]
     pub b: EndpointSpec,
 }
 
@@ -272,5 +276,42 @@ pub struct BenchArgs {
 impl Command {
     pub fn is_daemon(&self) -> bool {
         matches!(self, Command::Watch(_))
+    }
+}
+
+/// Parses an endpoint like `EndpointSpec::from_str`, but says what is wrong without echoing a
+/// huge argument whole: clap's own "invalid value '…'" prints every byte, and the reason once
+/// more (a 100,000-character name made 200 KB of stderr).
+#[derive(Clone)]
+struct EndpointParser;
+
+impl clap::builder::TypedValueParser for EndpointParser {
+    type Value = EndpointSpec;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<EndpointSpec, clap::Error> {
+        let arg = arg.map_or_else(|| "ENDPOINT".to_owned(), ToString::to_string);
+        let Some(text) = value.to_str() else {
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidUtf8,
+                format!("invalid value for '{arg}': an endpoint is UTF-8 text\n"),
+            )
+            .with_cmd(cmd));
+        };
+        text.parse()
+            .map_err(|e: crate::endpoint::EndpointParseError| {
+                clap::Error::raw(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "invalid value '{}' for '{arg}': {e}\n",
+                        crate::endpoint::shortened(text)
+                    ),
+                )
+                .with_cmd(cmd)
+            })
     }
 }

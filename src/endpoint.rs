@@ -21,7 +21,8 @@ pub enum EndpointSpec {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "endpoint {input:?}: {reason}; write netns:NAME[:IFACE], pid:PID[:IFACE] or a container name"
+    "endpoint {}: {reason}; write netns:NAME[:IFACE], pid:PID[:IFACE] or a container name",
+    shortened_debug(.input)
 )]
 pub struct EndpointParseError {
     pub(crate) input: String,
@@ -29,6 +30,25 @@ pub struct EndpointParseError {
 }
 
 const IFNAMSIZ: usize = 16;
+
+/// How much of a bad argument an error shows: enough to recognise it.
+const SHOWN_CHARS: usize = 64;
+
+/// `input` as an error shows it: whole when short, else its first characters and its length.
+pub fn shortened(input: &str) -> String {
+    match input.char_indices().nth(SHOWN_CHARS) {
+        None => input.to_owned(),
+        Some((end, _)) => format!("{}…({} bytes)", &input[..end], input.len()),
+    }
+}
+
+/// [`shortened`], quoted as `{:?}` quotes a short one.
+fn shortened_debug(input: &str) -> String {
+    match input.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{input:?}"),
+        Some((end, _)) => format!("{:?}…({} bytes)", &input[..end], input.len()),
+    }
+}
 
 impl FromStr for EndpointSpec {
     type Err = EndpointParseError;
@@ -232,6 +252,18 @@ mod tests {
 
     fn parse(s: &str) -> Result<EndpointSpec, EndpointParseError> {
         s.parse()
+    }
+
+    #[test]
+    fn a_huge_endpoint_is_shown_shortened_in_its_error() {
+        let huge = "a".repeat(100_000);
+        let err = parse(&huge).expect_err("too long for a container name");
+        let shown = err.to_string();
+        assert!(shown.len() < 300, "{} bytes: {shown}", shown.len());
+        assert!(shown.contains("100000 bytes"), "{shown}");
+        assert_eq!(shortened("web"), "web");
+        let e = parse("web$").expect_err("bad name");
+        assert!(e.to_string().starts_with("endpoint \"web$\": "), "{e}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use hyper::{
 };
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord, Traffic};
 use crate::rules::{FIREWALL_REASON, REASONS};
@@ -321,6 +321,16 @@ fn escape(v: &str) -> String {
 
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may last in all: a scrape takes milliseconds.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; one more is closed as soon as it is accepted. Far below the
+/// unit's file limit, so a flood of idle connections can neither exhaust the watch's
+/// descriptors nor hold the listener: a scraper (one connection per scrape) gets in again as
+/// soon as the flood's connections time out.
+const MAX_CONNECTIONS: usize = 64;
+/// After an accept that failed (EMFILE, ENFILE, ENOBUFS…), the listener waits this long before
+/// the next, instead of dying or spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `GET /metrics` (and `HEAD`) until the task is dropped.
 pub async fn serve(
@@ -333,6 +343,16 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {addr} for --metrics"))?;
     info!(%addr, "serving Prometheus metrics on /metrics");
+    if !addr.ip().is_loopback() {
+        warn!(
+            %addr,
+            "--metrics listens beyond loopback without authentication: its answer names \
+             containers, networks and veths; bind 127.0.0.1 (or firewall the port) unless the \
+             scraper is elsewhere"
+        );
+    }
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut accept_failures: u64 = 0;
     let mut http = http1::Builder::new();
     // One request per connection, as scrapers use it; Title-Case header names, as before hyper.
     http.keep_alive(false)
@@ -340,7 +360,27 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(REQUEST_TIMEOUT);
     loop {
-        let (conn, peer) = listener.accept().await?;
+        let (conn, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors (or kernel memory): keep the listener, say so once per
+                // burst, and try again shortly; closing connections frees descriptors.
+                if accept_failures == 0 {
+                    warn!(%addr, "metrics: cannot accept a connection: {e}; retrying");
+                }
+                accept_failures += 1;
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        if accept_failures > 0 {
+            info!(%addr, failed = accept_failures, "metrics: accepting connections again");
+            accept_failures = 0;
+        }
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            debug!(%peer, "metrics: {MAX_CONNECTIONS} connections open; closing this one");
+            continue;
+        };
         let metrics = Arc::clone(&metrics);
         let pin_dir = pin_dir.clone();
         let service = service_fn(move |request| {
@@ -348,9 +388,12 @@ pub async fn serve(
         });
         let connection = http.serve_connection(TokioIo::new(conn), service);
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                debug!(%peer, "metrics connection: {e}");
+            match tokio::time::timeout(CONNECTION_TIMEOUT, connection).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(%peer, "metrics connection: {e}"),
+                Err(_) => debug!(%peer, "metrics connection: timed out"),
             }
+            drop(slot);
         });
     }
 }

@@ -62,6 +62,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
         links: Vec::new(),
         interfaces: Vec::new(),
     };
+    // An absent directory may have been renamed away under a parent another user controls.
+    crate::datapath::check_ancestors(pin_dir)?;
     if pin_dir.exists() {
         let mut datapath = Datapath::open(pin_dir, capacity)?;
         let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?

@@ -12,6 +12,7 @@ use crate::{
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitCode> {
+    crate::datapath::check_ancestors(pin_dir)?;
     if !pin_dir.exists() {
         bail!(
             "no link between {} and {}: nothing is pinned at {}",

@@ -22,7 +22,7 @@ use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
 pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
-pub use pins::{Pins, on_bpffs};
+pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use state::Capacity;
 
 use crate::{endpoint::Endpoint, netlink::Interface};

@@ -68,6 +68,7 @@ impl Pins {
                 probe.display()
             );
         }
+        check_ancestors(&self.root)?;
         for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
             check_private(&self.root, &dir)?;
         }
@@ -83,6 +84,46 @@ impl Pins {
         }
         Ok(())
     }
+}
+
+/// Refuses a pin directory that another user could rename away (and put something else in its
+/// place): renaming needs write permission on the parent, so every ancestor must belong to root
+/// (or to us) and, where others may write it, carry the sticky bit, as `/sys/fs/bpf` (1777) does.
+/// Otherwise `status` would say "no links" and `cleanup` "nothing to clean" while the renamed
+/// links kept redirecting.
+pub fn check_ancestors(root: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    for dir in root.ancestors().skip(1) {
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let meta = match std::fs::metadata(dir) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", dir.display())),
+        };
+        let mode = meta.mode() & 0o7777;
+        let problem = if meta.uid() != me && meta.uid() != 0 {
+            Some(format!("belongs to uid {}", meta.uid()))
+        } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            Some(format!(
+                "is writable by others without the sticky bit (mode {mode:04o})"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            bail!(
+                "pin directory {}: its parent {} {problem}, so another user could rename the pin \
+                 directory away while its links keep redirecting; choose another --pin-dir, \
+                 whose every parent belongs to root",
+                root.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a pin directory that another user owns or may write: `/sys/fs/bpf` is usually

@@ -127,6 +127,32 @@ impl Docker {
         }
     }
 
+    /// Whether the engine is Podman (which has no docker-proxy and no userland-proxy setting).
+    pub fn is_podman(&self) -> bool {
+        self.podman.is_some()
+    }
+
+    /// Names of the running containers that publish a port on the host.
+    pub async fn publishing_containers(&self) -> Result<Vec<String>> {
+        let options = ListContainersOptionsBuilder::new().all(false).build();
+        let list = self
+            .client
+            .list_containers(Some(options))
+            .await
+            .context("cannot list containers")?;
+        Ok(list
+            .into_iter()
+            .filter(|c| {
+                c.ports
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|p| p.public_port.is_some())
+            })
+            .filter_map(|c| Some(c.names?.first()?.trim_start_matches('/').to_owned()))
+            .collect())
+    }
+
     pub async fn ping(&self) -> Result<()> {
         self.client.ping().await?;
         Ok(())

@@ -4,6 +4,7 @@ mod client;
 mod endpoints;
 mod inventory;
 mod podman;
+pub mod userland_proxy;
 
 pub use client::{BridgeNetwork, Container, Docker, Event, NetworkAttachment};
 pub use endpoints::{EndpointCache, endpoint_on};

@@ -101,6 +101,19 @@ fn setup_proves_both_engines_run_a_container_and_names_podmans_runtime() {
             Duration::from_secs(30),
         );
         assert_eq!(left.stdout.trim(), "", "{engine} kept a probe container");
+        let left = run_for(
+            &[
+                engine,
+                "network",
+                "ls",
+                "--filter",
+                "name=dxdp-probe-",
+                "--format",
+                "{{.Name}}",
+            ],
+            Duration::from_secs(30),
+        );
+        assert_eq!(left.stdout.trim(), "", "{engine} kept a probe network");
     }
 }
 

@@ -274,3 +274,59 @@ fn tempdir(prefix: &str) -> Scratch {
     std::fs::create_dir_all(&dir).expect("scratch dir");
     Scratch(dir)
 }
+
+/// More idle connections to `--metrics` than the watch may open files (its soft limit set to
+/// 1024, the old unit's default) neither end the listener nor the watch: once the flood is
+/// gone, a scrape answers at once. Before, accept failed with EMFILE and the listener was gone
+/// for good, silently, while the watch ran on (issue 22).
+#[test]
+fn a_flood_of_idle_metrics_connections_leaves_the_listener_serving() {
+    if !require_docker() {
+        return;
+    }
+    let world = World::shared();
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut watch = world.watch(&["--metrics", &metrics]);
+    let serving = || {
+        http_get(&metrics, "/metrics")
+            .lines()
+            .next()
+            .is_some_and(|status| status.contains(" 200 "))
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), serving),
+        "no scrape answered\n{}",
+        watch.log_text()
+    );
+    run(&[
+        "prlimit",
+        "--pid",
+        &watch.pid().to_string(),
+        "--nofile=1024:1024",
+    ])
+    .assert_success();
+    // This process opens the flood: its own soft limit up to its hard one.
+    // SAFETY: plain getrlimit/setrlimit on this process's own limits.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let flood: Vec<TcpStream> = (0..1100)
+        .filter_map(|_| TcpStream::connect(&metrics).ok())
+        .collect();
+    assert!(
+        flood.len() > 1024,
+        "only {} connections opened",
+        flood.len()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    drop(flood);
+    assert!(
+        wait_until(Duration::from_secs(15), serving),
+        "the metrics listener did not survive the flood\n{}",
+        watch.log_text()
+    );
+    assert!(watch.alive(), "the watch died\n{}", watch.log_text());
+}

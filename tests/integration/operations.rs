@@ -360,3 +360,61 @@ fn doctor_and_status_json_carry_their_schema() {
     assert_eq!(status["schema"], "dxdp.status/1");
     assert_eq!(status["links"], serde_json::json!([]));
 }
+
+/// `doctor` reads the host dockerd's userland-proxy (its command line, then daemon.json, else
+/// the default, on) and, while it is on and a container publishes a port, warns that host
+/// clients go through docker-proxy, naming the container and the daemon.json way out; the
+/// check is not a failure (issue 21).
+#[test]
+fn doctor_warns_of_docker_proxy_while_a_container_publishes_a_port() {
+    if !require_docker() {
+        return;
+    }
+    let doctor = || {
+        run(&[
+            DXDP,
+            "--pin-dir",
+            "/sys/fs/bpf/dxdp-doctor-absent",
+            "doctor",
+        ])
+    };
+    let line = |out: &support::Run| {
+        out.stdout
+            .lines()
+            .find(|l| l.contains("userland-proxy"))
+            .unwrap_or_else(|| panic!("doctor says nothing of userland-proxy: {out}"))
+            .to_owned()
+    };
+    let dockerd = run(&["pgrep", "-ax", "dockerd"]);
+    let explicit_off = std::fs::read_to_string("/etc/docker/daemon.json")
+        .is_ok_and(|j| j.replace(' ', "").contains("\"userland-proxy\":false"))
+        || dockerd.stdout.contains("--userland-proxy=false");
+    let mut world = World::shared();
+    let net = world.network("proxy", &[]);
+    let published = world.run("web", &["--network", &net, "-p", "127.0.0.1::8080"], &[]);
+    let out = doctor();
+    out.assert_success();
+    let said = line(&out);
+    if explicit_off {
+        assert!(
+            said.starts_with("[ ok ]") && said.contains("is off"),
+            "{said}"
+        );
+        return;
+    }
+    assert!(
+        said.starts_with("[warn]")
+            && said.contains("userland-proxy is on")
+            && said.contains(&published)
+            && said.contains("docker-proxy"),
+        "{out}"
+    );
+    assert!(
+        out.stdout
+            .contains("\"userland-proxy\": false in /etc/docker/daemon.json"),
+        "the way out: {out}"
+    );
+    world.remove(std::slice::from_ref(&published));
+    let said = line(&doctor());
+    assert!(!said.contains(&published), "{said}");
+}

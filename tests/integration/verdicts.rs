@@ -67,6 +67,7 @@ const IPPROTO_UDP: u8 = 17;
 const IPPROTO_ICMPV6: u8 = 58;
 const IPV6_HOP_BY_HOP: u8 = 0;
 const NDP_NEIGHBOR_ADVERT: u8 = 136;
+const NDP_NEIGHBOR_SOLICIT: u8 = 135;
 const ICMPV6_ECHO_REQUEST: u8 = 128;
 const BROADCAST: MacAddr = [0xff; 6];
 /// IPv4 multicast 224.0.0.251 (mDNS).
@@ -419,8 +420,11 @@ enum L3 {
     V4([u8; 4]),
     /// IPv6 from this address: next header, and the first byte after the fixed header.
     V6([u8; 16], u8, u8),
-    /// An ARP reply.
-    Arp,
+    /// An ARP reply with this sender hardware and protocol address.
+    Arp(MacAddr, [u8; 4]),
+    /// A neighbour solicitation (135) or advertisement (136) from an address, for a target,
+    /// with a link-layer address option or none.
+    Nd(u8, [u8; 16], [u8; 16], Option<MacAddr>),
 }
 
 /// An Ethernet frame of `len` bytes carrying `l3`.
@@ -447,7 +451,27 @@ fn frame(dst: MacAddr, src: MacAddr, l3: L3, len: usize) -> Vec<u8> {
             h.push(first);
             (ETH_P_IPV6, h)
         }
-        L3::Arp => (ETH_P_ARP, vec![0, 1, 8, 0, 6, 4, 0, 2]),
+        L3::Arp(sha, spa) => {
+            let mut h = vec![0, 1, 8, 0, 6, 4, 0, 2];
+            h.extend_from_slice(&sha);
+            h.extend_from_slice(&spa);
+            h.extend_from_slice(&MAC_B);
+            h.extend_from_slice(&IP_B);
+            (ETH_P_ARP, h)
+        }
+        L3::Nd(kind, ip, target, lladdr) => {
+            let payload: u8 = if lladdr.is_some() { 32 } else { 24 };
+            let mut h = vec![0x60, 0, 0, 0, 0, payload, IPPROTO_ICMPV6, 255];
+            h.extend_from_slice(&ip);
+            h.extend_from_slice(&IP6_C);
+            h.extend_from_slice(&[kind, 0, 0, 0, 0x60, 0, 0, 0]);
+            h.extend_from_slice(&target);
+            if let Some(mac) = lladdr {
+                h.extend_from_slice(&[if kind == NDP_NEIGHBOR_SOLICIT { 1 } else { 2 }, 1]);
+                h.extend_from_slice(&mac);
+            }
+            (ETH_P_IPV6, h)
+        }
     };
     let mut frame = frame_of_type(dst, src, ethertype, len);
     assert!(
@@ -855,9 +879,10 @@ verdict_cases! {
         ],
     };
 
-    /// IPv6 from A's global and link-local addresses is redirected, from C's is not; neighbour
-    /// discovery and packets behind an extension header are the bridge's whoever sends them.
-    ipv6_sources_are_checked_and_neighbour_discovery_is_left_to_the_bridge: Case {
+    /// IPv6 from A's global and link-local addresses is redirected, from C's is not; a neighbour
+    /// message of another shape and packets behind an extension header are the bridge's
+    /// whoever sends them.
+    ipv6_sources_are_checked_and_odd_or_hidden_neighbour_messages_take_the_bridge: Case {
         setup: linked,
         steps: &[
             Step {
@@ -876,7 +901,7 @@ verdict_cases! {
                 verdict: Verdict::Pass,
                 then: &[Spoofed(Ingress, 1), Traffic(Ingress, MAC_B, (2, 140))],
             },
-            // A neighbour advertisement, even from A's own link-local address.
+            // A neighbour message that is not the two documented shapes (no target here).
             Step {
                 on: Ingress, dst: MAC_B, src: MAC_A,
                 l3: L3::V6(LL6_A, IPPROTO_ICMPV6, NDP_NEIGHBOR_ADVERT), len: 86,
@@ -892,12 +917,72 @@ verdict_cases! {
         ],
     };
 
-    arp_is_left_to_the_bridge: Case {
+    /// ARP rides the link only with A's own sender addresses: a reply claiming C's address, or
+    /// another MAC for A's, would poison B's neighbour cache.
+    arp_is_carried_only_with_the_senders_own_addresses: Case {
         setup: linked,
-        steps: &[Step {
-            on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp, len: 60, verdict: Verdict::Pass,
-            then: &[Expect::Counters(Ingress, Some(passed(1, 60)))],
-        }],
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp(MAC_A, IP_A), len: 60,
+                verdict: Verdict::Redirect,
+                then: &[Expect::Counters(Ingress, Some(redirected(60)))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp(MAC_A, IP_C), len: 60,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 1), Traffic(Ingress, MAC_B, (1, 60))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp(MAC_OTHER, IP_A), len: 60,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 2), Traffic(Ingress, MAC_B, (1, 60))],
+            },
+        ],
+    };
+
+    /// Solicitations and advertisements ride the link only when all they claim is A's: its
+    /// address as source, its MAC in the option, and (advertisements) its address as target.
+    neighbour_messages_are_carried_only_with_the_senders_own_claims: Case {
+        setup: linked,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_ADVERT, LL6_A, IP6_A, Some(MAC_A)), len: 86,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (1, 86))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_SOLICIT, IP6_A, IP6_C, Some(MAC_A)), len: 86,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (2, 172))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_ADVERT, LL6_A, IP6_A, None), len: 78,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (3, 250))],
+            },
+            // C's address advertised as A's: the poisoning the issue reproduced.
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_ADVERT, LL6_A, IP6_C, Some(MAC_A)), len: 86,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 1), Traffic(Ingress, MAC_B, (3, 250))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_ADVERT, LL6_A, IP6_A, Some(MAC_OTHER)), len: 86,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 2)],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_SOLICIT, IP6_C, IP6_A, Some(MAC_A)), len: 86,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 3), Traffic(Ingress, MAC_B, (3, 250))],
+            },
+        ],
     };
 
     /// No addresses recorded: nothing is known to be A's own, so nothing is redirected.

@@ -9,20 +9,31 @@ use crate::{
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86DD;
+const ETH_P_ARP: u16 = 0x0806;
+/// An ARP message for IPv4 over Ethernet.
+const ARP_LEN: usize = 28;
 const IPV4_HLEN: usize = 20;
 const IPV6_HLEN: usize = 40;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_ICMPV6: u8 = 58;
 const IPPROTO_SCTP: u8 = 132;
-/// ICMPv6 router solicitation .. redirect: neighbour discovery, which the bridge carries.
+/// ICMPv6 router solicitation .. redirect: neighbour discovery. Router messages and redirects
+/// are the bridge's; solicitations and advertisements are carried when their claims are the
+/// sender's own.
 const NDP_FIRST: u8 = 133;
 const NDP_LAST: u8 = 137;
+const NDP_NEIGHBOR_SOLICIT: u8 = 135;
+const NDP_NEIGHBOR_ADVERT: u8 = 136;
+/// ICMPv6 header and target of a solicitation or advertisement, and one link-layer option.
+const NDP_LEN: usize = 24;
+const NDP_OPT_LEN: usize = 8;
 
 /// Redirects only a frame that (1) arrives on a managed veth, (2) carries that container's own
-/// source MAC, (3) is unicast to a MAC linked from this very veth, (4) is IPv4 or IPv6 (not
-/// neighbour discovery, not behind an IPv6 extension header) from one of the container's own
-/// addresses, and (5) whose target veth still exists. Everything else passes to the bridge
+/// source MAC, (3) is unicast to a MAC linked from this very veth, (4) is IPv4, ARP or IPv6
+/// (not behind an IPv6 extension header, no router message) whose every claim about its sender
+/// is the container's own (source address; ARP's sender addresses; a neighbour message's
+/// link-layer option and an advertisement's target), and (5) whose target veth still exists. Everything else passes to the bridge
 /// untouched, where the operator's rules see it as they would without dxdp: the result is `pass`.
 ///
 /// `redirect` performs the program's own redirect to the target ifindex and returns its
@@ -55,20 +66,23 @@ pub fn decide<A: Copy>(
                     Some(link) => {
                         // SAFETY: this CPU's copy of the value; nothing else writes it now.
                         let link = unsafe { &mut *link };
-                        let source = l3_source(frame);
-                        if source == L3Source::Other {
-                            // ARP, neighbour discovery, IPv6 extension headers, other ethertypes.
-                            Outcome::Passed
-                        } else if !owns(ingress_ifindex, &source) {
-                            Outcome::Spoofed
-                        } else if TARGETS.get_ifindex(link.target_ifindex).is_none() {
-                            Outcome::Fallback
-                        } else if let Some(action) = redirect(link.target_ifindex) {
-                            link.packets += 1;
-                            link.bytes += len;
-                            Outcome::Redirected(action)
-                        } else {
-                            Outcome::Fallback
+                        match claim(frame) {
+                            // IPv6 extension headers, router messages, other ethertypes.
+                            None => Outcome::Passed,
+                            Some(claim) if !honest(ingress_ifindex, &endpoint.mac, &claim) => {
+                                Outcome::Spoofed
+                            }
+                            Some(_) => {
+                                if TARGETS.get_ifindex(link.target_ifindex).is_none() {
+                                    Outcome::Fallback
+                                } else if let Some(action) = redirect(link.target_ifindex) {
+                                    link.packets += 1;
+                                    link.bytes += len;
+                                    Outcome::Redirected(action)
+                                } else {
+                                    Outcome::Fallback
+                                }
+                            }
                         }
                     }
                 }
@@ -124,35 +138,54 @@ fn ethernet_addrs(frame: &Frame) -> Option<(MacAddr, MacAddr)> {
     Some((dst, src))
 }
 
-/// The network-layer source of a frame a link may carry.
-#[derive(PartialEq, Eq)]
-enum L3Source {
-    /// IPv4 (v4-mapped) or IPv6 source address.
-    Ip([u8; 16]),
-    /// Anything a link leaves to the bridge whoever sent it.
-    Other,
+/// What a frame a link may carry says about its sender, all of which must be the sending
+/// container's own for the frame to skip the bridge.
+struct Claim {
+    /// IPv4 (v4-mapped) or IPv6 source address; for ARP, the sender protocol address.
+    source: [u8; 16],
+    /// A neighbour advertisement's target: the address it claims the sender has.
+    target: Option<[u8; 16]>,
+    /// ARP's sender hardware address, or a neighbour message's link-layer address option.
+    lladdr: Option<MacAddr>,
 }
 
-/// Whether the container behind this veth owns `source` (see `dxdp_common::Sources`).
+/// Whether the container behind this veth owns everything `claim` says (see
+/// `dxdp_common::Sources`); with no addresses recorded, nothing is known to be its own.
 #[inline(always)]
-fn owns(ingress_ifindex: u32, source: &L3Source) -> bool {
-    let L3Source::Ip(addr) = source else {
+fn honest(ingress_ifindex: u32, mac: &MacAddr, claim: &Claim) -> bool {
+    if let Some(lladdr) = claim.lladdr
+        && lladdr != *mac
+    {
+        return false;
+    }
+    // SAFETY: a map value pointer, valid for this invocation.
+    let Some(sources) = (unsafe { SOURCES.get(ingress_ifindex) }) else {
         return false;
     };
-    // SAFETY: a map value pointer, valid for this invocation.
-    match unsafe { SOURCES.get(ingress_ifindex) } {
-        Some(sources) => sources.contains(addr),
-        // No addresses recorded (a directory being migrated): nothing is known to be its own.
-        None => false,
+    if let Some(target) = &claim.target
+        && !sources.contains(target)
+    {
+        return false;
     }
+    sources.contains(&claim.source)
 }
 
-/// The source address of an IPv4 packet, or of an IPv6 packet carrying TCP, UDP, SCTP or
-/// ICMPv6 other than neighbour discovery right after its fixed header.
+fn v4_mapped(addr: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[10] = 0xff;
+    out[11] = 0xff;
+    out[12..16].copy_from_slice(&addr[..4]);
+    out
+}
+
+/// The claims of an IPv4 packet, an ARP message for IPv4, or an IPv6 packet carrying TCP, UDP,
+/// SCTP or ICMPv6 right after its fixed header (neighbour solicitations and advertisements
+/// only with at most their one link-layer address option); `None` for anything else, which the
+/// bridge carries.
 #[inline(always)]
-fn l3_source(frame: &Frame) -> L3Source {
+fn claim(frame: &Frame) -> Option<Claim> {
     if frame.start + ETH_HLEN > frame.end {
-        return L3Source::Other;
+        return None;
     }
     // SAFETY: the Ethernet header was bounds-checked just above.
     let eth = unsafe { &*(frame.start as *const [u8; ETH_HLEN]) };
@@ -161,41 +194,108 @@ fn l3_source(frame: &Frame) -> L3Source {
     match ethertype {
         ETH_P_IP => {
             if l3 + IPV4_HLEN > frame.end {
-                return L3Source::Other;
+                return None;
             }
             // SAFETY: bounds-checked above.
             let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN]) };
             if ip[0] >> 4 != 4 {
-                return L3Source::Other;
+                return None;
             }
-            let mut addr = [0u8; 16];
-            addr[10] = 0xff;
-            addr[11] = 0xff;
-            addr[12..16].copy_from_slice(&ip[12..16]);
-            L3Source::Ip(addr)
+            Some(Claim {
+                source: v4_mapped(&ip[12..16]),
+                target: None,
+                lladdr: None,
+            })
+        }
+        ETH_P_ARP => {
+            if l3 + ARP_LEN > frame.end {
+                return None;
+            }
+            // SAFETY: bounds-checked above.
+            let arp = unsafe { &*(l3 as *const [u8; ARP_LEN]) };
+            // Ethernet hardware, IPv4 protocol, 6- and 4-byte addresses.
+            if arp[0..6] != [0, 1, 8, 0, 6, 4] {
+                return None;
+            }
+            let mut sha = [0u8; 6];
+            sha.copy_from_slice(&arp[8..14]);
+            Some(Claim {
+                source: v4_mapped(&arp[14..18]),
+                target: None,
+                lladdr: Some(sha),
+            })
         }
         ETH_P_IPV6 => {
             // One byte past the fixed header: an ICMPv6 type.
             if l3 + IPV6_HLEN + 1 > frame.end {
-                return L3Source::Other;
+                return None;
             }
             // SAFETY: bounds-checked above.
             let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + 1]) };
             if ip[0] >> 4 != 6 {
-                return L3Source::Other;
+                return None;
             }
-            let carried = match ip[6] {
-                IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => true,
-                IPPROTO_ICMPV6 => !(NDP_FIRST..=NDP_LAST).contains(&ip[IPV6_HLEN]),
-                _ => false,
-            };
-            if !carried {
-                return L3Source::Other;
+            let mut source = [0u8; 16];
+            source.copy_from_slice(&ip[8..24]);
+            match ip[6] {
+                IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => Some(Claim {
+                    source,
+                    target: None,
+                    lladdr: None,
+                }),
+                IPPROTO_ICMPV6 => match ip[IPV6_HLEN] {
+                    NDP_NEIGHBOR_SOLICIT | NDP_NEIGHBOR_ADVERT => {
+                        neighbour_claim(frame, l3, source, ip[IPV6_HLEN])
+                    }
+                    NDP_FIRST..=NDP_LAST => None,
+                    _ => Some(Claim {
+                        source,
+                        target: None,
+                        lladdr: None,
+                    }),
+                },
+                _ => None,
             }
-            let mut addr = [0u8; 16];
-            addr.copy_from_slice(&ip[8..24]);
-            L3Source::Ip(addr)
         }
-        _ => L3Source::Other,
+        _ => None,
     }
+}
+
+/// A neighbour solicitation or advertisement: 24 bytes of ICMPv6 (type, code, checksum, flags,
+/// target), then nothing or one link-layer address option (type, length 1, MAC). An
+/// advertisement claims its target as the sender's; either claims its option's MAC.
+#[inline(always)]
+fn neighbour_claim(frame: &Frame, l3: usize, source: [u8; 16], kind: u8) -> Option<Claim> {
+    if l3 + IPV6_HLEN + NDP_LEN > frame.end {
+        return None;
+    }
+    // SAFETY: bounds-checked above.
+    let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + NDP_LEN]) };
+    let payload = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+    let icmp = IPV6_HLEN;
+    let mut target = [0u8; 16];
+    target.copy_from_slice(&ip[icmp + 8..icmp + 24]);
+    let lladdr = if payload == NDP_LEN {
+        None
+    } else if payload == NDP_LEN + NDP_OPT_LEN {
+        if l3 + IPV6_HLEN + NDP_LEN + NDP_OPT_LEN > frame.end {
+            return None;
+        }
+        // SAFETY: bounds-checked just above.
+        let opt = unsafe { &*((l3 + IPV6_HLEN + NDP_LEN) as *const [u8; NDP_OPT_LEN]) };
+        let wanted = if kind == NDP_NEIGHBOR_SOLICIT { 1 } else { 2 };
+        if opt[0] != wanted || opt[1] != 1 {
+            return None;
+        }
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&opt[2..8]);
+        Some(mac)
+    } else {
+        return None;
+    };
+    Some(Claim {
+        source,
+        target: (kind == NDP_NEIGHBOR_ADVERT).then_some(target),
+        lladdr,
+    })
 }

@@ -361,6 +361,22 @@ fn bad_input_endpoint_strings_that_do_not_parse_exit_2_and_create_nothing() {
             );
         }
     }
+    // A 100,000-character name is shown shortened, with its length (it was echoed whole,
+    // twice: 200 KB of stderr).
+    let huge = "a".repeat(100_000);
+    let out = run(&[DXDP, "--pin-dir", &d, "link", &huge, "netns:x"]);
+    assert_eq!(
+        out.code(),
+        Some(2),
+        "{}",
+        &out.stderr[..out.stderr.len().min(500)]
+    );
+    assert!(
+        out.stderr.len() < 1024 && out.stderr.contains("(100000 bytes)"),
+        "{} bytes of stderr: {}",
+        out.stderr.len(),
+        &out.stderr[..out.stderr.len().min(500)]
+    );
     let out = run(&[DXDP, "--pin-dir", &d, "--max-endpoints", "0", "status"]);
     assert_eq!(out.code(), Some(2), "{out}");
     let out = run(&["env", "DXDP_MAX_LINKS=0", DXDP, "--pin-dir", &d, "status"]);

@@ -123,3 +123,68 @@ fn a_pin_dir_another_user_owns_or_may_write_is_refused_and_left_alone() {
     assert_eq!(owned.status().links.len(), 1);
     owned.unlink(a, b);
 }
+
+/// A pin directory inside a directory another user owns, or may write without the sticky bit:
+/// that user could rename the pin directory away (after which `status` said "no links" and
+/// `cleanup` "nothing to clean", exit 0, while the links went on redirecting). Every command
+/// refuses it and creates nothing; a root-owned sticky parent (as /sys/fs/bpf, 1777) is fine.
+#[test]
+fn a_pin_dir_whose_parent_another_user_could_rename_it_in_is_refused() {
+    if !require_privileges() {
+        return;
+    }
+    let topo = Topology::new(2);
+    let (a, b) = (topo.node(0), topo.node(1));
+    let (sa, sb) = (a.spec(), b.spec());
+    let parent = support::PinDir::new(support::next_id());
+    let dir = parent.path.join("dxdp").to_string_lossy().into_owned();
+    let links_before = bpf_links();
+    let cases: [(&str, u32, u32, Option<&str>); 3] = [
+        ("another user's", 65534, 0o755, Some("belongs to uid 65534")),
+        (
+            "others may write",
+            0,
+            0o777,
+            Some("is writable by others without the sticky bit (mode 0777)"),
+        ),
+        ("root's and sticky", 0, 0o1777, None),
+    ];
+    for (what, uid, mode, message) in cases {
+        std::fs::create_dir(&parent.path).expect("parent dir");
+        std::fs::set_permissions(&parent.path, std::fs::Permissions::from_mode(mode))
+            .expect("chmod");
+        std::os::unix::fs::chown(&parent.path, Some(uid), None).expect("chown");
+        let Some(message) = message else {
+            let owned = Dxdp {
+                pin_dir: parent.path.join("dxdp"),
+            };
+            owned.link(a, b, "tc");
+            assert_eq!(owned.status().links.len(), 1, "{what} parent");
+            owned.unlink(a, b);
+            must(&[DXDP, "--pin-dir", &dir, "cleanup"]);
+            std::fs::remove_dir(&parent.path).expect("rmdir");
+            continue;
+        };
+        for args in [
+            vec!["link", sa.as_str(), sb.as_str()],
+            vec!["status"],
+            vec!["cleanup"],
+        ] {
+            let mut argv = vec![DXDP, "--pin-dir", &dir];
+            argv.extend_from_slice(&args);
+            let out = run(&argv);
+            assert_refused(&out, &[message, "another --pin-dir"]);
+            assert_eq!(
+                std::fs::read_dir(&parent.path).expect("readdir").count(),
+                0,
+                "{what} parent: something was created by {args:?}: {out}"
+            );
+        }
+        assert_eq!(
+            bpf_links(),
+            links_before,
+            "{what} parent: an attachment was made"
+        );
+        std::fs::remove_dir(&parent.path).expect("rmdir");
+    }
+}

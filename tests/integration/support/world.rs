@@ -30,7 +30,7 @@ use super::{
     guards::{FirewallRule, PinDir},
     host::{host_iface_exists, host_veth},
     names::{iface_name, next_id},
-    process::{Run, run_for, try_run, wait_until},
+    process::{Run, must, run_for, try_run, wait_until},
     watch::Watch,
 };
 
@@ -66,6 +66,10 @@ struct PrivateDaemon {
     bridge_of: HashMap<String, String>,
     bridges: Vec<String>,
     rules: Vec<FirewallRule>,
+    /// The bridge of the daemon's default network, made by the test: with `--bridge=none`
+    /// dockerd deletes the host's docker0 at start (moby's removeDefaultBridgeInterface),
+    /// which broke every later container on the host daemon's default network.
+    default_bridge: String,
 }
 
 impl World {
@@ -111,8 +115,16 @@ impl World {
             bridge_of: HashMap::new(),
             bridges: Vec::new(),
             rules: Vec::new(),
+            default_bridge: iface_name(),
         };
+        let bridge = daemon.default_bridge.clone();
         let mut world = Self::with(Some(daemon), n, pin_dir);
+        // Recorded before it exists, so that teardown removes it even if `ip` fails halfway.
+        world.daemon_mut().bridges.push(bridge.clone());
+        must(&["ip", "link", "add", &bridge, "type", "bridge"]);
+        // dockerd takes the default network's subnet from the bridge (-b excludes --bip); out of
+        // the 10.232.1-250 subnets that World::network hands out.
+        must(&["ip", "addr", "add", "10.232.254.1/24", "dev", &bridge]);
         let daemon = world.daemon();
         std::fs::create_dir_all(&daemon.run_dir).expect("run dir of the private dockerd");
         std::fs::write(daemon.run_dir.join("daemon.json"), "{}\n").expect("daemon.json");
@@ -378,7 +390,7 @@ impl PrivateDaemon {
             format!("--pidfile={r}/docker.pid"),
             format!("--data-root={}", self.data_root.display()),
             format!("--exec-root={r}/exec"),
-            "--bridge=none".into(),
+            format!("--bridge={}", self.default_bridge),
             "--iptables=false".into(),
             "--ip-forward=false".into(),
             "--ip-masq=false".into(),
