@@ -238,6 +238,11 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
     assert!(out.status.success(), "bench failed: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert_eq!(table_rows(&stdout), CONFIGS);
+    assert!(
+        text(&out.stderr).contains("MTU 1500 on this pair: "),
+        "the pair's MTU is reported beside the table: {}",
+        text(&out.stderr)
+    );
 
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).expect("JSON");
