@@ -33,8 +33,8 @@ fn crun_cannot_run_here() -> bool {
     !v2_is_unified && !hybrid_controllers.trim().is_empty()
 }
 
-/// The runtime Podman's API service starts containers with, from libpod's /info.
-fn podman_api_runtime(socket: &str) -> String {
+/// libpod's /info from the API service on `socket`, or `None` while it does not answer.
+fn libpod_info(socket: &str) -> Option<String> {
     let run = run_for(
         &[
             "curl",
@@ -45,8 +45,14 @@ fn podman_api_runtime(socket: &str) -> String {
         ],
         Duration::from_secs(20),
     );
-    run.assert_success();
-    let info: serde_json::Value = serde_json::from_str(&run.stdout).expect("libpod info is JSON");
+    run.success().then_some(run.stdout)
+}
+
+/// The runtime Podman's API service starts containers with, from libpod's /info.
+fn podman_api_runtime(socket: &str) -> String {
+    let body = libpod_info(socket)
+        .unwrap_or_else(|| panic!("the Podman API service on {socket} does not answer"));
+    let info: serde_json::Value = serde_json::from_str(&body).expect("libpod info is JSON");
     info["host"]["ociRuntime"]["name"]
         .as_str()
         .expect("libpod info names the OCI runtime")
@@ -184,7 +190,7 @@ fn doctor_names_podmans_runtime_and_fails_one_that_cannot_run_here() {
     ]);
     assert!(
         wait_until(Duration::from_secs(30), || fs::metadata(&socket).is_ok()
-            && podman_api_runtime_or_none(&socket).is_some()),
+            && libpod_info(&socket).is_some()),
         "the test's crun API service did not come up on {socket}"
     );
     let failed = doctor(&socket);
@@ -199,20 +205,6 @@ fn doctor_names_podmans_runtime_and_fails_one_that_cannot_run_here() {
         failed.stdout.contains("runtime = \"runc\""),
         "the fix should name runc: {failed}"
     );
-}
-
-fn podman_api_runtime_or_none(socket: &str) -> Option<String> {
-    let run = run_for(
-        &[
-            "curl",
-            "-sf",
-            "--unix-socket",
-            socket,
-            "http://podman/v4.0.0/libpod/info",
-        ],
-        Duration::from_secs(20),
-    );
-    run.success().then_some(run.stdout)
 }
 
 /// A directory of the test's own, removed on drop.

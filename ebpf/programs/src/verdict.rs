@@ -33,8 +33,9 @@ const NDP_OPT_LEN: usize = 8;
 /// source MAC, (3) is unicast to a MAC linked from this very veth, (4) is IPv4, ARP or IPv6
 /// (not behind an IPv6 extension header, no router message) whose every claim about its sender
 /// is the container's own (source address; ARP's sender addresses; a neighbour message's
-/// link-layer option and an advertisement's target), and (5) whose target veth still exists. Everything else passes to the bridge
-/// untouched, where the operator's rules see it as they would without dxdp: the result is `pass`.
+/// link-layer option and an advertisement's target), and (5) whose target veth still exists.
+/// Everything else passes to the bridge untouched, where the operator's rules see it as they
+/// would without dxdp: the result is `pass`.
 ///
 /// `redirect` performs the program's own redirect to the target ifindex and returns its
 /// action, or `None` when the target vanished after the liveness check; only a redirect that
