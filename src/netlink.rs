@@ -9,7 +9,7 @@ use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, L
 
 use crate::netns::NetnsPath;
 
-pub(crate) type MacAddr = [u8; 6];
+pub type MacAddr = [u8; 6];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Interface {
@@ -158,7 +158,7 @@ fn kind_name(kind: &InfoKind) -> String {
     }
 }
 
-pub(crate) fn format_mac(mac: &MacAddr) -> String {
+pub fn format_mac(mac: &MacAddr) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()

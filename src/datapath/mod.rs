@@ -300,6 +300,16 @@ impl Datapath {
         Ok(changed)
     }
 
+    /// Whether the pinned record of this endpoint's veth is this very container interface:
+    /// same namespace, same peer, same MAC. A container that changed its MAC is not (a link
+    /// to its old MAC would redirect to whoever takes that MAC over).
+    pub fn records(&mut self, ep: &Endpoint) -> Result<bool> {
+        let maps = state::Maps::new(&mut self.ebpf)?;
+        Ok(maps
+            .endpoint(ep.host_ifindex)?
+            .is_some_and(|rec| state::same_endpoint(&rec, ep)))
+    }
+
     /// Swaps in this binary's programs where the pinned ones differ (after an upgrade).
     pub fn upgrade_programs(&mut self) -> Result<Vec<Kind>> {
         let replaced = attach::Programs::upgrade(&mut self.ebpf, &self.pins)?;
@@ -351,10 +361,13 @@ impl Datapath {
                     maps.set_sources(ep.host_ifindex, &ep.addrs)?;
                 }
                 Some(_) => {
-                    // The ifindex was reused by a new veth: nothing recorded for it is valid.
+                    // The ifindex was reused by a new veth, or its container took another MAC:
+                    // nothing recorded for it is valid, links to the old MAC least of all.
                     warn!(
                         ifindex = ep.host_ifindex,
-                        "purging stale state of a reused ifindex"
+                        endpoint = %ep.label,
+                        "the veth's container interface is not the one recorded (new MAC, \
+                         namespace or veth); purging what was recorded for it"
                     );
                     maps.purge_interface(ep.host_ifindex)?;
                     pins::remove_link_pins(&self.pins, ep.host_ifindex)?;

@@ -30,9 +30,12 @@ impl LinkTable for Live<'_> {
         self.datapath.links()
     }
 
-    fn complete(&self, record: &LinkRecord) -> bool {
+    fn complete(&mut self, record: &LinkRecord, link: &Resolved) -> bool {
         self.datapath
             .attachments_pinned(record.datapath, record.low_ifindex, record.high_ifindex)
+            // A map that cannot be read counts as changed: installing again says why.
+            && self.datapath.records(&link.a).unwrap_or(false)
+            && self.datapath.records(&link.b).unwrap_or(false)
     }
 
     fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()> {

@@ -8,8 +8,9 @@
 //! - Links made by hand are never removed: the watch leaves them alone, and a wanted link that
 //!   exists by hand counts as present.
 //! - A link of the watch that the maps hold without both attachments (a watch killed between
-//!   the two) is installed again, with its pinned datapath, which completes it: present is not
-//!   the same as finished.
+//!   the two), or for endpoints that are no longer what the watch resolves (a container that
+//!   took another MAC), is installed again, with its pinned datapath, which completes or
+//!   renews it: present is not the same as finished.
 //! - One link that cannot be installed (full map, foreign program) does not stop the others;
 //!   a removal that fails stops the pass, which the next reconcile retries.
 //! - A pass can be scoped to the veths of the containers an event is about ([`Scope`]): it
@@ -75,7 +76,8 @@ pub enum Intent<'w, L> {
     Remove { low: u32, high: u32 },
     /// Install a wanted link that is not pinned.
     Install(&'w Wanted<L>),
-    /// Install again a link of the watch that lacks an attachment, with its pinned datapath.
+    /// Install again a link of the watch that lacks an attachment or whose pinned endpoints
+    /// are not the wanted ones any more, with its pinned datapath.
     Complete(&'w Wanted<L>, Kind),
 }
 
@@ -85,19 +87,20 @@ pub trait LinkTable {
     type Link;
 
     fn links(&mut self) -> Result<Vec<LinkRecord>>;
-    /// Whether both attachments of a pinned link are in place.
-    fn complete(&self, record: &LinkRecord) -> bool;
+    /// Whether both attachments of a pinned link are in place and its pinned endpoints are
+    /// the ones `link` resolved.
+    fn complete(&mut self, record: &LinkRecord, link: &Self::Link) -> bool;
     fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()>;
     fn install(&mut self, link: &Self::Link, kind: Kind) -> Result<()>;
 }
 
 /// The changes that take `actual` to `wanted` within `scope`: removals first, then installs,
-/// then completions. `complete` tells whether a pinned link has both attachments.
+/// then completions. `complete` tells whether a pinned link is whole and as wanted.
 pub fn diff<'w, L: PartialEq>(
     wanted: &'w [Wanted<L>],
     actual: &[LinkRecord],
     scope: &Scope,
-    complete: impl Fn(&LinkRecord) -> bool,
+    mut complete: impl FnMut(&LinkRecord, &L) -> bool,
 ) -> Vec<Intent<'w, L>> {
     let actual: Vec<&LinkRecord> = actual
         .iter()
@@ -130,7 +133,7 @@ pub fn diff<'w, L: PartialEq>(
         match pinned(w.pair()) {
             Some(have) if have.origin != Origin::Watch => {}
             Some(have) if have.datapath == w.kind => {
-                if !complete(have) {
+                if !complete(have, &w.link) {
                     completions.push(Intent::Complete(w, have.datapath));
                 }
             }
@@ -168,7 +171,9 @@ where
     T::Link: PartialEq,
 {
     let actual = table.links()?;
-    let intents = diff(wanted, &actual, scope, |record| table.complete(record));
+    let intents = diff(wanted, &actual, scope, |record, link| {
+        table.complete(record, link)
+    });
     let mut applied = Applied {
         removed: Vec::new(),
         installed: Vec::new(),

@@ -40,7 +40,7 @@ impl LinkTable for Fake {
         Ok(self.links.clone())
     }
 
-    fn complete(&self, r: &LinkRecord) -> bool {
+    fn complete(&mut self, r: &LinkRecord, _: &(u32, u32)) -> bool {
         !self.half_made.contains(&(r.low_ifindex, r.high_ifindex))
     }
 
@@ -76,7 +76,7 @@ fn adds_missing_and_removes_unwanted_watch_links() {
         rec(5, 6, Kind::Tc, Origin::Watch),
     ];
     assert_eq!(
-        diff(&wanted, &actual, &Scope::Whole, |_| true),
+        diff(&wanted, &actual, &Scope::Whole, |_, _| true),
         [
             Intent::Remove { low: 5, high: 6 },
             Intent::Install(&wanted[1])
@@ -88,11 +88,13 @@ fn adds_missing_and_removes_unwanted_watch_links() {
 fn leaves_manual_links_alone() {
     let actual = [rec(1, 2, Kind::Xdp, Origin::Manual)];
     let none: [Wanted<(u32, u32)>; 0] = [];
-    assert_eq!(diff(&none, &actual, &Scope::Whole, |_| true), []);
+    assert_eq!(diff(&none, &actual, &Scope::Whole, |_, _| true), []);
     // Wanted with another datapath: the hand-made link stays and counts as present, even when
     // it lacks an attachment (that is for whoever made it to fix).
     assert_eq!(
-        diff(&[want(1, 2, Kind::Tc)], &actual, &Scope::Whole, |_| false),
+        diff(&[want(1, 2, Kind::Tc)], &actual, &Scope::Whole, |_, _| {
+            false
+        }),
         []
     );
 }
@@ -105,7 +107,7 @@ fn datapath_change_replaces_a_watch_link() {
             &wanted,
             &[rec(1, 2, Kind::Tc, Origin::Watch)],
             &Scope::Whole,
-            |_| true
+            |_, _| true
         ),
         [
             Intent::Remove { low: 1, high: 2 },
@@ -121,14 +123,14 @@ fn converged_state_changes_nothing() {
         rec(1, 2, Kind::Tc, Origin::Watch),
         rec(1, 3, Kind::Tc, Origin::Watch),
     ];
-    assert_eq!(diff(&wanted, &actual, &Scope::Whole, |_| true), []);
+    assert_eq!(diff(&wanted, &actual, &Scope::Whole, |_, _| true), []);
 }
 
 #[test]
 fn duplicate_wants_are_added_once() {
     let wanted = [want(1, 2, Kind::Tc), want(2, 1, Kind::Tc)];
     assert_eq!(
-        diff(&wanted, &[], &Scope::Whole, |_| true),
+        diff(&wanted, &[], &Scope::Whole, |_, _| true),
         [Intent::Install(&wanted[0])]
     );
 }
@@ -138,7 +140,7 @@ fn a_half_made_watch_link_is_completed_with_its_pinned_datapath() {
     let wanted = [want(1, 2, Kind::Xdp)];
     let actual = [rec(1, 2, Kind::Xdp, Origin::Watch)];
     assert_eq!(
-        diff(&wanted, &actual, &Scope::Whole, |_| false),
+        diff(&wanted, &actual, &Scope::Whole, |_, _| false),
         [Intent::Complete(&wanted[0], Kind::Xdp)]
     );
 }
@@ -198,7 +200,7 @@ fn a_scoped_pass_changes_only_links_touching_its_veths() {
         rec(7, 8, Kind::Tc, Origin::Watch),
     ];
     assert_eq!(
-        diff(&wanted, &actual, &scope, |_| true),
+        diff(&wanted, &actual, &scope, |_, _| true),
         [
             Intent::Remove { low: 4, high: 6 },
             Intent::Install(&wanted[1]),
@@ -212,11 +214,11 @@ fn a_scoped_pass_completes_and_keeps_hand_made_links_like_a_whole_one() {
     let wanted = [want(1, 2, Kind::Tc)];
     let half_made = [rec(1, 2, Kind::Tc, Origin::Watch)];
     assert_eq!(
-        diff(&wanted, &half_made, &scope, |_| false),
+        diff(&wanted, &half_made, &scope, |_, _| false),
         [Intent::Complete(&wanted[0], Kind::Tc)]
     );
     let by_hand = [rec(1, 9, Kind::Xdp, Origin::Manual)];
-    assert_eq!(diff::<(u32, u32)>(&[], &by_hand, &scope, |_| true), []);
+    assert_eq!(diff::<(u32, u32)>(&[], &by_hand, &scope, |_, _| true), []);
 }
 
 #[test]

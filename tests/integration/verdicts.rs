@@ -58,6 +58,7 @@ const IP_A: [u8; 4] = [10, 231, 9, 10];
 const IP_B: [u8; 4] = [10, 231, 9, 11];
 const IP_C: [u8; 4] = [10, 231, 9, 12];
 const IP6_A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a];
+const IP6_B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0b];
 const IP6_C: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0c];
 /// A's IPv6 link-local address.
 const LL6_A: [u8; 16] = [
@@ -244,12 +245,12 @@ impl Datapath {
     }
 
     /// Registers a managed veth as `dxdp` does: its endpoint record, zeroed counters and the
-    /// addresses of its container (A: IPv4, IPv6 and link-local; B: IPv4).
+    /// addresses of its container (A: IPv4, IPv6 and link-local; B: IPv4 and IPv6).
     fn add_endpoint(&mut self, ifindex: u32, mac: MacAddr) {
         let own: Vec<[u8; 16]> = if mac == MAC_A {
             vec![v4_mapped(IP_A), IP6_A, LL6_A]
         } else {
-            vec![v4_mapped(IP_B)]
+            vec![v4_mapped(IP_B), IP6_B]
         };
         self.set_sources(ifindex, &own);
         self.add_endpoint_without_sources(ifindex, mac);
@@ -411,13 +412,20 @@ fn v4_mapped(ip: [u8; 4]) -> [u8; 16] {
     out
 }
 
-/// What follows the Ethernet header of a step's frame.
+/// What follows the Ethernet header of a step's frame. Unless a variant says otherwise, it is
+/// addressed to the container whose MAC is the frame's destination (C for other MACs).
 #[derive(Clone, Copy, Debug)]
 enum L3 {
     /// IPv4/UDP from the address of the container whose MAC the frame carries (C for others).
     Own,
     /// IPv4/UDP from this address.
     V4([u8; 4]),
+    /// IPv4/UDP from the sender's own address to this one.
+    V4To([u8; 4]),
+    /// IPv6/UDP from the sender's own address to this one.
+    V6To([u8; 16]),
+    /// An ARP reply with the sender's own addresses, to this target protocol address.
+    ArpTo([u8; 4]),
     /// IPv6 from this address: next header, and the first byte after the fixed header.
     V6([u8; 16], u8, u8),
     /// An ARP reply with this sender hardware and protocol address.
@@ -429,41 +437,50 @@ enum L3 {
 
 /// An Ethernet frame of `len` bytes carrying `l3`.
 fn frame(dst: MacAddr, src: MacAddr, l3: L3, len: usize) -> Vec<u8> {
-    let own = if src == MAC_A {
-        IP_A
-    } else if src == MAC_B {
-        IP_B
-    } else {
-        IP_C
-    };
+    let (own, own6) = addresses_of(src);
+    let (to, to6) = addresses_of(dst);
     let (ethertype, header): (u16, Vec<u8>) = match l3 {
-        L3::Own | L3::V4(_) => {
-            let ip = if let L3::V4(ip) = l3 { ip } else { own };
+        L3::Own | L3::V4(_) | L3::V4To(_) => {
+            let from = if let L3::V4(ip) = l3 { ip } else { own };
+            let to = if let L3::V4To(ip) = l3 { ip } else { to };
             let mut h = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, IPPROTO_UDP, 0, 0];
-            h.extend_from_slice(&ip);
-            h.extend_from_slice(&IP_B);
+            h.extend_from_slice(&from);
+            h.extend_from_slice(&to);
             (ETH_P_IP, h)
         }
-        L3::V6(ip, next, first) => {
+        L3::V6(_, _, _) | L3::V6To(_) => {
+            let (from, next, first, to) = match l3 {
+                L3::V6(ip, next, first) => (ip, next, first, to6),
+                _ => (
+                    own6,
+                    IPPROTO_UDP,
+                    0,
+                    if let L3::V6To(ip) = l3 { ip } else { to6 },
+                ),
+            };
             let mut h = vec![0x60, 0, 0, 0, 0, 8, next, 64];
-            h.extend_from_slice(&ip);
-            h.extend_from_slice(&IP6_C);
+            h.extend_from_slice(&from);
+            h.extend_from_slice(&to);
             h.push(first);
             (ETH_P_IPV6, h)
         }
-        L3::Arp(sha, spa) => {
+        L3::Arp(_, _) | L3::ArpTo(_) => {
+            let (sha, spa, tpa) = match l3 {
+                L3::Arp(sha, spa) => (sha, spa, to),
+                _ => (src, own, if let L3::ArpTo(ip) = l3 { ip } else { to }),
+            };
             let mut h = vec![0, 1, 8, 0, 6, 4, 0, 2];
             h.extend_from_slice(&sha);
             h.extend_from_slice(&spa);
-            h.extend_from_slice(&MAC_B);
-            h.extend_from_slice(&IP_B);
+            h.extend_from_slice(&dst);
+            h.extend_from_slice(&tpa);
             (ETH_P_ARP, h)
         }
         L3::Nd(kind, ip, target, lladdr) => {
             let payload: u8 = if lladdr.is_some() { 32 } else { 24 };
             let mut h = vec![0x60, 0, 0, 0, 0, payload, IPPROTO_ICMPV6, 255];
             h.extend_from_slice(&ip);
-            h.extend_from_slice(&IP6_C);
+            h.extend_from_slice(&to6);
             h.extend_from_slice(&[kind, 0, 0, 0, 0x60, 0, 0, 0]);
             h.extend_from_slice(&target);
             if let Some(mac) = lladdr {
@@ -480,6 +497,17 @@ fn frame(dst: MacAddr, src: MacAddr, l3: L3, len: usize) -> Vec<u8> {
     );
     frame[ETH_HLEN..ETH_HLEN + header.len()].copy_from_slice(&header);
     frame
+}
+
+/// The IPv4 and IPv6 address of the container with this MAC; C's for any other.
+fn addresses_of(mac: MacAddr) -> ([u8; 4], [u8; 16]) {
+    if mac == MAC_A {
+        (IP_A, IP6_A)
+    } else if mac == MAC_B {
+        (IP_B, IP6_B)
+    } else {
+        (IP_C, IP6_C)
+    }
 }
 
 fn frame_of_type(dst: MacAddr, src: MacAddr, ethertype: u16, len: usize) -> Vec<u8> {
@@ -512,10 +540,12 @@ fn linked(prog: Prog, net: Net) -> Datapath {
 }
 
 /// Only the ingress in the devmap, and a link from it to `target`: the target comes from the
-/// link, not from the ingress, so this is a dead link.
+/// link, not from the ingress, so this is a dead link. B's addresses are recorded, as they are
+/// for every linked endpoint.
 fn link_to_a_target_outside_the_devmap(prog: Prog, net: Net) -> Datapath {
     let mut dp = Datapath::load(prog);
     dp.add_endpoint(net.ingress, MAC_A);
+    dp.set_sources(net.target, &[v4_mapped(IP_B), IP6_B]);
     dp.add_target(net.ingress);
     dp.add_link(net.ingress, MAC_B, net.target);
     dp
@@ -981,6 +1011,49 @@ verdict_cases! {
                 l3: L3::Nd(NDP_NEIGHBOR_SOLICIT, IP6_C, IP6_A, Some(MAC_A)), len: 86,
                 verdict: Verdict::Pass,
                 then: &[Spoofed(Ingress, 3), Traffic(Ingress, MAC_B, (3, 250))],
+            },
+        ],
+    };
+
+    /// B's MAC with C's address: C took over the MAC B had when it was linked (issue 22, 1b).
+    /// Not forged, so not counted as spoofed, but not for B either: the bridge delivers it to
+    /// whoever has the MAC now.
+    a_frame_for_an_address_the_target_does_not_own_takes_the_bridge: Case {
+        setup: linked,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V4To(IP_C), len: 60,
+                verdict: Verdict::Pass,
+                then: &[
+                    Expect::Counters(Ingress, Some(passed(1, 60))),
+                    Traffic(Ingress, MAC_B, (0, 0)),
+                ],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V6To(IP6_C), len: 70,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 0), Traffic(Ingress, MAC_B, (0, 0))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::ArpTo(IP_C), len: 60,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 0), Traffic(Ingress, MAC_B, (0, 0))],
+            },
+            // To B's own addresses, all three are carried.
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V4To(IP_B), len: 60,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (1, 60))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V6To(IP6_B), len: 70,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (2, 130))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::ArpTo(IP_B), len: 60,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (3, 190)), Spoofed(Ingress, 0)],
             },
         ],
     };

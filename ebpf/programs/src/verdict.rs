@@ -33,7 +33,14 @@ const NDP_OPT_LEN: usize = 8;
 /// source MAC, (3) is unicast to a MAC linked from this very veth, (4) is IPv4, ARP or IPv6
 /// (not behind an IPv6 extension header, no router message) whose every claim about its sender
 /// is the container's own (source address; ARP's sender addresses; a neighbour message's
-/// link-layer option and an advertisement's target), and (5) whose target veth still exists.
+/// link-layer option and an advertisement's target), (5) is addressed to one of the target
+/// container's own addresses (IP destination; ARP's target protocol address), and (6) whose
+/// target veth still exists.
+///
+/// (5) keeps a link from carrying a frame to a container that took over the linked one's MAC
+/// before the watch noticed (issue 22, 1b): such a frame is addressed to the newcomer's IP,
+/// which is not the target's, so the bridge delivers it where the MAC now lives. Traffic that
+/// a linked container routes for others takes the bridge for the same reason.
 /// Everything else passes to the bridge untouched, where the operator's rules see it as they
 /// would without dxdp: the result is `pass`.
 ///
@@ -72,6 +79,9 @@ pub fn decide<A: Copy>(
                             None => Outcome::Passed,
                             Some(claim) if !honest(ingress_ifindex, &endpoint.mac, &claim) => {
                                 Outcome::Spoofed
+                            }
+                            Some(claim) if !addressed_to(link.target_ifindex, &claim) => {
+                                Outcome::Passed
                             }
                             Some(_) => {
                                 if TARGETS.get_ifindex(link.target_ifindex).is_none() {
@@ -148,6 +158,8 @@ struct Claim {
     target: Option<[u8; 16]>,
     /// ARP's sender hardware address, or a neighbour message's link-layer address option.
     lladdr: Option<MacAddr>,
+    /// IPv4 (v4-mapped) or IPv6 destination address; for ARP, the target protocol address.
+    destination: [u8; 16],
 }
 
 /// Whether the container behind this veth owns everything `claim` says (see
@@ -169,6 +181,17 @@ fn honest(ingress_ifindex: u32, mac: &MacAddr, claim: &Claim) -> bool {
         return false;
     }
     sources.contains(&claim.source)
+}
+
+/// Whether the frame is addressed to the container behind the target veth: the addresses
+/// recorded for it are the same ones its own frames are held to.
+#[inline(always)]
+fn addressed_to(target_ifindex: u32, claim: &Claim) -> bool {
+    // SAFETY: a map value pointer, valid for this invocation.
+    match unsafe { SOURCES.get(target_ifindex) } {
+        Some(own) => own.contains(&claim.destination),
+        None => false,
+    }
 }
 
 fn v4_mapped(addr: &[u8]) -> [u8; 16] {
@@ -206,6 +229,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                 source: v4_mapped(&ip[12..16]),
                 target: None,
                 lladdr: None,
+                destination: v4_mapped(&ip[16..20]),
             })
         }
         ETH_P_ARP => {
@@ -224,6 +248,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                 source: v4_mapped(&arp[14..18]),
                 target: None,
                 lladdr: Some(sha),
+                destination: v4_mapped(&arp[24..28]),
             })
         }
         ETH_P_IPV6 => {
@@ -238,21 +263,25 @@ fn claim(frame: &Frame) -> Option<Claim> {
             }
             let mut source = [0u8; 16];
             source.copy_from_slice(&ip[8..24]);
+            let mut destination = [0u8; 16];
+            destination.copy_from_slice(&ip[24..40]);
             match ip[6] {
                 IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => Some(Claim {
                     source,
                     target: None,
                     lladdr: None,
+                    destination,
                 }),
                 IPPROTO_ICMPV6 => match ip[IPV6_HLEN] {
                     NDP_NEIGHBOR_SOLICIT | NDP_NEIGHBOR_ADVERT => {
-                        neighbour_claim(frame, l3, source, ip[IPV6_HLEN])
+                        neighbour_claim(frame, l3, source, destination, ip[IPV6_HLEN])
                     }
                     NDP_FIRST..=NDP_LAST => None,
                     _ => Some(Claim {
                         source,
                         target: None,
                         lladdr: None,
+                        destination,
                     }),
                 },
                 _ => None,
@@ -266,7 +295,13 @@ fn claim(frame: &Frame) -> Option<Claim> {
 /// target), then nothing or one link-layer address option (type, length 1, MAC). An
 /// advertisement claims its target as the sender's; either claims its option's MAC.
 #[inline(always)]
-fn neighbour_claim(frame: &Frame, l3: usize, source: [u8; 16], kind: u8) -> Option<Claim> {
+fn neighbour_claim(
+    frame: &Frame,
+    l3: usize,
+    source: [u8; 16],
+    destination: [u8; 16],
+    kind: u8,
+) -> Option<Claim> {
     if l3 + IPV6_HLEN + NDP_LEN > frame.end {
         return None;
     }
@@ -298,5 +333,6 @@ fn neighbour_claim(frame: &Frame, l3: usize, source: [u8; 16], kind: u8) -> Opti
         source,
         target: (kind == NDP_NEIGHBOR_ADVERT).then_some(target),
         lladdr,
+        destination,
     })
 }

@@ -8,7 +8,9 @@
 //! make `systemctl start dxdp` hang or fail while dockerd is down, and a restart would not bring
 //! it back sooner (the unit only `Wants=` docker.service for the same reason). `WATCHDOG=1` is
 //! sent from the select loop itself, so that a loop stuck in a reconcile stops the pings.
+mod notices;
 mod pass;
+mod soon;
 
 use std::{
     path::{Path, PathBuf},
@@ -32,6 +34,7 @@ use crate::{
     sd_notify::Notifier,
 };
 use pass::{Outcome, Watcher, Which};
+use soon::Soon;
 
 /// Container and network actions that can change which links should exist. `create` is not
 /// one: a created container runs nothing until its `start`.
@@ -130,6 +133,15 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         interval
     });
+    // A MAC that moves or a rule that appears is acted on within a second, not at the resync.
+    let mut notices = match notices::listen() {
+        Ok(notices) => Some(notices),
+        Err(err) => {
+            warn!("{err:#}; MAC and firewall changes are caught by the resync only");
+            None
+        }
+    };
+    let mut soon = Soon::default();
     let mut ready = false;
     let mut connects = 0u64;
     loop {
@@ -229,6 +241,17 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                         break;
                     }
                 },
+                Some(notice) = next_notice(&mut notices) => {
+                    soon.note(notice, &watcher);
+                    while let Some(more) = notices.as_mut().and_then(|n| n.try_next()) {
+                        soon.note(more, &watcher);
+                    }
+                }
+                _ = soon.due() => {
+                    let which = soon.take(&mut watcher);
+                    let outcome = watcher.reconcile(&docker, which).await;
+                    notify.status(&status_line(outcome.as_ref(), &connection));
+                }
                 _ = resync.tick() => {
                     // A stream can stall silently; a failing ping means reconnect.
                     if let Err(err) = docker.ping().await {
@@ -246,6 +269,14 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                 _ = sigint.recv() => return finish(&pin_dir, capacity, args.cleanup, &mut notify).await,
             }
         }
+    }
+}
+
+/// The next kernel notice, or never when they are not followed.
+async fn next_notice(notices: &mut Option<notices::Notices>) -> Option<notices::Notice> {
+    match notices {
+        Some(notices) => notices.next().await,
+        None => std::future::pending().await,
     }
 }
 

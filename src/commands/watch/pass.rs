@@ -33,7 +33,7 @@ use crate::{
     firewall::{self, RulesetCache},
     labels,
     metrics::Metrics,
-    netlink,
+    netlink::{self, MacAddr},
     netns::NetnsPath,
     plan::{self, DesiredLink, Diagnostic, Level},
     rcu,
@@ -50,6 +50,9 @@ pub(super) enum Which {
     All,
     /// The containers events named, by ID.
     Containers(BTreeSet<String>),
+    /// Every link, over the containers as last seen, without asking the engine: the
+    /// firewall changed, nothing about the containers did.
+    Known,
 }
 
 impl Which {
@@ -65,8 +68,15 @@ impl Which {
     pub(super) fn merge(&mut self, other: Which) {
         match (&mut *self, other) {
             (Which::Containers(ids), Which::Containers(more)) => ids.extend(more),
+            (Which::Known, Which::Known) => {}
             _ => *self = Which::All,
         }
+    }
+
+    /// Whether the pass walks every link (and so may collect garbage and replace what is held
+    /// about every veth).
+    fn is_whole(&self) -> bool {
+        matches!(self, Which::All | Which::Known)
     }
 }
 
@@ -79,6 +89,9 @@ struct Held {
     /// Each container's host veths as last resolved, so that an event about a container that
     /// died still reaches its links.
     veths: HashMap<String, BTreeSet<u32>>,
+    /// The container MAC behind each of those veths, as last resolved: a bridge learning
+    /// another MAC behind one, or this MAC behind another port, means it changed.
+    macs: HashMap<u32, MacAddr>,
     /// Firewall refusals by (low, high) ifindex pair, as of the last pass that covered them.
     refused: BTreeMap<(u32, u32), Diagnostic>,
 }
@@ -139,6 +152,41 @@ impl Watcher {
         self.inventory.forget_network(id);
     }
 
+    /// The containers a bridge's learning `mac` behind `port` says changed: the one behind
+    /// `port` if that is not its MAC, and the one whose MAC it was if that is behind another
+    /// port (taken over). Only containers with links are followed.
+    pub(super) fn moved(&self, port: u32, mac: MacAddr) -> BTreeSet<String> {
+        let Some(held) = &self.held else {
+            return BTreeSet::new();
+        };
+        let changed: BTreeSet<u32> = held
+            .macs
+            .iter()
+            .filter(|&(&veth, &own)| (veth == port) != (own == mac))
+            .map(|(&veth, _)| veth)
+            .collect();
+        held.veths
+            .iter()
+            .filter(|(_, veths)| !veths.is_disjoint(&changed))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Forgets every endpoint found, so that the next pass reads every namespace again.
+    pub(super) fn forget_all_endpoints(&mut self) {
+        if let Some(held) = &mut self.held {
+            held.endpoints.clear();
+        }
+    }
+
+    /// Forgets the endpoints found for these containers, so that the next pass about them
+    /// reads their namespaces again.
+    pub(super) fn forget_endpoints(&mut self, ids: &BTreeSet<String>) {
+        if let Some(held) = &mut self.held {
+            held.endpoints.retain(|id| !ids.contains(id));
+        }
+    }
+
     /// Returns what the pass found, or `None` if it failed; a failure is logged.
     pub(super) async fn reconcile(&mut self, docker: &Docker, which: Which) -> Option<Outcome> {
         let started = Instant::now();
@@ -168,6 +216,7 @@ impl Watcher {
         match which {
             Which::All => self.inventory.refresh_all(docker).await?,
             Which::Containers(ids) => self.inventory.refresh(docker, ids).await?,
+            Which::Known => {}
         }
         trace!(
             elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -177,7 +226,7 @@ impl Watcher {
         let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
         let plan = plan::plan(&views);
         let links: BTreeSet<DesiredLink> = match which {
-            Which::All => plan.links,
+            Which::All | Which::Known => plan.links,
             Which::Containers(ids) => plan
                 .links
                 .into_iter()
@@ -285,6 +334,7 @@ fn apply(
     let mut rules_read = false;
     let mut unreadable = Vec::new();
     let mut now: HashMap<&str, BTreeSet<u32>> = HashMap::new();
+    let mut macs: HashMap<u32, MacAddr> = HashMap::new();
     let mut wanted = Vec::new();
     for link in links {
         let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
@@ -316,6 +366,7 @@ fn apply(
             now.entry(c.view.id.as_str())
                 .or_default()
                 .insert(ep.host_ifindex);
+            macs.insert(ep.host_ifindex, ep.mac);
         }
         let (x, y) = (ea.host_ifindex, eb.host_ifindex);
         let pair = (x.min(y), x.max(y));
@@ -372,7 +423,7 @@ fn apply(
         "firewall rules read in full so far"
     );
     let scope = match which {
-        Which::All => Scope::Whole,
+        Which::All | Which::Known => Scope::Whole,
         Which::Containers(ids) => {
             let mut veths = before.clone();
             for id in ids {
@@ -389,7 +440,7 @@ fn apply(
     // pass only when one of its containers lost a veth.
     let vanished = before.iter().any(|i| !host.iter().any(|h| h.index == *i));
     phases.mark("lock");
-    if *which == Which::All || vanished {
+    if which.is_whole() || vanished {
         datapath.collect_garbage(&host)?;
         phases.mark("garbage");
     }
@@ -419,7 +470,11 @@ fn apply(
     phases.log();
     let applied = applied?;
     for w in &applied.completed {
-        warn!(a = %w.link.a.label, b = %w.link.b.label, "link lacked an attachment; completed it");
+        warn!(
+            a = %w.link.a.label,
+            b = %w.link.b.label,
+            "link lacked an attachment or an endpoint changed (MAC, namespace); installed it again"
+        );
     }
     for (w, err) in &applied.failed {
         let Resolved { a, b, network } = &w.link;
@@ -433,22 +488,26 @@ fn apply(
     }
     // What this pass saw replaces what was held about the same veths and containers.
     match which {
-        Which::All => {
+        Which::All | Which::Known => {
             held.refused = refused;
             held.veths = now
                 .into_iter()
                 .map(|(id, veths)| (id.to_owned(), veths))
                 .collect();
+            held.macs = macs;
         }
         Which::Containers(ids) => {
             held.refused.retain(|&(x, y), _| !scope.covers(x, y));
             held.refused.extend(refused);
             for id in ids {
-                held.veths.remove(id);
+                for veth in held.veths.remove(id).into_iter().flatten() {
+                    held.macs.remove(&veth);
+                }
             }
             for (id, veths) in now {
                 held.veths.entry(id.to_owned()).or_default().extend(veths);
             }
+            held.macs.extend(macs);
         }
     }
     Ok(Applied {

@@ -1,0 +1,322 @@
+//! What the kernel announces between passes that can make a link wrong before the next resync
+//! (issue 22): a bridge learning a MAC on a port (a container took another MAC, or took over
+//! one a linked container had), and nf_tables committing a new ruleset generation (a rule that
+//! may now cover a link; iptables-nft's rules are nf_tables rules too). Each is a multicast
+//! netlink group of the host's namespace, read on a thread of its own; the watch turns them
+//! into passes within a second.
+//!
+//! Legacy (x_tables) iptables announces nothing: its rules are caught by the resync, as before.
+use std::{
+    io,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use anyhow::{Context, Result};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::netlink::MacAddr;
+
+/// One announcement the watch may act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Notice {
+    /// A bridge learned `mac` behind the port with host ifindex `port`, or moved it there.
+    Learned { port: u32, mac: MacAddr },
+    /// The nf_tables ruleset changed.
+    Ruleset,
+    /// Announcements were lost (a full socket or queue): anything may have changed.
+    Lost,
+}
+
+/// Bridge forwarding database changes (`RTNLGRP_NEIGH`, AF_BRIDGE entries).
+const RTNLGRP_NEIGH: u32 = 3;
+/// nf_tables commits (`NFNLGRP_NFTABLES`).
+const NFNLGRP_NFTABLES: u32 = 7;
+const RTM_NEWNEIGH: u16 = 28;
+const NDA_LLADDR: u16 = 2;
+const NUD_PERMANENT: u16 = 0x80;
+const NLMSG_HDRLEN: usize = 16;
+/// `struct ndmsg`: family, padding, ifindex, state, flags, type.
+const NDMSG_LEN: usize = 12;
+/// How many notices wait for the watch's loop; beyond, one [`Notice::Lost`] stands for them.
+const QUEUE: usize = 4096;
+/// Receive buffer of each socket: a burst of container starts learns many MACs at once.
+const RCVBUF: libc::c_int = 1 << 20;
+
+/// Starts both listeners; their notices arrive on the returned queue.
+pub(super) fn listen() -> Result<Notices> {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let lost = Arc::new(AtomicBool::new(false));
+    let fdb = subscribe(libc::NETLINK_ROUTE, RTNLGRP_NEIGH)
+        .context("cannot follow the bridges' forwarding databases (rtnetlink)")?;
+    let rules = subscribe(libc::NETLINK_NETFILTER, NFNLGRP_NFTABLES)
+        .context("cannot follow nf_tables ruleset changes (nfnetlink)")?;
+    spawn("dxdp-fdb", fdb, tx.clone(), Arc::clone(&lost), learned);
+    spawn("dxdp-nftables", rules, tx, Arc::clone(&lost), |_| {
+        vec![Notice::Ruleset]
+    });
+    Ok(Notices { rx, lost })
+}
+
+/// The queue of notices, and whether any had to be dropped.
+pub(super) struct Notices {
+    rx: mpsc::Receiver<Notice>,
+    lost: Arc<AtomicBool>,
+}
+
+impl Notices {
+    /// The next notice; [`Notice::Lost`] first if some were dropped since the last call.
+    pub(super) async fn next(&mut self) -> Option<Notice> {
+        if self.lost.swap(false, Ordering::Relaxed) {
+            return Some(Notice::Lost);
+        }
+        self.rx.recv().await
+    }
+
+    /// A notice already queued, without waiting.
+    pub(super) fn try_next(&mut self) -> Option<Notice> {
+        if self.lost.swap(false, Ordering::Relaxed) {
+            return Some(Notice::Lost);
+        }
+        self.rx.try_recv().ok()
+    }
+}
+
+fn subscribe(protocol: libc::c_int, group: u32) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) has no memory arguments; the fd is owned from here on.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Multicast reaches only a bound socket: an unbound one joins the group and hears nothing.
+    // SAFETY: sockaddr_nl is plain data; all-zero but the family is the kernel-chosen port id.
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: addr lives across the call and its size is passed.
+    let rc = unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    setsockopt(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF)?;
+    setsockopt(
+        &socket,
+        libc::SOL_NETLINK,
+        libc::NETLINK_ADD_MEMBERSHIP,
+        group as libc::c_int,
+    )?;
+    Ok(socket)
+}
+
+fn setsockopt(
+    socket: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the value is a c_int that lives across the call, and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads datagrams until the watch goes away, turning each into notices. A socket that
+/// overflowed (`ENOBUFS`) lost announcements: that is a [`Notice::Lost`], and reading goes on.
+fn spawn(
+    name: &str,
+    socket: OwnedFd,
+    tx: mpsc::Sender<Notice>,
+    lost: Arc<AtomicBool>,
+    parse: fn(&[u8]) -> Vec<Notice>,
+) {
+    let thread = name.to_owned();
+    let started = std::thread::Builder::new()
+        .name(thread.clone())
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                // SAFETY: the buffer is valid and writable for its length.
+                let got = unsafe {
+                    libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)
+                };
+                let notices = if got < 0 {
+                    let err = io::Error::last_os_error();
+                    match err.raw_os_error() {
+                        Some(libc::ENOBUFS) => vec![Notice::Lost],
+                        Some(libc::EINTR) => continue,
+                        _ => {
+                            warn!(
+                                thread,
+                                "stopped reading kernel notices: {err}; the resync remains"
+                            );
+                            lost.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                    }
+                } else {
+                    parse(&buf[..got as usize])
+                };
+                for notice in notices {
+                    match tx.try_send(notice) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            lost.store(true, Ordering::Relaxed);
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
+                    }
+                }
+            }
+        });
+    if let Err(err) = started {
+        warn!("cannot start {name}: {err}; the resync remains");
+    }
+}
+
+/// The MACs bridges learned in one rtnetlink datagram: new AF_BRIDGE entries that are not
+/// the ports' own (permanent) ones.
+fn learned(datagram: &[u8]) -> Vec<Notice> {
+    let mut out = Vec::new();
+    let mut rest = datagram;
+    while rest.len() >= NLMSG_HDRLEN {
+        let len = u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
+        let kind = u16::from_ne_bytes(rest[4..6].try_into().unwrap());
+        if len < NLMSG_HDRLEN || len > rest.len() {
+            break;
+        }
+        if kind == RTM_NEWNEIGH
+            && let Some(notice) = fdb_entry(&rest[NLMSG_HDRLEN..len])
+        {
+            out.push(notice);
+        }
+        rest = &rest[align(len).min(rest.len())..];
+    }
+    out
+}
+
+/// A learned bridge entry from the payload of an `RTM_NEWNEIGH`.
+fn fdb_entry(payload: &[u8]) -> Option<Notice> {
+    if payload.len() < NDMSG_LEN || payload[0] != libc::AF_BRIDGE as u8 {
+        return None;
+    }
+    let port = i32::from_ne_bytes(payload[4..8].try_into().unwrap());
+    let state = u16::from_ne_bytes(payload[8..10].try_into().unwrap());
+    if port <= 0 || state & NUD_PERMANENT != 0 {
+        return None;
+    }
+    let mut attrs = &payload[NDMSG_LEN..];
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]);
+        if len < 4 || len > attrs.len() {
+            return None;
+        }
+        if kind == NDA_LLADDR && len == 4 + 6 {
+            let mac: MacAddr = attrs[4..10].try_into().unwrap();
+            return Some(Notice::Learned {
+                port: port as u32,
+                mac,
+            });
+        }
+        attrs = &attrs[align(len).min(attrs.len())..];
+    }
+    None
+}
+
+/// Netlink messages and attributes start on 4-byte boundaries.
+fn align(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC: MacAddr = [0x02, 0x42, 0xac, 0x11, 0, 0x0b];
+
+    /// An `RTM_NEWNEIGH` for `port` carrying `mac`, as a bridge announces a learned entry.
+    fn newneigh(family: u8, port: i32, state: u16, mac: &[u8]) -> Vec<u8> {
+        let mut payload = vec![family, 0, 0, 0];
+        payload.extend_from_slice(&port.to_ne_bytes());
+        payload.extend_from_slice(&state.to_ne_bytes());
+        payload.extend_from_slice(&[0x10, 0]); // NTF_MASTER, type
+        // NDA_MASTER first, so that the MAC is not the first attribute.
+        payload.extend_from_slice(&8u16.to_ne_bytes());
+        payload.extend_from_slice(&9u16.to_ne_bytes());
+        payload.extend_from_slice(&3u32.to_ne_bytes());
+        payload.extend_from_slice(&((4 + mac.len()) as u16).to_ne_bytes());
+        payload.extend_from_slice(&NDA_LLADDR.to_ne_bytes());
+        payload.extend_from_slice(mac);
+        payload.resize(align(payload.len()), 0);
+        let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
+            .to_ne_bytes()
+            .to_vec();
+        msg.extend_from_slice(&RTM_NEWNEIGH.to_ne_bytes());
+        msg.extend_from_slice(&[0; 10]);
+        msg.extend_from_slice(&payload);
+        msg
+    }
+
+    #[test]
+    fn a_learned_bridge_entry_names_its_port_and_mac() {
+        let mut datagram = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC);
+        datagram.extend(newneigh(
+            libc::AF_BRIDGE as u8,
+            42,
+            0x02,
+            &[2, 0, 0, 0, 0, 1],
+        ));
+        assert_eq!(
+            learned(&datagram),
+            [
+                Notice::Learned { port: 41, mac: MAC },
+                Notice::Learned {
+                    port: 42,
+                    mac: [2, 0, 0, 0, 0, 1]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn ports_own_entries_ip_neighbours_and_damaged_messages_are_not_learned_entries() {
+        let permanent = newneigh(libc::AF_BRIDGE as u8, 41, NUD_PERMANENT, &MAC);
+        let ip_neighbour = newneigh(libc::AF_INET as u8, 41, 0x02, &MAC);
+        let short_address = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC[..4]);
+        for datagram in [permanent, ip_neighbour, short_address] {
+            assert_eq!(learned(&datagram), []);
+        }
+        let mut truncated = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC);
+        truncated.truncate(30);
+        assert_eq!(learned(&truncated), []);
+        let mut lying = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC);
+        lying[0..4].copy_from_slice(&4096u32.to_ne_bytes());
+        assert_eq!(learned(&lying), []);
+    }
+}

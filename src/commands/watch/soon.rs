@@ -1,0 +1,98 @@
+//! The pass kernel notices call for, gathered over a short window: a container that changes
+//! its MAC makes the bridge announce it once per port it appears on, and one iptables command
+//! commits a generation per rule, so notices arriving together make one pass. Passes they
+//! cause are at least [`MIN_GAP`] apart, so that a container spraying forged MACs or a rule
+//! loader in a loop costs at most one pass a second.
+use std::{collections::BTreeSet, time::Duration};
+
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::{
+    notices::Notice,
+    pass::{Watcher, Which},
+};
+use crate::netlink::format_mac;
+
+/// How long notices are gathered after the first one.
+const WINDOW: Duration = Duration::from_millis(100);
+/// The least time between two passes caused by notices.
+const MIN_GAP: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub(super) struct Soon {
+    /// Containers whose MAC changed or was taken over.
+    moved: BTreeSet<String>,
+    rules: bool,
+    lost: bool,
+    due: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Soon {
+    /// Notes what `notice` calls for; a notice about nothing linked calls for nothing.
+    pub(super) fn note(&mut self, notice: Notice, watcher: &Watcher) {
+        match notice {
+            Notice::Learned { port, mac } => {
+                let moved = watcher.moved(port, mac);
+                if moved.is_empty() {
+                    return;
+                }
+                if !moved.is_subset(&self.moved) {
+                    info!(
+                        veth = port,
+                        mac = %format_mac(&mac),
+                        containers = ?moved,
+                        "a bridge learned a MAC that changes linked containers; reading them again"
+                    );
+                }
+                self.moved.extend(moved);
+            }
+            Notice::Ruleset => {
+                if !self.rules {
+                    debug!("the nf_tables ruleset changed");
+                }
+                self.rules = true;
+            }
+            Notice::Lost => {
+                warn!("kernel notices were lost; reading every container again");
+                self.lost = true;
+            }
+        }
+        if self.due.is_none() {
+            let now = Instant::now();
+            let earliest = self.last.map_or(now, |last| last + MIN_GAP);
+            self.due = Some((now + WINDOW).max(earliest));
+        }
+    }
+
+    /// Resolves when the gathered notices are due; never while none are gathered.
+    pub(super) async fn due(&self) {
+        match self.due {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The pass the gathered notices call for, after forgetting what they made stale; the
+    /// window starts anew.
+    pub(super) fn take(&mut self, watcher: &mut Watcher) -> Which {
+        self.due = None;
+        self.last = Some(Instant::now());
+        let moved = std::mem::take(&mut self.moved);
+        let (rules, lost) = (
+            std::mem::take(&mut self.rules),
+            std::mem::take(&mut self.lost),
+        );
+        if lost {
+            watcher.forget_all_endpoints();
+            return Which::All;
+        }
+        watcher.forget_endpoints(&moved);
+        match (moved.is_empty(), rules) {
+            (true, _) => Which::Known,
+            (false, false) => Which::Containers(moved),
+            (false, true) => Which::All,
+        }
+    }
+}
