@@ -42,6 +42,8 @@ struct Loop {
     /// Pairs the labels ask for that a firewall rule keeps on the bridge, at the last
     /// reconcile.
     firewall_refused: u64,
+    /// Links a rule that appeared after them took away, since the watch started.
+    removed_by_firewall: u64,
     /// Pairs the rules refused at the last reconcile, by reason.
     refused: BTreeMap<&'static str, usize>,
     /// Containers whose dxdp labels do not parse, at the last reconcile.
@@ -62,6 +64,13 @@ impl Metrics {
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
             }
+        }
+    }
+
+    /// Links a firewall rule took away (fail closed), the watch's and hand-made ones.
+    pub fn removed_by_firewall(&self, links: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.removed_by_firewall += links as u64;
         }
     }
 
@@ -245,6 +254,11 @@ fn render(state: &State, watch: Loop) -> String {
         out,
         "# HELP dxdp_firewall_refused_pairs Pairs the labels ask for that a firewall rule keeps on the bridge (see the watch log for the rules).\n# TYPE dxdp_firewall_refused_pairs gauge\ndxdp_firewall_refused_pairs {}",
         watch.firewall_refused
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_links_removed_by_firewall_total Links a firewall rule that appeared after them took away (fail closed), made by the watch or by hand.\n# TYPE dxdp_links_removed_by_firewall_total counter\ndxdp_links_removed_by_firewall_total {}",
+        watch.removed_by_firewall
     );
     header(
         &mut out,
@@ -546,6 +560,7 @@ mod tests {
                 network: "app".into(),
                 datapath: Kind::Tc,
                 origin: Origin::Watch,
+                bypasses_firewall: false,
                 created_unix_secs: 0,
                 low_to_high: Traffic {
                     packets: 7,
@@ -576,6 +591,7 @@ mod tests {
                 last_duration: 0.25,
                 docker_connected: true,
                 firewall_refused: 3,
+                removed_by_firewall: 4,
                 refused: BTreeMap::from([("icc_disabled", 2)]),
                 malformed: 1,
                 last_success_unix: 1.5e9,
@@ -583,6 +599,10 @@ mod tests {
         );
         assert!(
             text.contains("dxdp_refused_pairs{reason=\"firewall\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dxdp_links_removed_by_firewall_total 4\n"),
             "{text}"
         );
         assert!(

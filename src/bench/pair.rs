@@ -21,6 +21,7 @@ pub struct FoundLink {
     pub datapath: Kind,
     pub origin: Origin,
     pub network: String,
+    pub bypasses_firewall: bool,
 }
 
 pub struct PairState {
@@ -29,6 +30,9 @@ pub struct PairState {
     a: Endpoint,
     b: Endpoint,
     network: String,
+    /// `--bypass-firewall`: the bench's own links are recorded as bypassing the rules, so that
+    /// a watch does not take them away mid-measurement.
+    bypass_firewall: bool,
     found: Option<FoundLink>,
     /// A pin directory the bench had to create is removed again if it ends up holding nothing.
     pin_dir_existed: bool,
@@ -45,6 +49,7 @@ impl PairState {
         a: Endpoint,
         b: Endpoint,
         network: String,
+        bypass_firewall: bool,
     ) -> Result<Self> {
         let pin_dir_existed = pin_dir.exists();
         let mut state = Self {
@@ -53,6 +58,7 @@ impl PairState {
             a,
             b,
             network,
+            bypass_firewall,
             found: None,
             pin_dir_existed,
             lo_raised: None,
@@ -64,6 +70,7 @@ impl PairState {
                 datapath: rec.datapath,
                 origin: rec.origin,
                 network: rec.network,
+                bypasses_firewall: rec.bypasses_firewall,
             });
         }
         Ok(state)
@@ -124,19 +131,25 @@ impl PairState {
 
     /// Links the pair with `want`, or unlinks it for `None`.
     pub(crate) fn switch(&mut self, want: Option<Kind>) -> Result<()> {
-        self.set(want.map(|kind| (kind, Origin::Manual, self.network.clone())))
+        self.set(want.map(|datapath| FoundLink {
+            datapath,
+            origin: Origin::Manual,
+            network: self.network.clone(),
+            bypasses_firewall: self.bypass_firewall,
+        }))
     }
 
-    fn set(&mut self, want: Option<(Kind, Origin, String)>) -> Result<()> {
+    fn set(&mut self, want: Option<FoundLink>) -> Result<()> {
         if want.is_none() && !self.pin_dir.exists() {
             return Ok(());
         }
         let mut datapath = self.open()?;
         let current = self.current(&mut datapath)?;
-        if let (Some(cur), Some((kind, origin, network))) = (&current, &want)
-            && cur.datapath == *kind
-            && cur.origin == *origin
-            && cur.network == *network
+        if let (Some(cur), Some(want)) = (&current, &want)
+            && cur.datapath == want.datapath
+            && cur.origin == want.origin
+            && cur.network == want.network
+            && cur.bypasses_firewall == want.bypasses_firewall
         {
             return Ok(());
         }
@@ -145,7 +158,8 @@ impl PairState {
                 .remove(cur.low_ifindex, cur.high_ifindex)
                 .context("cannot unlink the pair")?;
         }
-        if let Some((kind, origin, network)) = want {
+        if let Some(want) = want {
+            let kind = want.datapath;
             let host = netlink::interfaces(&NetnsPath::host())?;
             datapath
                 .install(
@@ -153,8 +167,9 @@ impl PairState {
                         a: &self.a,
                         b: &self.b,
                         kind,
-                        origin,
-                        network: &network,
+                        origin: want.origin,
+                        network: &want.network,
+                        bypass_firewall: want.bypasses_firewall,
                     },
                     &host,
                 )
@@ -209,11 +224,7 @@ impl PairState {
         if self.restored {
             return Ok(());
         }
-        let want = self
-            .found
-            .as_ref()
-            .map(|f| (f.datapath, f.origin, f.network.clone()));
-        let mut result = self.set(want);
+        let mut result = self.set(self.found.clone());
         if result.is_ok() && !self.pin_dir_existed && self.pin_dir.exists() {
             result = self.remove_pin_dir_if_empty();
         }

@@ -11,7 +11,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use super::resolve::{Pair, resolve_pair};
+use super::{
+    mtu,
+    resolve::{Pair, resolve_pair},
+};
 use crate::{
     bench::{
         self, Config, Metric, Plan, Results, Step,
@@ -68,7 +71,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         .with_context(|| format!("cannot find the IPv4 address of {}", b.label))?;
 
     measure::catch_interrupts()?;
-    let mut pair = PairState::snapshot(pin_dir, capacity, a.clone(), b.clone(), network.clone())?;
+    let mut pair = PairState::snapshot(
+        pin_dir,
+        capacity,
+        a.clone(),
+        b.clone(),
+        network.clone(),
+        args.bypass_firewall,
+    )?;
     for config in &plan.configs {
         if let Some(kind) = config.datapath()
             && let Some(why) = pair.conflict(kind)?
@@ -157,7 +167,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
     } else {
         print!("{}", table::render(&results, plan.rounds));
     }
-    eprintln!("{}", mtu_note(host_mtu(&a), host_mtu(&b)));
+    let mtu = pair_mtu(&a, &b);
+    eprintln!("{}", mtu_note(mtu));
     let title = format!("dxdp bench: {} -> {}", a.label, b.label);
     let subtitle = format!(
         "{} round(s) × {}s per test on {}; medians relative to {}",
@@ -175,6 +186,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
             port: args.port,
             network: &network,
             load,
+            mtu,
         };
         let report = serde_json::to_string_pretty(&JsonReport::new(&results, &info))? + "\n";
         if json_to_stdout {
@@ -193,31 +205,25 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The MTU of an endpoint's host-side veth (Docker gives both ends of a veth the network's).
-fn host_mtu(ep: &crate::endpoint::Endpoint) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ep.host_ifname))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The pair's MTU, the smaller of its two host veths' (Docker gives both ends of a veth the
+/// network's).
+fn pair_mtu(a: &Endpoint, b: &Endpoint) -> Option<u32> {
+    Some(mtu::of(&a.host_ifname)?.min(mtu::of(&b.host_ifname)?))
 }
 
 /// The pair's MTU beside the table: bulk TCP between containers is bound by it more than by the
 /// bridge, which a user tuning for throughput should know before choosing a datapath.
-fn mtu_note(a: Option<u32>, b: Option<u32>) -> String {
-    let (Some(a), Some(b)) = (a, b) else {
-        return "the pair's MTU could not be read".to_owned();
-    };
-    let mtu = a.min(b);
-    if mtu > 1500 {
-        return format!("MTU {mtu} on this pair");
+fn mtu_note(mtu: Option<u32>) -> String {
+    match mtu {
+        None => "the pair's MTU could not be read".to_owned(),
+        Some(mtu) => {
+            let advice = mtu::advice(mtu);
+            match advice.split_once(": ") {
+                Some((figure, rest)) => format!("{figure} on this pair: {rest}"),
+                None => format!("{advice} on this pair"),
+            }
+        }
     }
-    format!(
-        "MTU {mtu} on this pair: bulk TCP between containers is bound by the MTU more than by \
-         the bridge (at MTU 65520 the bridge alone carried about 30 Gbit/s on this project's \
-         test machine, as tc did); a network created with -o com.docker.network.driver.mtu=N \
-         gives its containers a larger one (xdp takes up to about 3,500)"
-    )
 }
 
 /// `NETWORK (BRIDGE)`, or the bridge alone when the network is named after it (netns endpoints).
@@ -321,6 +327,8 @@ struct JsonReport {
     seconds_per_test: u32,
     pings_per_round: u32,
     host_load: HostLoad,
+    /// The pair's MTU (`null` if it could not be read).
+    mtu: Option<u32>,
     baseline: Option<Config>,
     configs: Vec<JsonConfig>,
 }
@@ -342,6 +350,7 @@ struct RunInfo<'a> {
     port: u16,
     network: &'a str,
     load: HostLoad,
+    mtu: Option<u32>,
 }
 
 #[derive(Serialize)]
@@ -379,6 +388,7 @@ impl JsonReport {
             seconds_per_test: cx.plan.seconds,
             pings_per_round: cx.plan.pings(),
             host_load: cx.load,
+            mtu: cx.mtu,
             baseline: results.baseline(),
             configs: results
                 .configs
@@ -408,14 +418,14 @@ mod tests {
     use super::mtu_note;
 
     #[test]
-    fn the_mtu_note_names_the_smaller_end_and_the_way_to_raise_a_default_one() {
-        let default = mtu_note(Some(1500), Some(1500));
+    fn the_mtu_note_names_the_pair_and_the_way_to_raise_a_default_one() {
+        let default = mtu_note(Some(1500));
         assert!(default.starts_with("MTU 1500 on this pair: "), "{default}");
         assert!(
             default.contains("com.docker.network.driver.mtu"),
             "{default}"
         );
-        assert_eq!(mtu_note(Some(9000), Some(65520)), "MTU 9000 on this pair");
-        assert!(mtu_note(None, Some(1500)).contains("could not be read"));
+        assert_eq!(mtu_note(Some(9000)), "MTU 9000 on this pair");
+        assert!(mtu_note(None).contains("could not be read"));
     }
 }

@@ -5,14 +5,14 @@ use anyhow::Result;
 use aya::util::KernelVersion;
 use serde::Serialize;
 
-use super::privileges::missing_capabilities;
+use super::{mtu, privileges::missing_capabilities};
 use crate::cli::DoctorArgs;
 use crate::docker::userland_proxy::UserlandProxy;
 use crate::{
-    datapath::{Capacity, Datapath, Kind, TC_SINCE, XDP_SINCE, kernel_has},
+    datapath::{Capacity, Datapath, Kind, LinkRecord, Origin, TC_SINCE, XDP_SINCE, kernel_has},
     docker::BridgeNetwork,
-    firewall::Ruleset,
-    netlink,
+    firewall::{self, Ruleset, RulesetCache},
+    netlink::{self, Interface},
     netns::NetnsPath,
     rcu,
     runtime::{self, CgroupLayout, OciRuntime},
@@ -418,6 +418,80 @@ fn oci_runtime(runtime: Result<OciRuntime>, layout: &CgroupLayout) -> Check {
 }
 
 /// The pinned state opens, and no other tool's program sits on a managed veth.
+/// Once per network that carries links, its MTU (the smallest of its linked veths'), and for the
+/// default what a larger one would change: information, not a warning.
+fn mtus(host: &[Interface], links: &[LinkRecord]) -> Vec<Check> {
+    let mut by_network: std::collections::BTreeMap<&str, (usize, Option<u32>)> = Default::default();
+    for link in links {
+        let mtu = [link.low_ifindex, link.high_ifindex]
+            .iter()
+            .filter_map(|i| host.iter().find(|h| h.index == *i))
+            .filter_map(|veth| mtu::of(&veth.name))
+            .min();
+        let entry = by_network.entry(&link.network).or_insert((0, None));
+        entry.0 += 1;
+        entry.1 = match (entry.1, mtu) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+    }
+    by_network
+        .into_iter()
+        .filter_map(|(network, (links, mtu))| {
+            Some(check(
+                Verdict::Ok,
+                format!(
+                    "network {network}: {links} link(s) at {}",
+                    mtu::advice(mtu?)
+                ),
+                None,
+            ))
+        })
+        .collect()
+}
+
+/// Pinned links a rule added after them covers: each bypasses that rule until it goes, which a
+/// running watch does within a second; without one, nothing takes them away.
+fn covered_links(datapath: &mut Datapath, host: &[Interface], links: &[LinkRecord]) -> Vec<Check> {
+    let mut rules = RulesetCache::default();
+    let covered = rules.refresh().and_then(|()| {
+        firewall::covered(
+            &mut rules,
+            datapath,
+            host,
+            links,
+            "unlink them (a running `dxdp watch` removes such a link within a second), or \
+             link them again with --bypass-firewall",
+        )
+    });
+    match covered {
+        Ok(covered) => covered
+            .into_iter()
+            .map(|c| {
+                check(
+                    Verdict::Fail,
+                    format!(
+                        "link {} - {} (made {}) bypasses a rule that came after it: {}",
+                        c.link.low_name,
+                        c.link.high_name,
+                        match c.link.origin {
+                            Origin::Manual => "by hand",
+                            Origin::Watch => "by the watch",
+                        },
+                        c.message
+                    ),
+                    Some(&format!(
+                        "dxdp unlink {} {}",
+                        c.link.low_name, c.link.high_name
+                    )),
+                )
+            })
+            .collect(),
+        // The firewall check above already says why the rules cannot be read.
+        Err(_) => vec![],
+    }
+}
+
 fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
     if !pin_dir.exists() {
         return vec![check(
@@ -447,7 +521,10 @@ fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
             Some("check that it does not conflict with dxdp's redirect"),
         ));
     }
-    let links = datapath.links().map(|l| l.len()).unwrap_or(0);
+    let records = datapath.links().unwrap_or_default();
+    out.extend(covered_links(&mut datapath, &host, &records));
+    out.extend(mtus(&host, &records));
+    let links = records.len();
     let xdp = managed.iter().filter(|(_, k)| *k == Kind::Xdp).count();
     out.push(check(
         Verdict::Ok,

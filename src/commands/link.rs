@@ -29,6 +29,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
             kind,
             origin: Origin::Manual,
             network: &network,
+            bypass_firewall: args.bypass_firewall,
         },
         &host,
     )?;

@@ -5,6 +5,7 @@ mod compose_check;
 mod docs;
 mod doctor;
 mod link;
+mod mtu;
 mod privileges;
 mod resolve;
 mod status;

@@ -115,6 +115,8 @@ pub struct LinkRecord {
     pub network: String,
     pub datapath: Kind,
     pub origin: Origin,
+    /// Made with the firewall bypassed on purpose; any other link is held to the rules.
+    pub bypasses_firewall: bool,
     pub created_unix_secs: u64,
     /// Frames redirected from the low to the high endpoint, and back.
     pub low_to_high: Traffic,
@@ -164,6 +166,9 @@ pub struct LinkRequest<'a> {
     pub kind: Kind,
     pub origin: Origin,
     pub network: &'a str,
+    /// The operator chose to bypass the firewall for this pair; recorded with the link, so that
+    /// whoever re-checks links later knows which ones rules must not take away.
+    pub bypass_firewall: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -258,15 +263,22 @@ impl Datapath {
                 pins.maps().display()
             )
         })?;
-        let migrating = found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES;
-        if migrating {
+        let migrating = found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES
+            || found_abi == dxdp_common::ABI_VERSION_WITHOUT_FIREWALL;
+        if found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES {
             // The pinned programs of that layout check no source address: fill the addresses
             // first, then swap in this binary's programs, which need them.
             let filled = state::migrate_sources(&mut ebpf)?;
+            info!(veths = filled, "migration: source addresses recorded");
+        }
+        if migrating {
+            // Layout 3's links read as held to the firewall (the byte was zero padding): one
+            // made with --bypass-firewall before must be made again to stay past a rule.
             attach::Programs::upgrade(&mut ebpf, &pins)?;
             info!(
-                veths = filled,
-                "migrated {} to state layout {}: source addresses recorded, programs replaced",
+                from = found_abi,
+                "migrated {} to state layout {}: programs replaced; links made before it are \
+                 held to the firewall rules (make one again with --bypass-firewall to exempt it)",
                 root.display(),
                 dxdp_common::ABI_VERSION
             );
@@ -298,6 +310,13 @@ impl Datapath {
             }
         }
         Ok(changed)
+    }
+
+    /// The addresses recorded for the container behind a managed veth: those its links carry
+    /// frames from and to. `None` for a veth not managed.
+    pub fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<std::net::IpAddr>>> {
+        let maps = state::Maps::new(&mut self.ebpf)?;
+        Ok(maps.sources(ifindex)?.map(|s| state::addresses_of(&s)))
     }
 
     /// Whether the pinned record of this endpoint's veth is this very container interface:
@@ -592,7 +611,12 @@ fn link_meta(req: &LinkRequest<'_>, key: &LinkMetaKey) -> LinkMeta {
     LinkMeta {
         datapath: req.kind.code(),
         origin: req.origin.code(),
-        _pad: [0; 6],
+        firewall: if req.bypass_firewall {
+            dxdp_common::FIREWALL_BYPASSED
+        } else {
+            dxdp_common::FIREWALL_CHECKED
+        },
+        _pad: [0; 5],
         created_unix_secs: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -611,6 +635,7 @@ fn to_record(key: &LinkMetaKey, meta: &LinkMeta) -> LinkRecord {
         network: unfixed_name(&meta.network),
         datapath: Kind::from_code(meta.datapath).unwrap_or(Kind::Tc),
         origin: Origin::from_code(meta.origin),
+        bypasses_firewall: meta.firewall == dxdp_common::FIREWALL_BYPASSED,
         created_unix_secs: meta.created_unix_secs,
         low_to_high: Traffic::default(),
         high_to_low: Traffic::default(),

@@ -7,9 +7,9 @@ use aya::{
     maps::{Array, HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
 };
 use dxdp_common::{
-    ABI_VERSION, ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
-    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, Meta,
-    Sources, names,
+    ABI_VERSION, ABI_VERSION_WITHOUT_FIREWALL, ABI_VERSION_WITHOUT_SOURCES, Counters,
+    DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec, LinkKey, LinkMeta,
+    LinkMetaKey, LinkTarget, MAX_SOURCES, Meta, Sources, names,
 };
 use tracing::warn;
 
@@ -51,7 +51,7 @@ impl Capacity {
 /// Refuses a pin directory written by a dxdp whose map layout differs from ours, before the
 /// loader tries to reuse maps whose keys and values it would misread. Returns the version found
 /// (0 for a new directory): [`ABI_VERSION_WITHOUT_SOURCES`] is taken, and migrated by
-/// [`migrate_sources`] once loaded.
+/// [`migrate_sources`] once loaded; [`ABI_VERSION_WITHOUT_FIREWALL`] is taken as it is.
 pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
     let path = pins.maps().join(names::META);
     if !path.exists() {
@@ -61,7 +61,12 @@ pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
         MapData::from_pin(&path).with_context(|| format!("cannot open {}", path.display()))?;
     let meta: Array<_, Meta> = Array::try_from(aya::maps::Map::Array(data))?;
     let found = meta.get(&0, 0)?.abi_version;
-    if found != 0 && found != ABI_VERSION && found != ABI_VERSION_WITHOUT_SOURCES {
+    let known = [
+        ABI_VERSION,
+        ABI_VERSION_WITHOUT_SOURCES,
+        ABI_VERSION_WITHOUT_FIREWALL,
+    ];
+    if found != 0 && !known.contains(&found) {
         bail!(
             "{} was written by a dxdp with state layout {found}, this one uses {ABI_VERSION}; \
              remove it with that version's `dxdp cleanup` (or `rm -r {}`) and link again",
@@ -418,6 +423,17 @@ impl<'a> Maps<'a> {
 }
 
 /// The 16-byte form the datapath compares: IPv6 as is, IPv4 v4-mapped. IPv4 first, in order.
+/// The addresses a [`Sources`] record holds, IPv4 ones unmapped: the inverse of [`sources_of`].
+pub(super) fn addresses_of(sources: &Sources) -> Vec<IpAddr> {
+    sources.addrs[..(sources.count as usize).min(sources.addrs.len())]
+        .iter()
+        .map(|octets| {
+            let v6 = std::net::Ipv6Addr::from(*octets);
+            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+        })
+        .collect()
+}
+
 pub(super) fn sources_of(addrs: &[IpAddr]) -> Sources {
     let mut ordered: Vec<&IpAddr> = addrs.iter().collect();
     ordered.sort_by_key(|a| a.is_ipv6());

@@ -21,7 +21,10 @@ mod generation;
 mod iptables;
 mod model;
 mod nft;
+mod pinned;
 mod read;
+
+pub use pinned::{Covered, covered};
 
 use std::{collections::HashMap, net::IpAddr};
 
@@ -37,6 +40,15 @@ pub(crate) struct Side<'a> {
     pub(crate) port: &'a str,
     /// The container interface's addresses, link-local ones included.
     pub(crate) addrs: &'a [IpAddr],
+}
+
+impl<'a> Side<'a> {
+    fn of(e: &'a Endpoint) -> Self {
+        Side {
+            port: &e.host_ifname,
+            addrs: &e.addrs,
+        }
+    }
 }
 
 /// The host's rules at one moment.
@@ -105,28 +117,37 @@ impl RulesetCache {
     /// The rules that keep the two endpoints from being linked, by the rules as of the last
     /// [`RulesetCache::refresh`], which must have succeeded.
     pub fn between(&mut self, a: &Endpoint, b: &Endpoint) -> anyhow::Result<Vec<Blocker>> {
+        self.between_ports(&a.bridge_name, Side::of(a), Side::of(b))
+    }
+
+    /// [`RulesetCache::between`] for two ports of `bridge` known by name and addresses.
+    pub(crate) fn between_ports(
+        &mut self,
+        bridge: &str,
+        a: Side<'_>,
+        b: Side<'_>,
+    ) -> anyhow::Result<Vec<Blocker>> {
         let Some((_, ruleset)) = &self.held else {
             anyhow::bail!("the firewall rules were not read");
         };
-        let bridge = &a.bridge_name;
         let read_switches = ruleset.bridge_switches;
         let switches = &mut self.switches;
         let nf = ruleset.bridge_nf.map(|(v4, v6)| {
             let (own4, own6) = *switches
-                .entry(bridge.clone())
+                .entry(bridge.to_owned())
                 .or_insert_with(|| read_switches(bridge));
             (v4 || own4, v6 || own6)
         });
         let key = Pair {
-            bridge: bridge.clone(),
+            bridge: bridge.to_owned(),
             nf,
-            a: (a.host_ifname.clone(), a.addrs.clone()),
-            b: (b.host_ifname.clone(), b.addrs.clone()),
+            a: (a.port.to_owned(), a.addrs.to_vec()),
+            b: (b.port.to_owned(), b.addrs.to_vec()),
         };
         if let Some(verdict) = self.verdicts.get(&key) {
             return Ok(verdict.clone());
         }
-        let verdict = ruleset.between(a, b);
+        let verdict = ruleset.blockers(bridge, a, b);
         self.verdicts.insert(key, verdict.clone());
         Ok(verdict)
     }
@@ -188,13 +209,7 @@ impl Ruleset {
 
     /// The rules that keep the two endpoints from being linked.
     pub fn between(&self, a: &Endpoint, b: &Endpoint) -> Vec<Blocker> {
-        fn side(e: &Endpoint) -> Side<'_> {
-            Side {
-                port: &e.host_ifname,
-                addrs: &e.addrs,
-            }
-        }
-        self.blockers(&a.bridge_name, side(a), side(b))
+        self.blockers(&a.bridge_name, Side::of(a), Side::of(b))
     }
 
     /// The rules that could keep some pair of ports of `bridge` apart, for the families the

@@ -15,6 +15,8 @@ pub struct Resolved {
     pub a: Endpoint,
     pub b: Endpoint,
     pub network: String,
+    /// Both containers say `dxdp.firewall=bypass`.
+    pub bypass_firewall: bool,
 }
 
 /// The pinned datapath, with the host's interfaces as read at the start of the pass.
@@ -49,6 +51,7 @@ impl LinkTable for Live<'_> {
             kind,
             origin: Origin::Watch,
             network: &link.network,
+            bypass_firewall: link.bypass_firewall,
         };
         self.datapath.install(&request, self.host).map(drop)
     }

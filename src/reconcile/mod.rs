@@ -5,8 +5,8 @@
 //! Rules:
 //! - Links made by the watch that are no longer wanted (or wanted with another datapath) go;
 //!   wanted links not pinned yet come.
-//! - Links made by hand are never removed: the watch leaves them alone, and a wanted link that
-//!   exists by hand counts as present.
+//! - Links made by hand are never removed by this engine: a wanted link that exists by hand
+//!   counts as present. (The watch holds them to the firewall rules apart from it.)
 //! - A link of the watch that the maps hold without both attachments (a watch killed between
 //!   the two), or for endpoints that are no longer what the watch resolves (a container that
 //!   took another MAC), is installed again, with its pinned datapath, which completes or

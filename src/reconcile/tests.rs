@@ -14,6 +14,7 @@ fn rec(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
         network: "n".into(),
         datapath: kind,
         origin,
+        bypasses_firewall: false,
         created_unix_secs: 0,
         low_to_high: Default::default(),
         high_to_low: Default::default(),

@@ -528,3 +528,115 @@ fn a_mac_taken_over_by_another_container_carries_nothing_into_the_linked_one() {
     eprintln!("link to B removed {took:?} after B's MAC changed");
     assert!(pings(&a, &ip_b), "A still reaches B, over the bridge");
 }
+
+/// Issue 22, 2: a link made by hand is held to the rules that come after it. Without a watch,
+/// `doctor` fails it, naming the rule and the fix; a watch (resync 300 s) removes it within a
+/// second or two, naming the rule. A link made with --bypass-firewall stays past its rule.
+#[test]
+fn a_rule_added_after_a_hand_made_link_takes_it_away_unless_it_was_made_to_bypass() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("byhand", &[]);
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|n| world.run(n, &["--network", &net], &[]));
+    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
+    let (ip_c, ip_d) = (world.ip(&c, &net), world.ip(&d, &net));
+    world.dxdp.run(&["link", &a, &b]).assert_success();
+    world
+        .dxdp
+        .run(&["link", "--bypass-firewall", &c, &d])
+        .assert_success();
+    assert_eq!(linked(&world), 2);
+
+    let (src_a, src_c) = (format!("{ip_a}/32"), format!("{ip_c}/32"));
+    let _rule_a = FirewallRule::insert("iptables", "DOCKER-USER", &["-s", &src_a, "-j", "REJECT"]);
+    let _rule_c = FirewallRule::insert("iptables", "DOCKER-USER", &["-s", &src_c, "-j", "REJECT"]);
+    let rule_a = format!("-A DOCKER-USER -s {src_a} -j REJECT");
+
+    // No watch: nothing takes the link away, and doctor says so.
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert_eq!(
+        doctor.code(),
+        Some(1),
+        "doctor fails a covered link: {doctor}"
+    );
+    let covered: Vec<&str> = doctor
+        .stdout
+        .lines()
+        .filter(|l| l.contains("bypasses a rule that came after it"))
+        .collect();
+    assert_eq!(
+        covered.len(),
+        1,
+        "only a - b is covered and not bypassed: {doctor}"
+    );
+    assert!(
+        covered[0].starts_with("[FAIL]") && covered[0].contains(&rule_a) && covered[0].contains(&a),
+        "{doctor}"
+    );
+    assert!(
+        doctor.stdout.contains(&format!("fix: dxdp unlink {a} {b}"))
+            || doctor.stdout.contains(&format!("fix: dxdp unlink {b} {a}")),
+        "{doctor}"
+    );
+    // Issue 21: the network's MTU, once, as information.
+    let mtu_lines: Vec<&str> = doctor
+        .stdout
+        .lines()
+        .filter(|l| l.contains(&format!("network {net}: ")))
+        .collect();
+    assert_eq!(mtu_lines.len(), 1, "{doctor}");
+    assert!(
+        mtu_lines[0].starts_with("[ ok ] ")
+            && mtu_lines[0].contains("2 link(s) at MTU 1500: bulk TCP")
+            && mtu_lines[0].contains("com.docker.network.driver.mtu"),
+        "{doctor}"
+    );
+    assert_eq!(linked(&world), 2);
+
+    let started = Instant::now();
+    let watch = world.watch(&["--resync", "300"]);
+    watch.expect_links(1, Duration::from_secs(5));
+    eprintln!(
+        "hand-made link removed {:?} after the watch started",
+        started.elapsed()
+    );
+    let status = world.dxdp.status();
+    let kept = &status.links[0];
+    assert!(
+        kept.bypasses_firewall
+            && [&kept.low_name, &kept.high_name]
+                .iter()
+                .all(|n| **n == c || **n == d),
+        "the bypassed link stays: {status:?}"
+    );
+    let log = watch.log_text();
+    assert!(
+        log.contains("removed a link made by hand") && log.contains(&rule_a),
+        "the watch names the rule: {log}"
+    );
+    assert!(!pings(&a, &ip_b), "the REJECT applies to a -> b again");
+    assert!(
+        pings(&c, &ip_d),
+        "c -> d still rides its link past c's rule"
+    );
+
+    // A rule that comes while the watch runs is acted on as soon.
+    world
+        .dxdp
+        .run(&["link", "--bypass-firewall", &a, &b])
+        .assert_success();
+    world.dxdp.run(&["link", &b, &d]).assert_success();
+    assert_eq!(linked(&world), 3);
+    let src_d = format!("{ip_d}/32");
+    let added = Instant::now();
+    let _rule_d = FirewallRule::insert("iptables", "DOCKER-USER", &["-s", &src_d, "-j", "REJECT"]);
+    watch.expect_links(2, Duration::from_secs(5));
+    let took = added.elapsed();
+    assert!(
+        took <= Duration::from_secs(2),
+        "b - d went {took:?} after its rule"
+    );
+    eprintln!("hand-made link removed {took:?} after a rule that covers it");
+}

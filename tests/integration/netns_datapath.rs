@@ -839,7 +839,8 @@ fn an_upgraded_binary_swaps_its_program_into_running_attachments_without_loss() 
 /// A pin directory of state layout 2, from before links checked source addresses: its maps lack
 /// DXDP_SOURCES and its pinned program checks no source. The next dxdp to open it (here `status`)
 /// records each managed veth's addresses, read in the namespace its record names, swaps in this
-/// binary's programs and stamps layout 3: the link redirects again, now with sources checked.
+/// binary's programs and stamps the current layout: the link redirects again, now with sources
+/// checked.
 #[test]
 fn a_layout_2_pin_directory_is_migrated_in_place_with_each_veths_addresses() {
     if !require_privileges() {
@@ -864,20 +865,14 @@ fn a_layout_2_pin_directory_is_migrated_in_place_with_each_veths_addresses() {
     std::fs::remove_file(&prog_pin).expect("unpin dxdp_tc");
     std::fs::rename(&old.path, &prog_pin).expect("pin the old program in its place");
     std::fs::remove_file(maps.join("DXDP_SOURCES")).expect("unpin DXDP_SOURCES");
-    let meta = maps.join("DXDP_META").display().to_string();
-    let abi = || {
-        let entry = bpftool(&["map", "lookup", "pinned", &meta, "key", "0", "0", "0", "0"]);
-        let byte = entry["value"][0].as_str().expect("a value byte").to_owned();
-        u8::from_str_radix(byte.trim_start_matches("0x"), 16).expect("hex")
-    };
-    must(&[
-        "bpftool", "map", "update", "pinned", &meta, "key", "0", "0", "0", "0", "value", "2", "0",
-        "0", "0", "0", "0", "0", "0",
-    ]);
-    assert_eq!(abi(), 2);
+    set_pinned_layout(&maps, 2);
 
     dxdp.status();
-    assert_eq!(abi(), 3, "the directory is stamped with the new layout");
+    assert_eq!(
+        pinned_layout(&maps),
+        dxdp_common::ABI_VERSION,
+        "the directory is stamped with the new layout"
+    );
     assert!(maps.join("DXDP_SOURCES").exists(), "DXDP_SOURCES pinned");
     assert_eq!(
         pinned_program(&prog_pin).1,
@@ -897,6 +892,70 @@ fn a_layout_2_pin_directory_is_migrated_in_place_with_each_veths_addresses() {
     assert_redirected_ping(&topo, a, b, &b.ipv4);
     assert_redirected_ping(&topo, b, a, &a.ipv6);
     dxdp.unlink(a, b);
+    dxdp.status().assert_empty();
+}
+
+/// The state layout DXDP_META records in a pin directory's maps.
+#[track_caller]
+fn pinned_layout(maps: &std::path::Path) -> u32 {
+    let meta = maps.join("DXDP_META").display().to_string();
+    let entry = bpftool(&["map", "lookup", "pinned", &meta, "key", "0", "0", "0", "0"]);
+    let byte = entry["value"][0].as_str().expect("a value byte").to_owned();
+    u32::from_str_radix(byte.trim_start_matches("0x"), 16).expect("hex")
+}
+
+/// Makes DXDP_META say `layout` (below 256), as a dxdp of that layout leaves it.
+#[track_caller]
+fn set_pinned_layout(maps: &std::path::Path, layout: u8) {
+    let meta = maps.join("DXDP_META").display().to_string();
+    let layout = layout.to_string();
+    must(&[
+        "bpftool", "map", "update", "pinned", &meta, "key", "0", "0", "0", "0", "value", &layout,
+        "0", "0", "0", "0", "0", "0", "0",
+    ]);
+    assert_eq!(pinned_layout(maps), layout.parse::<u32>().unwrap());
+}
+
+/// A pin directory of state layout 3, from before links recorded --bypass-firewall (issue 22):
+/// the byte was zero padding. The next dxdp takes it as it is and stamps the current layout;
+/// its links read as held to the firewall, so a rule that covers one takes it away. A link
+/// made now records the choice.
+#[test]
+fn a_layout_3_pin_directory_is_taken_with_its_links_held_to_the_firewall() {
+    if !require_privileges() {
+        return;
+    }
+    let topo = Topology::new(3);
+    let (a, b, c) = (topo.node(0), topo.node(1), topo.node(2));
+    let dxdp = &topo.dxdp;
+    dxdp.link(a, b, "tc");
+    let maps = topo.pin_dir().join("maps");
+    set_pinned_layout(&maps, 3);
+
+    let status = dxdp.status();
+    assert_eq!(pinned_layout(&maps), dxdp_common::ABI_VERSION);
+    assert_eq!(status.links.len(), 1, "the link is kept: {status:?}");
+    assert!(!status.links[0].bypasses_firewall, "{status:?}");
+    assert_redirected_ping(&topo, a, b, &b.ipv4);
+
+    let run = dxdp.run(&[
+        "link",
+        &a.spec(),
+        &c.spec(),
+        "--datapath",
+        "tc",
+        "--bypass-firewall",
+    ]);
+    run.assert_success();
+    let status = dxdp.status();
+    let bypassing: Vec<bool> = status.links.iter().map(|l| l.bypasses_firewall).collect();
+    assert_eq!(
+        bypassing.iter().filter(|b| **b).count(),
+        1,
+        "only the new link records --bypass-firewall: {status:?}"
+    );
+    dxdp.unlink(a, b);
+    dxdp.unlink(a, c);
     dxdp.status().assert_empty();
 }
 

@@ -6,11 +6,15 @@
 #![no_std]
 
 /// Layout version of the pinned maps. A pinned directory written with another version is refused.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// The layout before [`Sources`]: the same maps less `DXDP_SOURCES`. A directory of this
 /// version is migrated in place (the map is added and filled from each endpoint's namespace).
 pub const ABI_VERSION_WITHOUT_SOURCES: u32 = 2;
+
+/// The layout before [`LinkMeta::firewall`]: the byte was padding, always zero, which reads as
+/// [`FIREWALL_CHECKED`]. A directory of this version is taken as it is and stamped.
+pub const ABI_VERSION_WITHOUT_FIREWALL: u32 = 3;
 
 /// Names of the maps and programs as they appear in the object file and under the pin directory.
 pub mod names {
@@ -168,6 +172,12 @@ pub struct LinkMetaKey {
 
 pub const ORIGIN_MANUAL: u8 = 1;
 pub const ORIGIN_WATCH: u8 = 2;
+/// [`LinkMeta::firewall`]: the link is held to the host's firewall rules; a rule that covers it
+/// later takes it away.
+pub const FIREWALL_CHECKED: u8 = 0;
+/// [`LinkMeta::firewall`]: the operator chose to bypass the rules (`--bypass-firewall`, or
+/// `dxdp.firewall=bypass` on both containers).
+pub const FIREWALL_BYPASSED: u8 = 1;
 pub const NAME_LEN: usize = 64;
 
 /// What userspace remembers about a link (names for `status`, who made it). Never read by the
@@ -177,7 +187,9 @@ pub const NAME_LEN: usize = 64;
 pub struct LinkMeta {
     pub datapath: u8,
     pub origin: u8,
-    pub _pad: [u8; 6],
+    /// [`FIREWALL_CHECKED`] or [`FIREWALL_BYPASSED`].
+    pub firewall: u8,
+    pub _pad: [u8; 5],
     pub created_unix_secs: u64,
     /// Names of the endpoints on the low and high ifindex, and of the network, NUL-padded UTF-8.
     pub low_name: [u8; NAME_LEN],

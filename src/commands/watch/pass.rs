@@ -28,12 +28,12 @@ use anyhow::{Context, Result};
 use tracing::{debug, info, trace, warn};
 
 use crate::{
-    datapath::{Capacity, Datapath, Unlocked},
+    datapath::{Capacity, Datapath, LinkRecord, Origin, Unlocked},
     docker::{Container, Docker, EndpointCache, Inventory},
     firewall::{self, RulesetCache},
     labels,
     metrics::Metrics,
-    netlink::{self, MacAddr},
+    netlink::{self, Interface, MacAddr},
     netns::NetnsPath,
     plan::{self, DesiredLink, Diagnostic, Level},
     rcu,
@@ -264,6 +264,7 @@ impl Watcher {
         for id in &applied.unreadable {
             self.inventory.distrust(id);
         }
+        self.stats.removed_by_firewall(applied.removed_by_rules);
         let held = self.held.as_mut().expect("just put back");
         held.veths.retain(|id, _| running.contains(id));
         held.endpoints.retain(|id| running.contains(id));
@@ -300,6 +301,8 @@ struct Applied {
     /// Containers whose namespace could not be read as held (a restart whose events were
     /// lost): the next resync inspects them again.
     unreadable: Vec<String>,
+    /// Links a firewall rule took away in this pass, the watch's and hand-made ones.
+    removed_by_rules: usize,
 }
 
 fn apply(
@@ -414,6 +417,7 @@ fn apply(
                 a: ea,
                 b: eb,
                 network,
+                bypass_firewall: bypass,
             },
         ));
     }
@@ -465,6 +469,14 @@ fn apply(
     if let Err(err) = table.datapath.refresh_sources(resolved) {
         warn!("cannot update the containers' source addresses: {err:#}");
     }
+    // Links made by hand are held to the rules as firmly as the watch's own.
+    let mut hand_made_removed = 0;
+    if which.is_whole() {
+        match hold_hand_made_links(&mut held.rules, &mut rules_read, &mut table.datapath, &host) {
+            Ok(removed) => hand_made_removed = removed,
+            Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
+        }
+    }
     held.datapath = Some(table.datapath.unlock());
     phases.mark("apply");
     phases.log();
@@ -477,13 +489,15 @@ fn apply(
         );
     }
     for (w, err) in &applied.failed {
-        let Resolved { a, b, network } = &w.link;
+        let Resolved { a, b, network, .. } = &w.link;
         warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
     }
     // Fail closed: a rule that appeared after the link was made takes the link away.
+    let mut removed_by_rules = hand_made_removed;
     for pair in &applied.removed {
         if let Some(d) = refused.get(pair) {
             warn!(container = %d.container, "removed a link: {}", d.message);
+            removed_by_rules += 1;
         }
     }
     // What this pass saw replaces what was held about the same veths and containers.
@@ -511,9 +525,51 @@ fn apply(
         }
     }
     Ok(Applied {
-        links: applied.links,
+        links: applied.links.saturating_sub(hand_made_removed),
         unreadable,
+        removed_by_rules,
     })
+}
+
+/// Removes the links made by hand (without `--bypass-firewall`) that a rule now covers, each
+/// logged with the rule; returns how many. The rules are read once a pass, as for the watch's
+/// own links.
+fn hold_hand_made_links(
+    rules: &mut RulesetCache,
+    rules_read: &mut bool,
+    datapath: &mut Datapath,
+    host: &[Interface],
+) -> Result<usize> {
+    let by_hand: Vec<LinkRecord> = datapath
+        .links()?
+        .into_iter()
+        .filter(|l| l.origin == Origin::Manual && !l.bypasses_firewall)
+        .collect();
+    if by_hand.is_empty() {
+        return Ok(0);
+    }
+    if !*rules_read {
+        rules
+            .refresh()
+            .context("cannot read the host's firewall rules")?;
+        *rules_read = true;
+    }
+    let covered = firewall::covered(
+        rules,
+        datapath,
+        host,
+        &by_hand,
+        "link them again with --bypass-firewall",
+    )?;
+    let pairs: Vec<(u32, u32)> = covered
+        .iter()
+        .map(|c| (c.link.low_ifindex, c.link.high_ifindex))
+        .collect();
+    datapath.remove_links(&pairs)?;
+    for c in &covered {
+        warn!("removed a link made by hand: {}", c.message);
+    }
+    Ok(covered.len())
 }
 
 /// Expedited grace periods for this pass if it will attach a program to a veth that has none

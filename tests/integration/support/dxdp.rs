@@ -96,6 +96,7 @@ pub struct LinkStatus {
     pub network: String,
     pub datapath: String,
     pub origin: String,
+    pub bypasses_firewall: bool,
     pub created_unix_secs: u64,
     #[serde(default)]
     pub low_to_high: Traffic,
