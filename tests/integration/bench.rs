@@ -254,6 +254,7 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
     assert_eq!(names, CONFIGS);
     assert_eq!(report["schema"], "dxdp.bench/1");
     assert_eq!(report["baseline"], "bridge");
+    assert_eq!(report["mtu"], 1500, "the pair's MTU rides in the JSON too");
     for config in configs {
         let name = config["name"].as_str().unwrap();
         let metrics = config["metrics"].as_array().unwrap();
