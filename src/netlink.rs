@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkXdp};
+use netlink_packet_route::tc::{TcAttribute, TcHandle};
 
 use crate::netns::NetnsPath;
 
@@ -100,6 +101,58 @@ pub(crate) fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::I
 }
 
 /// Runs one rtnetlink conversation from the calling thread's namespace.
+/// A queueing discipline of the host namespace: its interface, whether it is the root one, and
+/// its kind (`noqueue`, `tbf`, `clsact`, …).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Qdisc {
+    pub index: u32,
+    pub root: bool,
+    pub kind: String,
+}
+
+/// Every qdisc in the host's namespace (one dump).
+pub fn host_qdiscs() -> Result<Vec<Qdisc>> {
+    ask_here(async |handle| {
+        let msgs: Vec<_> = handle.qdisc().get().execute().try_collect().await?;
+        Ok(msgs
+            .into_iter()
+            .map(|m| Qdisc {
+                index: u32::try_from(m.header.index).unwrap_or(0),
+                root: m.header.parent == TcHandle::ROOT,
+                kind: tc_kind(&m.attributes),
+            })
+            .collect())
+    })
+    .context("cannot list the host's qdiscs")
+}
+
+/// The kinds of the classic tc filters on an interface's ingress or egress hook (under its
+/// `ingress` or `clsact` qdisc), in the host's namespace.
+pub fn host_filters(index: u32, egress: bool) -> Result<Vec<String>> {
+    let index = i32::try_from(index).context("ifindex out of range")?;
+    ask_here(async move |handle| {
+        let request = handle.traffic_filter(index).get();
+        let request = if egress {
+            request.egress()
+        } else {
+            request.ingress()
+        };
+        let msgs: Vec<_> = request.execute().try_collect().await?;
+        Ok(msgs.iter().map(|m| tc_kind(&m.attributes)).collect())
+    })
+    .with_context(|| format!("cannot list the tc filters of ifindex {index}"))
+}
+
+fn tc_kind(attrs: &[TcAttribute]) -> String {
+    attrs
+        .iter()
+        .find_map(|a| match a {
+            TcAttribute::Kind(kind) => Some(kind.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 fn ask_here<T>(request: impl AsyncFnOnce(rtnetlink::Handle) -> Result<T>) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()

@@ -23,6 +23,7 @@ mod model;
 mod nft;
 mod pinned;
 mod read;
+mod tc;
 
 pub use pinned::{Covered, covered};
 
@@ -36,7 +37,8 @@ use model::{Family, Flow, Hook, Layer, Table};
 /// One end of a pair as the rules see it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Side<'a> {
-    /// The host-side veth: the bridge port.
+    /// The host-side veth: the bridge port, by ifindex and name.
+    pub(crate) index: u32,
     pub(crate) port: &'a str,
     /// The container interface's addresses, link-local ones included.
     pub(crate) addrs: &'a [IpAddr],
@@ -45,6 +47,7 @@ pub(crate) struct Side<'a> {
 impl<'a> Side<'a> {
     fn of(e: &'a Endpoint) -> Self {
         Side {
+            index: e.host_ifindex,
             port: &e.host_ifname,
             addrs: &e.addrs,
         }
@@ -74,6 +77,8 @@ pub struct RulesetCache {
     switches: HashMap<String, (bool, bool)>,
     /// Full reads so far, for the log and the tests.
     reads: u64,
+    /// The host's qdiscs as of the last refresh ([`tc`]).
+    tc: tc::TcState,
 }
 
 /// What a verdict depends on besides the rules: the bridge's effective br_netfilter switches,
@@ -106,6 +111,8 @@ impl RulesetCache {
             self.held = Some((generation, ruleset));
         }
         self.switches.clear();
+        // Traffic control moves no generation: one qdisc dump, every refresh.
+        self.tc = tc::TcState::read()?;
         if let Some((_, ruleset)) = &mut self.held {
             // sysctls move no generation, and are one file read each; they are part of each
             // verdict's key.
@@ -144,11 +151,17 @@ impl RulesetCache {
             a: (a.port.to_owned(), a.addrs.to_vec()),
             b: (b.port.to_owned(), b.addrs.to_vec()),
         };
-        if let Some(verdict) = self.verdicts.get(&key) {
-            return Ok(verdict.clone());
-        }
-        let verdict = ruleset.blockers(bridge, a, b);
-        self.verdicts.insert(key, verdict.clone());
+        let mut verdict = match self.verdicts.get(&key) {
+            Some(verdict) => verdict.clone(),
+            None => {
+                let verdict = ruleset.blockers(bridge, a, b);
+                self.verdicts.insert(key, verdict.clone());
+                verdict
+            }
+        };
+        // Read at every refresh, so not part of the cached verdict.
+        verdict.extend(self.tc.on(a.index, a.port)?);
+        verdict.extend(self.tc.on(b.index, b.port)?);
         Ok(verdict)
     }
 
@@ -325,10 +338,11 @@ impl Direction<'_> {
 /// anything is made: the link would bypass that rule. `way_out` names the opt-in.
 pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<()> {
     use anyhow::Context;
-    let rules = Ruleset::read().with_context(|| {
+    let mut rules = RulesetCache::default();
+    rules.refresh().with_context(|| {
         format!("cannot read the host's firewall rules to check that a link bypasses none; fix that, or {way_out}")
     })?;
-    let blockers = rules.between(a, b);
+    let blockers = rules.between(a, b)?;
     if blockers.is_empty() {
         return Ok(());
     }
@@ -347,13 +361,16 @@ pub fn refusal(a: &str, b: &str, bridge: &str, blockers: &[Blocker], way_out: &s
         0 | 1 => String::new(),
         n => format!(" (and {} more; `dxdp doctor` lists them)", n - 1),
     };
-    let first = blockers
-        .first()
-        .map(ToString::to_string)
-        .unwrap_or_default();
+    let first = blockers.first();
+    let (what, it) = if first.is_some_and(Blocker::is_traffic_control) {
+        ("traffic control", "it")
+    } else {
+        ("firewall rule", "the rule")
+    };
+    let first = first.map(ToString::to_string).unwrap_or_default();
     format!(
-        "{a} and {b} stay on bridge {bridge}: the firewall rule [{first}]{more} may drop or \
-         alter their traffic there, and a link would bypass it; remove the rule, or {way_out}"
+        "{a} and {b} stay on bridge {bridge}: the {what} [{first}]{more} may drop or alter \
+         their traffic there, and a link would bypass it; remove {it}, or {way_out}"
     )
 }
 
@@ -376,7 +393,11 @@ mod tests {
     }
 
     fn side<'a>(port: &'a str, addrs: &'a [IpAddr]) -> Side<'a> {
-        Side { port, addrs }
+        Side {
+            index: 0,
+            port,
+            addrs,
+        }
     }
 
     fn ips(list: &[&str]) -> Vec<IpAddr> {

@@ -171,6 +171,13 @@ pub struct Blocker {
     pub rule: String,
 }
 
+impl Blocker {
+    /// A qdisc or classic filter on a veth ([`super::tc`]), not a netfilter rule.
+    pub(crate) fn is_traffic_control(&self) -> bool {
+        self.table.starts_with("tc on ")
+    }
+}
+
 impl fmt::Display for Blocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} chain {}: {}", self.table, self.chain, self.rule)

@@ -59,6 +59,7 @@ pub fn covered(
 
 /// A managed veth as the rules see it.
 struct Port {
+    index: u32,
     name: String,
     bridge: String,
     addrs: Vec<IpAddr>,
@@ -67,6 +68,7 @@ struct Port {
 impl Port {
     fn side(&self) -> Side<'_> {
         Side {
+            index: self.index,
             port: &self.name,
             addrs: &self.addrs,
         }
@@ -81,6 +83,7 @@ fn port(datapath: &mut Datapath, host: &[Interface], ifindex: u32) -> Result<Opt
         return Ok(None);
     };
     Ok(datapath.recorded_addresses(ifindex)?.map(|addrs| Port {
+        index: ifindex,
         name: veth.name.clone(),
         bridge: bridge.name.clone(),
         addrs,

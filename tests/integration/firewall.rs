@@ -640,3 +640,121 @@ fn a_rule_added_after_a_hand_made_link_takes_it_away_unless_it_was_made_to_bypas
     );
     eprintln!("hand-made link removed {took:?} after a rule that covers it");
 }
+
+/// A host interface the test created, deleted on drop.
+struct DeleteLink(String);
+
+impl Drop for DeleteLink {
+    fn drop(&mut self) {
+        quietly(&["ip", "link", "del", &self.0]);
+    }
+}
+
+/// A qdisc the test added to a host veth, deleted on drop (with its filters).
+struct Qdisc {
+    dev: String,
+    parent: &'static str,
+}
+
+impl Qdisc {
+    /// `tc qdisc add dev DEV PARENT SPEC…` (`root tbf …`, `clsact`).
+    #[track_caller]
+    fn add(dev: &str, parent: &'static str, spec: &[&str]) -> Self {
+        let mut argv = vec!["tc", "qdisc", "add", "dev", dev, parent];
+        argv.extend_from_slice(spec);
+        must(&argv);
+        Self {
+            dev: dev.to_owned(),
+            parent,
+        }
+    }
+}
+
+impl Drop for Qdisc {
+    fn drop(&mut self) {
+        quietly(&["tc", "qdisc", "del", "dev", &self.dev, self.parent]);
+    }
+}
+
+/// Issue 22, 2b: traffic control on a pair's veth is policy a link would skip (a redirect at
+/// TCX runs before classic ingress filters and around the receiver's qdisc). A rate limit on
+/// B's veth keeps `dxdp link` from linking the pair, naming it; a filter that steals A's frames
+/// (added on A's veth under a running watch, resync 300 s) takes a hand-made link away within
+/// seconds.
+#[test]
+fn traffic_control_on_a_veth_keeps_the_pair_on_the_bridge_like_a_firewall_rule() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("tc", &[]);
+    let [a, b] = ["a", "b"].map(|n| world.run(n, &["--network", &net], &[]));
+    let ip_b = world.ip(&b, &net);
+    let (veth_a, _) = world.veth(&a, &net);
+    let (veth_b, _) = world.veth(&b, &net);
+
+    let shaper = Qdisc::add(
+        &veth_b,
+        "root",
+        &[
+            "tbf", "rate", "5mbit", "burst", "32kbit", "latency", "400ms",
+        ],
+    );
+    let run = world.dxdp.run(&["link", &a, &b]);
+    run.assert_failure();
+    assert!(
+        run.stderr.contains(&format!(
+            "the traffic control [tc on {veth_b} chain root: qdisc tbf]"
+        )) && run.stderr.contains("--bypass-firewall"),
+        "the refusal names the qdisc and the way out: {run}"
+    );
+    assert_eq!(linked(&world), 0);
+    drop(shaper);
+    world.dxdp.run(&["link", &a, &b]).assert_success();
+    assert!(pings(&a, &ip_b));
+
+    let watch = world.watch(&["--resync", "300"]);
+    watch.expect_links(1, Duration::from_secs(5));
+    let added = Instant::now();
+    // This kernel has cls_bpf and act_mirred only (no gact, no dummy device): a classic BPF
+    // filter that matches every frame and steals it to a veth left down drops A's traffic on
+    // the bridge path.
+    let sink = format!("dxtsink{}", std::process::id() % 100_000);
+    let peer = format!("{sink}p");
+    must(&[
+        "ip", "link", "add", &sink, "type", "veth", "peer", "name", &peer,
+    ]);
+    let _sink = DeleteLink(sink.clone());
+    let _clsact = Qdisc::add(&veth_a, "clsact", &[]);
+    must(&[
+        "tc",
+        "filter",
+        "add",
+        "dev",
+        &veth_a,
+        "ingress",
+        "bpf",
+        "bytecode",
+        "1,6 0 0 4294967295",
+        "action",
+        "mirred",
+        "egress",
+        "redirect",
+        "dev",
+        &sink,
+    ]);
+    watch.expect_links(0, Duration::from_secs(5));
+    let took = added.elapsed();
+    assert!(took <= Duration::from_secs(3), "removed after {took:?}");
+    let log = watch.log_text();
+    assert!(
+        log.contains("removed a link made by hand")
+            && log.contains(&format!("tc on {veth_a} chain ingress: filter bpf")),
+        "the watch names the filter: {log}"
+    );
+    assert!(
+        !pings(&a, &ip_b),
+        "the filter applies again: A's frames go to the sink"
+    );
+    eprintln!("link removed {took:?} after a filter on A's veth");
+}

@@ -1,9 +1,10 @@
 //! What the kernel announces between passes that can make a link wrong before the next resync
 //! (issue 22): a bridge learning a MAC on a port (a container took another MAC, or took over
-//! one a linked container had), and nf_tables committing a new ruleset generation (a rule that
-//! may now cover a link; iptables-nft's rules are nf_tables rules too). Each is a multicast
-//! netlink group of the host's namespace, read on a thread of its own; the watch turns them
-//! into passes within a second.
+//! one a linked container had), nf_tables committing a new ruleset generation (a rule that may
+//! now cover a link; iptables-nft's rules are nf_tables rules too), and a qdisc or classic tc
+//! filter coming or going (traffic control a link would skip). Each is a multicast netlink
+//! group of the host's namespace, read on a thread of its own; the watch turns them into passes
+//! within a second.
 //!
 //! Legacy (x_tables) iptables announces nothing: its rules are caught by the resync, as before.
 use std::{
@@ -26,14 +27,23 @@ use crate::netlink::MacAddr;
 pub(super) enum Notice {
     /// A bridge learned `mac` behind the port with host ifindex `port`, or moved it there.
     Learned { port: u32, mac: MacAddr },
-    /// The nf_tables ruleset changed.
-    Ruleset,
+    /// The nf_tables ruleset, or traffic control on some interface, changed.
+    Policy,
     /// Announcements were lost (a full socket or queue): anything may have changed.
     Lost,
 }
 
 /// Bridge forwarding database changes (`RTNLGRP_NEIGH`, AF_BRIDGE entries).
 const RTNLGRP_NEIGH: u32 = 3;
+/// Qdiscs and classic filters (`RTNLGRP_TC`).
+const RTNLGRP_TC: u32 = 4;
+const RTM_NEWQDISC: u16 = 36;
+const RTM_DELQDISC: u16 = 37;
+const RTM_NEWTFILTER: u16 = 44;
+const RTM_DELTFILTER: u16 = 45;
+/// `struct tcmsg`: family, padding, ifindex, handle, parent, info.
+const TCMSG_LEN: usize = 20;
+const TCA_KIND: u16 = 1;
 /// nf_tables commits (`NFNLGRP_NFTABLES`).
 const NFNLGRP_NFTABLES: u32 = 7;
 const RTM_NEWNEIGH: u16 = 28;
@@ -51,13 +61,19 @@ const RCVBUF: libc::c_int = 1 << 20;
 pub(super) fn listen() -> Result<Notices> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let lost = Arc::new(AtomicBool::new(false));
-    let fdb = subscribe(libc::NETLINK_ROUTE, RTNLGRP_NEIGH)
-        .context("cannot follow the bridges' forwarding databases (rtnetlink)")?;
-    let rules = subscribe(libc::NETLINK_NETFILTER, NFNLGRP_NFTABLES)
+    let route = subscribe(libc::NETLINK_ROUTE, &[RTNLGRP_NEIGH, RTNLGRP_TC])
+        .context("cannot follow bridge forwarding databases and traffic control (rtnetlink)")?;
+    let rules = subscribe(libc::NETLINK_NETFILTER, &[NFNLGRP_NFTABLES])
         .context("cannot follow nf_tables ruleset changes (nfnetlink)")?;
-    spawn("dxdp-fdb", fdb, tx.clone(), Arc::clone(&lost), learned);
+    spawn(
+        "dxdp-rtnetlink",
+        route,
+        tx.clone(),
+        Arc::clone(&lost),
+        route_notices,
+    );
     spawn("dxdp-nftables", rules, tx, Arc::clone(&lost), |_| {
-        vec![Notice::Ruleset]
+        vec![Notice::Policy]
     });
     Ok(Notices { rx, lost })
 }
@@ -86,7 +102,7 @@ impl Notices {
     }
 }
 
-fn subscribe(protocol: libc::c_int, group: u32) -> io::Result<OwnedFd> {
+fn subscribe(protocol: libc::c_int, groups: &[u32]) -> io::Result<OwnedFd> {
     // SAFETY: socket(2) has no memory arguments; the fd is owned from here on.
     let fd = unsafe {
         libc::socket(
@@ -116,12 +132,14 @@ fn subscribe(protocol: libc::c_int, group: u32) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     setsockopt(&socket, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF)?;
-    setsockopt(
-        &socket,
-        libc::SOL_NETLINK,
-        libc::NETLINK_ADD_MEMBERSHIP,
-        group as libc::c_int,
-    )?;
+    for &group in groups {
+        setsockopt(
+            &socket,
+            libc::SOL_NETLINK,
+            libc::NETLINK_ADD_MEMBERSHIP,
+            group as libc::c_int,
+        )?;
+    }
     Ok(socket)
 }
 
@@ -199,9 +217,10 @@ fn spawn(
     }
 }
 
-/// The MACs bridges learned in one rtnetlink datagram: new AF_BRIDGE entries that are not
-/// the ports' own (permanent) ones.
-fn learned(datagram: &[u8]) -> Vec<Notice> {
+/// What one rtnetlink datagram announces: MACs bridges learned (new AF_BRIDGE entries that are
+/// not the ports' own, permanent ones), and traffic control that came or went (one notice for
+/// the datagram; a veth's own `noqueue` is not policy).
+fn route_notices(datagram: &[u8]) -> Vec<Notice> {
     let mut out = Vec::new();
     let mut rest = datagram;
     while rest.len() >= NLMSG_HDRLEN {
@@ -210,10 +229,16 @@ fn learned(datagram: &[u8]) -> Vec<Notice> {
         if len < NLMSG_HDRLEN || len > rest.len() {
             break;
         }
-        if kind == RTM_NEWNEIGH
-            && let Some(notice) = fdb_entry(&rest[NLMSG_HDRLEN..len])
-        {
-            out.push(notice);
+        let payload = &rest[NLMSG_HDRLEN..len];
+        match kind {
+            RTM_NEWNEIGH => out.extend(fdb_entry(payload)),
+            RTM_NEWQDISC | RTM_DELQDISC | RTM_NEWTFILTER | RTM_DELTFILTER
+                if tc_kind(payload).is_some_and(|k| k != "noqueue")
+                    && !out.contains(&Notice::Policy) =>
+            {
+                out.push(Notice::Policy);
+            }
+            _ => {}
         }
         rest = &rest[align(len).min(rest.len())..];
     }
@@ -230,19 +255,33 @@ fn fdb_entry(payload: &[u8]) -> Option<Notice> {
     if port <= 0 || state & NUD_PERMANENT != 0 {
         return None;
     }
-    let mut attrs = &payload[NDMSG_LEN..];
+    let mac: MacAddr = attribute(&payload[NDMSG_LEN..], NDA_LLADDR)?
+        .try_into()
+        .ok()?;
+    Some(Notice::Learned {
+        port: port as u32,
+        mac,
+    })
+}
+
+/// The `TCA_KIND` of a tc message's payload (`tbf`, `clsact`, `bpf`, …).
+fn tc_kind(payload: &[u8]) -> Option<&str> {
+    let value = attribute(payload.get(TCMSG_LEN..)?, TCA_KIND)?;
+    let end = value.iter().position(|b| *b == 0).unwrap_or(value.len());
+    std::str::from_utf8(&value[..end]).ok()
+}
+
+/// The value of the first attribute of type `wanted` among netlink attributes; `None` if there
+/// is none or the attributes are damaged before it.
+fn attribute(mut attrs: &[u8], wanted: u16) -> Option<&[u8]> {
     while attrs.len() >= 4 {
         let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
         let kind = u16::from_ne_bytes([attrs[2], attrs[3]]);
         if len < 4 || len > attrs.len() {
             return None;
         }
-        if kind == NDA_LLADDR && len == 4 + 6 {
-            let mac: MacAddr = attrs[4..10].try_into().unwrap();
-            return Some(Notice::Learned {
-                port: port as u32,
-                mac,
-            });
+        if kind == wanted {
+            return Some(&attrs[4..len]);
         }
         attrs = &attrs[align(len).min(attrs.len())..];
     }
@@ -293,7 +332,7 @@ mod tests {
             &[2, 0, 0, 0, 0, 1],
         ));
         assert_eq!(
-            learned(&datagram),
+            route_notices(&datagram),
             [
                 Notice::Learned { port: 41, mac: MAC },
                 Notice::Learned {
@@ -304,19 +343,49 @@ mod tests {
         );
     }
 
+    /// A tc message (`RTM_NEWQDISC`, …) for ifindex 41 with this `TCA_KIND`.
+    fn tc_message(kind_of_message: u16, tca_kind: &str) -> Vec<u8> {
+        let mut payload = vec![0u8; TCMSG_LEN];
+        payload[4..8].copy_from_slice(&41i32.to_ne_bytes());
+        let value = [tca_kind.as_bytes(), &[0]].concat();
+        payload.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
+        payload.extend_from_slice(&TCA_KIND.to_ne_bytes());
+        payload.extend_from_slice(&value);
+        payload.resize(align(payload.len()), 0);
+        let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
+            .to_ne_bytes()
+            .to_vec();
+        msg.extend_from_slice(&kind_of_message.to_ne_bytes());
+        msg.extend_from_slice(&[0; 10]);
+        msg.extend_from_slice(&payload);
+        msg
+    }
+
+    #[test]
+    fn traffic_control_coming_or_going_is_one_policy_notice_but_a_veths_noqueue_is_none() {
+        let mut datagram = tc_message(RTM_NEWQDISC, "tbf");
+        datagram.extend(tc_message(RTM_NEWTFILTER, "bpf"));
+        assert_eq!(route_notices(&datagram), [Notice::Policy]);
+        assert_eq!(
+            route_notices(&tc_message(RTM_DELQDISC, "clsact")),
+            [Notice::Policy]
+        );
+        assert_eq!(route_notices(&tc_message(RTM_NEWQDISC, "noqueue")), []);
+    }
+
     #[test]
     fn ports_own_entries_ip_neighbours_and_damaged_messages_are_not_learned_entries() {
         let permanent = newneigh(libc::AF_BRIDGE as u8, 41, NUD_PERMANENT, &MAC);
         let ip_neighbour = newneigh(libc::AF_INET as u8, 41, 0x02, &MAC);
         let short_address = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC[..4]);
         for datagram in [permanent, ip_neighbour, short_address] {
-            assert_eq!(learned(&datagram), []);
+            assert_eq!(route_notices(&datagram), []);
         }
         let mut truncated = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC);
         truncated.truncate(30);
-        assert_eq!(learned(&truncated), []);
+        assert_eq!(route_notices(&truncated), []);
         let mut lying = newneigh(libc::AF_BRIDGE as u8, 41, 0x02, &MAC);
         lying[0..4].copy_from_slice(&4096u32.to_ne_bytes());
-        assert_eq!(learned(&lying), []);
+        assert_eq!(route_notices(&lying), []);
     }
 }

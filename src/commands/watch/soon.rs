@@ -48,9 +48,9 @@ impl Soon {
                 }
                 self.moved.extend(moved);
             }
-            Notice::Ruleset => {
+            Notice::Policy => {
                 if !self.rules {
-                    debug!("the nf_tables ruleset changed");
+                    debug!("the nf_tables ruleset or traffic control changed");
                 }
                 self.rules = true;
             }
