@@ -133,6 +133,13 @@ impl EndpointCache {
         self.found.retain(|k, _| running(&k.container));
     }
 
+    /// Every endpoint held, with the ID of its container.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Endpoint)> {
+        self.found
+            .iter()
+            .map(|(key, ep)| (key.container.as_str(), ep))
+    }
+
     pub fn clear(&mut self) {
         self.found.clear();
     }

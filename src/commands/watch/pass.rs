@@ -89,9 +89,6 @@ struct Held {
     /// Each container's host veths as last resolved, so that an event about a container that
     /// died still reaches its links.
     veths: HashMap<String, BTreeSet<u32>>,
-    /// The container MAC behind each of those veths, as last resolved: a bridge learning
-    /// another MAC behind one, or this MAC behind another port, means it changed.
-    macs: HashMap<u32, MacAddr>,
     /// Firewall refusals by (low, high) ifindex pair, as of the last pass that covered them.
     refused: BTreeMap<(u32, u32), Diagnostic>,
 }
@@ -152,23 +149,17 @@ impl Watcher {
         self.inventory.forget_network(id);
     }
 
-    /// The containers a bridge's learning `mac` behind `port` says changed: the one behind
-    /// `port` if that is not its MAC, and the one whose MAC it was if that is behind another
-    /// port (taken over). Only containers with links are followed.
+    /// The containers a bridge's learning `mac` behind `port` says changed, among those whose
+    /// endpoints are held (containers the labels link): the one behind `port` if that is not
+    /// its MAC, and the one whose MAC it was if that is behind another port (taken over).
     pub(super) fn moved(&self, port: u32, mac: MacAddr) -> BTreeSet<String> {
         let Some(held) = &self.held else {
             return BTreeSet::new();
         };
-        let changed: BTreeSet<u32> = held
-            .macs
+        held.endpoints
             .iter()
-            .filter(|&(&veth, &own)| (veth == port) != (own == mac))
-            .map(|(&veth, _)| veth)
-            .collect();
-        held.veths
-            .iter()
-            .filter(|(_, veths)| !veths.is_disjoint(&changed))
-            .map(|(id, _)| id.clone())
+            .filter(|(_, ep)| (ep.host_ifindex == port) != (ep.mac == mac))
+            .map(|(id, _)| id.to_owned())
             .collect()
     }
 
@@ -337,7 +328,6 @@ fn apply(
     let mut rules_read = false;
     let mut unreadable = Vec::new();
     let mut now: HashMap<&str, BTreeSet<u32>> = HashMap::new();
-    let mut macs: HashMap<u32, MacAddr> = HashMap::new();
     let mut wanted = Vec::new();
     for link in links {
         let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
@@ -369,7 +359,6 @@ fn apply(
             now.entry(c.view.id.as_str())
                 .or_default()
                 .insert(ep.host_ifindex);
-            macs.insert(ep.host_ifindex, ep.mac);
         }
         let (x, y) = (ea.host_ifindex, eb.host_ifindex);
         let pair = (x.min(y), x.max(y));
@@ -508,20 +497,16 @@ fn apply(
                 .into_iter()
                 .map(|(id, veths)| (id.to_owned(), veths))
                 .collect();
-            held.macs = macs;
         }
         Which::Containers(ids) => {
             held.refused.retain(|&(x, y), _| !scope.covers(x, y));
             held.refused.extend(refused);
             for id in ids {
-                for veth in held.veths.remove(id).into_iter().flatten() {
-                    held.macs.remove(&veth);
-                }
+                held.veths.remove(id);
             }
             for (id, veths) in now {
                 held.veths.entry(id.to_owned()).or_default().extend(veths);
             }
-            held.macs.extend(macs);
         }
     }
     Ok(Applied {
