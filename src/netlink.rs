@@ -12,7 +12,7 @@ use crate::netns::NetnsPath;
 
 pub type MacAddr = [u8; 6];
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interface {
     pub index: u32,
     pub name: String,

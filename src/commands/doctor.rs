@@ -457,7 +457,7 @@ fn covered_links(datapath: &mut Datapath, host: &[Interface], links: &[LinkRecor
     let covered = rules.refresh().and_then(|()| {
         firewall::covered(
             &mut rules,
-            datapath,
+            &mut |ifindex| datapath.recorded_addresses(ifindex),
             host,
             links,
             "unlink them (a running `dxdp watch` removes such a link within a second), or \

@@ -435,7 +435,7 @@ fn event_of(event: bollard::models::EventMessage) -> Event {
 /// Networks looked up once per snapshot, or for as long as the watch runs: what dxdp reads of
 /// a network (name, driver, bridge, ICC option) is fixed when it is created.
 #[derive(Default)]
-pub(crate) struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
+pub struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
 
 impl NetworkCache {
     /// Drops a network that was removed.

@@ -8,11 +8,43 @@
 //! - Networks are inspected once: nothing dxdp reads of one changes after it is created.
 //!
 //! An event that never arrives is healed by the next resync's list, which sees the new entry.
-use std::collections::{BTreeSet, HashMap};
+use std::{
+    collections::{BTreeSet, HashMap},
+    future::Future,
+};
 
 use anyhow::Result;
 
-use super::{Container, Docker, client::NetworkCache};
+use super::{Container, Docker, NetworkCache};
+
+/// Where the inventory's containers come from: dockerd, or Podman's Docker-compatible API, in
+/// the product; a fake engine in the unit tests of the watch's engine.
+pub trait ContainerSource {
+    /// Each running container's ID and a fingerprint of its list entry (names, state, each
+    /// network's endpoint and MAC) that changes when an inspect would tell something new.
+    fn running_fingerprints(&self) -> impl Future<Output = Result<Vec<(String, String)>>>;
+
+    /// Inspects these containers; `None` for one that is gone.
+    fn inspect_many(
+        &self,
+        ids: &[String],
+        networks: &mut NetworkCache,
+    ) -> impl Future<Output = Result<Vec<Option<Container>>>>;
+}
+
+impl ContainerSource for Docker {
+    async fn running_fingerprints(&self) -> Result<Vec<(String, String)>> {
+        Docker::running_fingerprints(self).await
+    }
+
+    async fn inspect_many(
+        &self,
+        ids: &[String],
+        networks: &mut NetworkCache,
+    ) -> Result<Vec<Option<Container>>> {
+        Docker::inspect_many(self, ids, networks).await
+    }
+}
 
 #[derive(Default)]
 pub struct Inventory {
@@ -31,7 +63,7 @@ struct Held {
 
 impl Inventory {
     /// Lists the running containers and inspects the ones whose entry is new or changed.
-    pub async fn refresh_all(&mut self, docker: &Docker) -> Result<()> {
+    pub async fn refresh_all(&mut self, docker: &impl ContainerSource) -> Result<()> {
         let listed = docker.running_fingerprints().await?;
         let running: BTreeSet<&str> = listed.iter().map(|(id, _)| id.as_str()).collect();
         self.containers
@@ -54,7 +86,11 @@ impl Inventory {
     }
 
     /// Inspects these containers again (what an event is about).
-    pub async fn refresh(&mut self, docker: &Docker, ids: &BTreeSet<String>) -> Result<()> {
+    pub async fn refresh(
+        &mut self,
+        docker: &impl ContainerSource,
+        ids: &BTreeSet<String>,
+    ) -> Result<()> {
         let ids: Vec<String> = ids.iter().cloned().collect();
         let inspected = docker.inspect_many(&ids, &mut self.networks).await?;
         self.inspections += ids.len() as u64;

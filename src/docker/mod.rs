@@ -6,7 +6,7 @@ mod inventory;
 mod podman;
 pub mod userland_proxy;
 
-pub use client::{BridgeNetwork, Container, Docker, Event, NetworkAttachment};
-pub use endpoints::{EndpointCache, endpoint_on};
-pub use inventory::Inventory;
+pub use client::{BridgeNetwork, Container, Docker, Event, NetworkAttachment, NetworkCache};
+pub use endpoints::endpoint_on;
+pub use inventory::{ContainerSource, Inventory};
 pub use podman::Rootless;

@@ -25,11 +25,13 @@ mod pinned;
 mod read;
 mod tc;
 
-pub use pinned::{Covered, covered};
+pub use pinned::{Covered, Recorded, covered};
 
 use std::{collections::HashMap, net::IpAddr};
 
 pub(crate) use model::Blocker;
+#[cfg(test)]
+pub(crate) use tc::TcState;
 
 use crate::endpoint::Endpoint;
 use model::{Family, Flow, Hook, Layer, Table};
@@ -69,8 +71,9 @@ pub struct Ruleset {
 /// (which iptables-nft's rules move too) is the same and no legacy x_tables table is loaded.
 /// Saves the watch four tool runs (60–150 ms) on every reconcile, and, with each pair's verdict
 /// remembered while the rules stay, the walk of every pair's traffic through them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RulesetCache {
+    source: Box<dyn RulesSource>,
     held: Option<(Option<u32>, Ruleset)>,
     verdicts: HashMap<Pair, Vec<Blocker>>,
     /// Each bridge's own br_netfilter switches, read once per refresh (two sysfs files).
@@ -79,6 +82,51 @@ pub struct RulesetCache {
     reads: u64,
     /// The host's qdiscs as of the last refresh ([`tc`]).
     tc: tc::TcState,
+}
+
+impl Default for RulesetCache {
+    /// The cache of this host's rules.
+    fn default() -> Self {
+        Self::of(Box::new(HostRules))
+    }
+}
+
+/// Where a [`RulesetCache`] reads the rules: this host ([`HostRules`]), or a fake in the unit
+/// tests of the engine that follow a generation change.
+pub(crate) trait RulesSource: std::fmt::Debug + Send {
+    /// The nf_tables generation, or `None` when it cannot prove the rules unchanged (no
+    /// nf_tables, or a legacy x_tables table loaded): they are read every time then.
+    fn generation(&self) -> Option<u32>;
+    fn read(&self) -> anyhow::Result<Ruleset>;
+    /// The global br_netfilter switches ([`Ruleset::bridge_nf`]).
+    fn bridge_nf(&self) -> Option<(bool, bool)>;
+    fn traffic_control(&self) -> anyhow::Result<tc::TcState>;
+}
+
+/// The rules of the host's network namespace.
+#[derive(Debug)]
+struct HostRules;
+
+impl RulesSource for HostRules {
+    fn generation(&self) -> Option<u32> {
+        if read::legacy_tables_loaded() {
+            None
+        } else {
+            generation::current().ok()
+        }
+    }
+
+    fn read(&self) -> anyhow::Result<Ruleset> {
+        Ruleset::read()
+    }
+
+    fn bridge_nf(&self) -> Option<(bool, bool)> {
+        read::bridge_nf()
+    }
+
+    fn traffic_control(&self) -> anyhow::Result<tc::TcState> {
+        tc::TcState::read()
+    }
 }
 
 /// What a verdict depends on besides the rules: the bridge's effective br_netfilter switches,
@@ -92,31 +140,38 @@ struct Pair {
 }
 
 impl RulesetCache {
+    pub(crate) fn of(source: Box<dyn RulesSource>) -> Self {
+        Self {
+            source,
+            held: None,
+            verdicts: HashMap::new(),
+            switches: HashMap::new(),
+            reads: 0,
+            tc: tc::TcState::default(),
+        }
+    }
+
     /// Brings the rules up to date: read again unless the generation proves them unchanged.
     /// Once per pass; [`RulesetCache::between`] then answers by them.
     pub fn refresh(&mut self) -> anyhow::Result<()> {
         // Asked before the read: a change during the read moves it past what is kept, so the
         // next refresh reads again. Unknown (no nf_tables) or legacy tables: read every time.
-        let generation = if read::legacy_tables_loaded() {
-            None
-        } else {
-            generation::current().ok()
-        };
+        let generation = self.source.generation();
         let unchanged = matches!(&self.held, Some((Some(held), _)) if Some(*held) == generation);
         if !unchanged {
             self.held = None;
             self.verdicts.clear();
-            let ruleset = Ruleset::read()?;
+            let ruleset = self.source.read()?;
             self.reads += 1;
             self.held = Some((generation, ruleset));
         }
         self.switches.clear();
         // Traffic control moves no generation: one qdisc dump, every refresh.
-        self.tc = tc::TcState::read()?;
+        self.tc = self.source.traffic_control()?;
         if let Some((_, ruleset)) = &mut self.held {
             // sysctls move no generation, and are one file read each; they are part of each
             // verdict's key.
-            ruleset.bridge_nf = read::bridge_nf();
+            ruleset.bridge_nf = self.source.bridge_nf();
         }
         Ok(())
     }
@@ -172,6 +227,19 @@ impl RulesetCache {
 }
 
 impl Ruleset {
+    /// The rules `iptables-save` and `ip6tables-save` printed, with bridges of their own
+    /// switches off: for the unit tests.
+    #[cfg(test)]
+    pub(crate) fn saved(v4: &str, v6: &str, nf: Option<(bool, bool)>) -> Self {
+        let mut tables = iptables::parse("iptables", Family::V4, v4).unwrap();
+        tables.extend(iptables::parse("ip6tables", Family::V6, v6).unwrap());
+        Ruleset {
+            tables,
+            bridge_nf: nf,
+            bridge_switches: |_| (false, false),
+        }
+    }
+
     /// Reads iptables (both backends), ip6tables and the nftables ruleset. Fails, naming the
     /// tool and the way out, when rules may exist that cannot be read.
     pub fn read() -> anyhow::Result<Self> {
@@ -383,13 +451,7 @@ mod tests {
         include_str!("../../tests/fixtures/firewall/ip6tables-engine-28.txt");
 
     fn ruleset(v4: &str, v6: &str, nf: Option<(bool, bool)>) -> Ruleset {
-        let mut tables = iptables::parse("iptables", Family::V4, v4).unwrap();
-        tables.extend(iptables::parse("ip6tables", Family::V6, v6).unwrap());
-        Ruleset {
-            tables,
-            bridge_nf: nf,
-            bridge_switches: |_| (false, false),
-        }
+        Ruleset::saved(v4, v6, nf)
     }
 
     fn side<'a>(port: &'a str, addrs: &'a [IpAddr]) -> Side<'a> {

@@ -11,10 +11,11 @@ use std::net::IpAddr;
 use anyhow::Result;
 
 use super::{RulesetCache, Side, refusal};
-use crate::{
-    datapath::{Datapath, LinkRecord},
-    netlink::Interface,
-};
+use crate::{datapath::LinkRecord, netlink::Interface};
+
+/// The addresses recorded for the container behind a managed veth, by ifindex (`None`: not
+/// managed): what the datapath holds ([`crate::datapath::Datapath::recorded_addresses`]).
+pub type Recorded<'r> = dyn FnMut(u32) -> Result<Option<Vec<IpAddr>>> + 'r;
 
 /// A pinned link a rule now covers, and the one line that says which.
 #[derive(Debug)]
@@ -27,7 +28,7 @@ pub struct Covered {
 /// last refresh, would now refuse. A link whose veth is gone is left to garbage collection.
 pub fn covered(
     rules: &mut RulesetCache,
-    datapath: &mut Datapath,
+    recorded: &mut Recorded<'_>,
     host: &[Interface],
     links: &[LinkRecord],
     way_out: &str,
@@ -35,8 +36,8 @@ pub fn covered(
     let mut out = Vec::new();
     for link in links.iter().filter(|l| !l.bypasses_firewall) {
         let (Some(low), Some(high)) = (
-            port(datapath, host, link.low_ifindex)?,
-            port(datapath, host, link.high_ifindex)?,
+            port(recorded, host, link.low_ifindex)?,
+            port(recorded, host, link.high_ifindex)?,
         ) else {
             continue;
         };
@@ -75,14 +76,14 @@ impl Port {
     }
 }
 
-fn port(datapath: &mut Datapath, host: &[Interface], ifindex: u32) -> Result<Option<Port>> {
+fn port(recorded: &mut Recorded<'_>, host: &[Interface], ifindex: u32) -> Result<Option<Port>> {
     let Some(veth) = host.iter().find(|i| i.index == ifindex) else {
         return Ok(None);
     };
     let Some(bridge) = host.iter().find(|i| Some(i.index) == veth.master) else {
         return Ok(None);
     };
-    Ok(datapath.recorded_addresses(ifindex)?.map(|addrs| Port {
+    Ok(recorded(ifindex)?.map(|addrs| Port {
         index: ifindex,
         name: veth.name.clone(),
         bridge: bridge.name.clone(),

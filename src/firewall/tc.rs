@@ -14,7 +14,7 @@ use crate::netlink::{self, Qdisc};
 /// The host's qdiscs at one moment; filters are asked for per veth, only where an `ingress` or
 /// `clsact` qdisc could hold some.
 #[derive(Debug, Default)]
-pub(super) struct TcState {
+pub(crate) struct TcState {
     qdiscs: Vec<Qdisc>,
 }
 

@@ -1,6 +1,8 @@
 //! `dxdp watch`: level-triggered reconciliation of labeled containers against pinned links.
-//! An event says "look again at this container" (a pass scoped to it, [`pass`]); the periodic
-//! resync looks at everything and heals whatever an event missed.
+//! An event says "look again at this container" (a pass scoped to it); the periodic resync
+//! looks at everything and heals whatever an event missed. The passes are the library's
+//! [`crate::engine`]; this loop only feeds it events, kernel notices and resync ticks, and
+//! answers signals, systemd and the metrics server.
 //!
 //! Under systemd (`Type=notify`) the watch says `READY=1` once it runs its loop: after its first
 //! reconcile, or after its first attempt to reach dockerd failed. Ready means the pinned state is
@@ -8,10 +10,6 @@
 //! make `systemctl start dxdp` hang or fail while dockerd is down, and a restart would not bring
 //! it back sooner (the unit only `Wants=` docker.service for the same reason). `WATCHDOG=1` is
 //! sent from the select loop itself, so that a loop stuck in a reconcile stops the pings.
-mod notices;
-mod pass;
-mod soon;
-
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -22,36 +20,22 @@ use std::{
 use anyhow::Result;
 use futures::{FutureExt, StreamExt};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::runtime;
 use crate::{
     cli::WatchArgs,
     datapath::{Capacity, Datapath, Origin},
-    docker::{Docker, Event},
+    docker::Docker,
+    engine::{
+        Engine, Outcome, RealHost, Which,
+        notices::{self, Notice, Notices},
+        soon::Soon,
+    },
     metrics::{self, Metrics},
     rcu,
     sd_notify::Notifier,
 };
-use pass::{Outcome, Watcher, Which};
-use soon::Soon;
-
-/// Container and network actions that can change which links should exist. `create` is not
-/// one: a created container runs nothing until its `start`.
-const RELEVANT: &[&str] = &[
-    "start",
-    "restart",
-    "die",
-    "stop",
-    "kill",
-    "destroy",
-    "rename",
-    "connect",
-    "disconnect",
-    "pause",
-    "unpause",
-    "update",
-];
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -115,10 +99,8 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         Ok(())
     })
     .await??;
-    let mut watcher = Watcher::new(
-        pin_dir.clone(),
-        capacity,
-        args.expedite_rcu,
+    let mut engine = Engine::new(
+        RealHost::new(pin_dir.clone(), capacity, args.expedite_rcu),
         Arc::clone(&stats),
     );
     let mut notify = if args.once {
@@ -196,7 +178,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs().saturating_sub(1));
         let mut events = Box::pin(docker.events_since(since));
-        let reconciled = watcher.reconcile(&docker, Which::All).await;
+        let reconciled = engine.reconcile(&docker, Which::All).await;
         if args.once {
             // A one-shot run (cron, scripts) reports a failed reconcile in its exit status.
             return Ok(if reconciled.is_some() {
@@ -218,16 +200,16 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
             tokio::select! {
                 event = events.next() => match event {
                     Some(Ok(event)) => {
-                        let Some(mut which) = scope_of(&event, &mut watcher) else {
+                        let Some(mut which) = engine.scope_of(&event) else {
                             continue;
                         };
                         // A burst (compose up) becomes one reconcile, about all it names.
                         while let Some(Some(Ok(more))) = events.next().now_or_never() {
-                            if let Some(also) = scope_of(&more, &mut watcher) {
+                            if let Some(also) = engine.scope_of(&more) {
                                 which.merge(also);
                             }
                         }
-                        let outcome = watcher.reconcile(&docker, which).await;
+                        let outcome = engine.reconcile(&docker, which).await;
                         notify.status(&status_line(outcome.as_ref(), &connection));
                     }
                     Some(Err(err)) => {
@@ -242,14 +224,14 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                     }
                 },
                 Some(notice) = next_notice(&mut notices) => {
-                    soon.note(notice, &watcher);
+                    soon.note(notice, &engine);
                     while let Some(more) = notices.as_mut().and_then(|n| n.try_next()) {
-                        soon.note(more, &watcher);
+                        soon.note(more, &engine);
                     }
                 }
                 _ = soon.due() => {
-                    let which = soon.take(&mut watcher);
-                    let outcome = watcher.reconcile(&docker, which).await;
+                    let which = soon.take(&mut engine);
+                    let outcome = engine.reconcile(&docker, which).await;
                     notify.status(&status_line(outcome.as_ref(), &connection));
                 }
                 _ = resync.tick() => {
@@ -259,7 +241,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                         notify.status("dockerd does not answer; reconnecting");
                         break;
                     }
-                    let outcome = watcher.resync(&docker).await;
+                    let outcome = engine.resync(&docker).await;
                     notify.status(&status_line(outcome.as_ref(), &connection));
                 }
                 // Sent between the loop's steps: a step that never returns (a reconcile stuck
@@ -273,7 +255,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
 }
 
 /// The next kernel notice, or never when they are not followed.
-async fn next_notice(notices: &mut Option<notices::Notices>) -> Option<notices::Notice> {
+async fn next_notice(notices: &mut Option<Notices>) -> Option<Notice> {
     match notices {
         Some(notices) => notices.next().await,
         None => std::future::pending().await,
@@ -299,30 +281,6 @@ fn status_line(outcome: Option<&Outcome>, connection: &str) -> String {
         ),
         None => format!("the last reconcile failed (see the log); {connection}"),
     }
-}
-
-fn is_relevant(action: &str) -> bool {
-    RELEVANT.contains(&verb(action))
-}
-
-/// `exec_start: sh -c …` → `exec_start`.
-fn verb(action: &str) -> &str {
-    action.split(':').next().unwrap_or(action).trim()
-}
-
-/// What pass an event calls for, if any: one about the container it names, or a whole one.
-fn scope_of(event: &Event, watcher: &mut Watcher) -> Option<Which> {
-    if !is_relevant(&event.action) {
-        return None;
-    }
-    debug!(action = %event.action, container = ?event.container, "docker event");
-    if verb(&event.action) == "destroy"
-        && event.container.is_none()
-        && let Some(network) = &event.network
-    {
-        watcher.network_removed(network);
-    }
-    Some(Which::about(event.container.as_deref()))
 }
 
 async fn finish(

@@ -8,10 +8,7 @@ use std::{collections::BTreeSet, time::Duration};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{
-    notices::Notice,
-    pass::{Watcher, Which},
-};
+use super::{Engine, Host, Which, notices::Notice};
 use crate::netlink::format_mac;
 
 /// How long notices are gathered after the first one.
@@ -20,7 +17,7 @@ const WINDOW: Duration = Duration::from_millis(100);
 const MIN_GAP: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
-pub(super) struct Soon {
+pub struct Soon {
     /// Containers whose MAC changed or was taken over.
     moved: BTreeSet<String>,
     rules: bool,
@@ -31,10 +28,10 @@ pub(super) struct Soon {
 
 impl Soon {
     /// Notes what `notice` calls for; a notice about nothing linked calls for nothing.
-    pub(super) fn note(&mut self, notice: Notice, watcher: &Watcher) {
+    pub fn note(&mut self, notice: Notice, engine: &Engine<impl Host>) {
         match notice {
             Notice::Learned { port, mac } => {
-                let moved = watcher.moved(port, mac);
+                let moved = engine.moved(port, mac);
                 if moved.is_empty() {
                     return;
                 }
@@ -67,7 +64,7 @@ impl Soon {
     }
 
     /// Resolves when the gathered notices are due; never while none are gathered.
-    pub(super) async fn due(&self) {
+    pub async fn due(&self) {
         match self.due {
             Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
@@ -76,7 +73,7 @@ impl Soon {
 
     /// The pass the gathered notices call for, after forgetting what they made stale; the
     /// window starts anew.
-    pub(super) fn take(&mut self, watcher: &mut Watcher) -> Which {
+    pub fn take(&mut self, engine: &mut Engine<impl Host>) -> Which {
         self.due = None;
         self.last = Some(Instant::now());
         let moved = std::mem::take(&mut self.moved);
@@ -85,10 +82,10 @@ impl Soon {
             std::mem::take(&mut self.lost),
         );
         if lost {
-            watcher.forget_all_endpoints();
+            engine.forget_all_endpoints();
             return Which::All;
         }
-        watcher.forget_endpoints(&moved);
+        engine.forget_endpoints(&moved);
         match (moved.is_empty(), rules) {
             (true, _) => Which::Known,
             (false, false) => Which::Containers(moved),

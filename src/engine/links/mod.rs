@@ -1,6 +1,7 @@
-//! The reconcile engine: given the links the labels call for and the links pinned now, what to
-//! remove, install and complete, and doing it through a [`LinkTable`]. The watch feeds it from
-//! Docker ([`live`] holds the real table); the unit tests feed it a fake table.
+//! The first kind of fast path, links between two containers: given the links the labels call
+//! for and the links pinned now, what to remove, install and complete, and doing it through a
+//! [`LinkTable`]. The engine's pass feeds it ([`live`] holds the real table); the unit tests
+//! feed it a fake table.
 //!
 //! Rules:
 //! - Links made by the watch that are no longer wanted (or wanted with another datapath) go;
@@ -17,11 +18,16 @@
 //!   then changes only links with an end among them, and leaves every other link as it is.
 pub mod live;
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use anyhow::Result;
 
-use crate::datapath::{Kind, LinkRecord, Origin};
+use crate::{
+    datapath::{Kind, LinkRecord, Origin},
+    endpoint::Endpoint,
+    netlink::Interface,
+};
+pub use live::{Live, Resolved};
 
 /// A link the labels call for, identified by the host ifindexes of its two endpoints; `link` is
 /// what the table needs to install it.
@@ -92,6 +98,22 @@ pub trait LinkTable {
     fn complete(&mut self, record: &LinkRecord, link: &Self::Link) -> bool;
     fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()>;
     fn install(&mut self, link: &Self::Link, kind: Kind) -> Result<()>;
+}
+
+/// The links table as a whole pass of the engine uses it, besides what [`diff`] and [`apply`]
+/// need: the state kept beside the links (attachments, each container's recorded addresses)
+/// and its upkeep.
+pub trait LinkStore: LinkTable<Link = Resolved> + Send {
+    /// Removes the state of veths that are gone; returns how many.
+    fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize>;
+    /// Whether a program of this kind is pinned on the veth: installing a link there attaches
+    /// nothing new.
+    fn attachment_pinned(&self, kind: Kind, ifindex: u32) -> bool;
+    /// Records these endpoints' addresses as the only ones their links carry frames from and
+    /// to, where they are managed; returns how many changed.
+    fn refresh_sources(&mut self, endpoints: &[&Endpoint]) -> Result<usize>;
+    /// The addresses recorded for the container behind a managed veth.
+    fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>>;
 }
 
 /// The changes that take `actual` to `wanted` within `scope`: removals first, then installs,

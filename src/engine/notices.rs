@@ -24,7 +24,7 @@ use crate::netlink::MacAddr;
 
 /// One announcement the watch may act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Notice {
+pub enum Notice {
     /// A bridge learned `mac` behind the port with host ifindex `port`, or moved it there.
     Learned { port: u32, mac: MacAddr },
     /// The nf_tables ruleset, or traffic control on some interface, changed.
@@ -58,7 +58,7 @@ const QUEUE: usize = 4096;
 const RCVBUF: libc::c_int = 1 << 20;
 
 /// Starts both listeners; their notices arrive on the returned queue.
-pub(super) fn listen() -> Result<Notices> {
+pub fn listen() -> Result<Notices> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let lost = Arc::new(AtomicBool::new(false));
     let route = subscribe(libc::NETLINK_ROUTE, &[RTNLGRP_NEIGH, RTNLGRP_TC])
@@ -79,14 +79,14 @@ pub(super) fn listen() -> Result<Notices> {
 }
 
 /// The queue of notices, and whether any had to be dropped.
-pub(super) struct Notices {
+pub struct Notices {
     rx: mpsc::Receiver<Notice>,
     lost: Arc<AtomicBool>,
 }
 
 impl Notices {
     /// The next notice; [`Notice::Lost`] first if some were dropped since the last call.
-    pub(super) async fn next(&mut self) -> Option<Notice> {
+    pub async fn next(&mut self) -> Option<Notice> {
         if self.lost.swap(false, Ordering::Relaxed) {
             return Some(Notice::Lost);
         }
@@ -94,7 +94,7 @@ impl Notices {
     }
 
     /// A notice already queued, without waiting.
-    pub(super) fn try_next(&mut self) -> Option<Notice> {
+    pub fn try_next(&mut self) -> Option<Notice> {
         if self.lost.swap(false, Ordering::Relaxed) {
             return Some(Notice::Lost);
         }

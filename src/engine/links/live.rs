@@ -1,8 +1,10 @@
 //! The real [`LinkTable`]: the pinned datapath of this host, installing links between endpoints
 //! the watch resolved from Docker.
+use std::net::IpAddr;
+
 use anyhow::Result;
 
-use super::LinkTable;
+use super::{LinkStore, LinkTable};
 use crate::{
     datapath::{Datapath, Kind, LinkRecord, LinkRequest, Origin},
     endpoint::Endpoint,
@@ -20,12 +22,12 @@ pub struct Resolved {
 }
 
 /// The pinned datapath, with the host's interfaces as read at the start of the pass.
-pub struct Live<'h> {
+pub struct Live {
     pub datapath: Datapath,
-    pub host: &'h [Interface],
+    pub host: Vec<Interface>,
 }
 
-impl LinkTable for Live<'_> {
+impl LinkTable for Live {
     type Link = Resolved;
 
     fn links(&mut self) -> Result<Vec<LinkRecord>> {
@@ -53,6 +55,24 @@ impl LinkTable for Live<'_> {
             network: &link.network,
             bypass_firewall: link.bypass_firewall,
         };
-        self.datapath.install(&request, self.host).map(drop)
+        self.datapath.install(&request, &self.host).map(drop)
+    }
+}
+
+impl LinkStore for Live {
+    fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
+        self.datapath.collect_garbage(host)
+    }
+
+    fn attachment_pinned(&self, kind: Kind, ifindex: u32) -> bool {
+        self.datapath.attachment_pinned(kind, ifindex)
+    }
+
+    fn refresh_sources(&mut self, endpoints: &[&Endpoint]) -> Result<usize> {
+        self.datapath.refresh_sources(endpoints.iter().copied())
+    }
+
+    fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>> {
+        self.datapath.recorded_addresses(ifindex)
     }
 }

@@ -1,0 +1,113 @@
+//! What a pass touches outside the engine's memory, on its blocking thread: the host's
+//! interfaces, the containers' namespaces, the firewall and the pinned tables. [`RealHost`] is
+//! this machine; the engine's unit tests have a fake, so that what the pass decides is tested
+//! without a kernel.
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tracing::warn;
+
+use super::links::{LinkStore, Live};
+use crate::{
+    datapath::{Capacity, Datapath, Unlocked},
+    docker::{self, Container},
+    endpoint::Endpoint,
+    firewall::RulesetCache,
+    netlink::{self, Interface},
+    netns::NetnsPath,
+    rcu,
+};
+
+pub trait Host: Send + Sync + 'static {
+    /// The links table, locked for one pass.
+    type Links: LinkStore;
+    /// The links table between passes (loaded, not locked).
+    type Idle: Send;
+
+    fn interfaces(&self) -> Result<Vec<Interface>>;
+    /// The endpoint of `container` on the network `network_id`, by namespace inspection.
+    fn endpoint_on(
+        &self,
+        container: &Container,
+        network_id: &str,
+        host: &[Interface],
+    ) -> Result<Endpoint>;
+    /// A cache of the firewall rules, empty.
+    fn rules(&self) -> RulesetCache;
+    /// Locks the links table: the one kept from the last pass if given, else opened afresh.
+    fn lock_links(&self, idle: Option<Self::Idle>, host: &[Interface]) -> Result<Self::Links>;
+    fn unlock_links(&self, links: Self::Links) -> Self::Idle;
+    /// Makes attaching programs faster while the returned guard lives, if configured to; `None`
+    /// when not, or when that failed (logged: attaching is slower, not wrong).
+    fn expedite(&self) -> Option<Box<dyn Send + '_>>;
+}
+
+/// This machine: the pinned datapath in `pin_dir`.
+pub struct RealHost {
+    pin_dir: PathBuf,
+    capacity: Capacity,
+    /// `--expedite-rcu`: expedited grace periods while a pass attaches ([`rcu`]).
+    expedite_rcu: bool,
+    switch: rcu::Switch,
+}
+
+impl RealHost {
+    pub fn new(pin_dir: PathBuf, capacity: Capacity, expedite_rcu: bool) -> Self {
+        Self {
+            pin_dir,
+            capacity,
+            expedite_rcu,
+            switch: rcu::Switch::host(),
+        }
+    }
+}
+
+impl Host for RealHost {
+    type Links = Live;
+    type Idle = Unlocked;
+
+    fn interfaces(&self) -> Result<Vec<Interface>> {
+        netlink::interfaces(&NetnsPath::host())
+    }
+
+    fn endpoint_on(
+        &self,
+        container: &Container,
+        network_id: &str,
+        host: &[Interface],
+    ) -> Result<Endpoint> {
+        docker::endpoint_on(container, network_id, host)
+    }
+
+    fn rules(&self) -> RulesetCache {
+        RulesetCache::default()
+    }
+
+    fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {
+        let datapath = match idle {
+            Some(unlocked) => unlocked.lock(self.capacity)?,
+            None => Datapath::open(&self.pin_dir, self.capacity)?,
+        };
+        Ok(Live {
+            datapath,
+            host: host.to_vec(),
+        })
+    }
+
+    fn unlock_links(&self, links: Live) -> Unlocked {
+        links.datapath.unlock()
+    }
+
+    fn expedite(&self) -> Option<Box<dyn Send + '_>> {
+        if !self.expedite_rcu {
+            return None;
+        }
+        match self.switch.expedite() {
+            Ok(expedited) => expedited.map(|e| Box::new(e) as Box<dyn Send>),
+            Err(err) => {
+                warn!("--expedite-rcu: {err:#}; attaching at the kernel's normal pace");
+                None
+            }
+        }
+    }
+}

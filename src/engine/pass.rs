@@ -1,0 +1,403 @@
+//! The blocking half of a pass: from the links the plan calls for to the pinned tables, on a
+//! thread that may enter namespaces and wait for the kernel.
+//!
+//! What every kind of fast path shares in a pass is [`Shared`]: the host's interfaces as read
+//! at its start, the endpoints found (held between passes), and the firewall rules, read at
+//! most once a pass and only when something needs a verdict. Links are the first kind
+//! ([`plan_links`] resolves and judges them, then [`super::links::apply`] takes their table
+//! there). A second kind (published ports from the NIC) adds its own planner over the same
+//! `Shared` and its own table, in [`run`], so that it is reconciled in the same pass, with the
+//! same caches and the same rule: a path a rule covers is refused, or removed if it exists.
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::{Context, Result};
+use tracing::{debug, trace, warn};
+
+use super::{
+    Which,
+    endpoints::{EndpointCache, Find},
+    host::Host,
+    links::{self, LinkStore, Resolved, Scope, Wanted},
+};
+use crate::{
+    datapath::{LinkRecord, Origin},
+    docker::Container,
+    endpoint::Endpoint,
+    firewall::{self, RulesetCache},
+    labels,
+    netlink::Interface,
+    plan::{DesiredLink, Diagnostic, Level},
+};
+
+/// What the blocking half keeps between passes: moved into its thread and back.
+pub(super) struct Held<H: Host> {
+    pub(super) endpoints: EndpointCache,
+    pub(super) rules: RulesetCache,
+    pub(super) links: Option<H::Idle>,
+    /// Each container's host veths as last resolved, so that an event about a container that
+    /// died still reaches its links.
+    pub(super) veths: HashMap<String, BTreeSet<u32>>,
+    /// Firewall refusals by (low, high) ifindex pair, as of the last pass that covered them.
+    pub(super) refused: BTreeMap<(u32, u32), Diagnostic>,
+}
+
+impl<H: Host> Held<H> {
+    pub(super) fn new(host: &H) -> Self {
+        Self {
+            endpoints: EndpointCache::default(),
+            rules: host.rules(),
+            links: None,
+            veths: HashMap::new(),
+            refused: BTreeMap::new(),
+        }
+    }
+}
+
+/// What the blocking half of one pass did.
+pub(super) struct Applied {
+    /// Links pinned after it.
+    pub(super) links: usize,
+    /// Containers whose namespace could not be read as held (a restart whose events were
+    /// lost): the next resync inspects them again.
+    pub(super) unreadable: Vec<String>,
+    /// Links a firewall rule took away in this pass, the watch's and hand-made ones.
+    pub(super) removed_by_rules: usize,
+}
+
+/// What the kinds of fast path share in one pass.
+pub(super) struct Shared<'p> {
+    pub(super) host: &'p [Interface],
+    endpoints: &'p mut EndpointCache,
+    rules: &'p mut RulesetCache,
+    rules_read: bool,
+    find: &'p Find<'p>,
+}
+
+impl Shared<'_> {
+    /// The endpoint of `container` on `network_id`: held, or found now.
+    pub(super) fn endpoint(&mut self, container: &Container, network_id: &str) -> Result<Endpoint> {
+        self.endpoints
+            .get(container, network_id, self.host, self.find)
+    }
+
+    /// The rules, brought up to date once a pass, when something needs them: read again only
+    /// when the generation moved. Rules that cannot be read fail the pass, which then changes
+    /// nothing.
+    pub(super) fn rules(&mut self) -> Result<&mut RulesetCache> {
+        if !self.rules_read {
+            self.rules
+                .refresh()
+                .context("cannot read the host's firewall rules")?;
+            self.rules_read = true;
+        }
+        Ok(self.rules)
+    }
+}
+
+/// Takes every kind's table to what `links` call for, within what `which` is about.
+pub(super) fn run<H: Host>(
+    held: &mut Held<H>,
+    host: &H,
+    containers: &[Container],
+    links: &BTreeSet<DesiredLink>,
+    which: &Which,
+) -> Result<Applied> {
+    let mut phases = Phases::start();
+    let interfaces = host.interfaces()?;
+    phases.mark("host interfaces");
+    let by_id: HashMap<&str, &Container> =
+        containers.iter().map(|c| (c.view.id.as_str(), c)).collect();
+    // The veths the event's containers had, before this pass finds them again.
+    let mut before = BTreeSet::new();
+    if let Which::Containers(ids) = which {
+        for id in ids {
+            before.extend(held.veths.get(id).into_iter().flatten().copied());
+        }
+    }
+    let find = |c: &Container, net: &str, ifs: &[Interface]| host.endpoint_on(c, net, ifs);
+    let pairs: Vec<(&Container, &str)> = links
+        .iter()
+        .flat_map(|l| [(&l.a, &l.network_id), (&l.b, &l.network_id)])
+        .filter_map(|(id, net)| Some((*by_id.get(id.as_str())?, net.as_str())))
+        .collect();
+    held.endpoints.prefetch(&pairs, &interfaces, &find);
+    phases.mark("prefetch");
+    let mut shared = Shared {
+        host: &interfaces,
+        endpoints: &mut held.endpoints,
+        rules: &mut held.rules,
+        rules_read: false,
+        find: &find,
+    };
+    let plan = plan_links(&mut shared, &by_id, links)?;
+    phases.mark("endpoints and firewall");
+    let scope = match which {
+        Which::All | Which::Known => Scope::Whole,
+        Which::Containers(ids) => {
+            let mut veths = before.clone();
+            for id in ids {
+                veths.extend(plan.veths.get(id).into_iter().flatten().copied());
+            }
+            Scope::Touching(veths)
+        }
+    };
+    let mut table = host.lock_links(held.links.take(), &interfaces)?;
+    phases.mark("lock");
+    // Garbage (state of veths that are gone) is collected by every whole pass, and by an
+    // event's pass only when one of its containers lost a veth.
+    let vanished = before
+        .iter()
+        .any(|i| !interfaces.iter().any(|h| h.index == *i));
+    if which.is_whole() || vanished {
+        table.collect_garbage(&interfaces)?;
+        phases.mark("garbage");
+    }
+    let expedited = if attaches_new(&table, &plan.wanted, &scope) {
+        host.expedite()
+    } else {
+        None
+    };
+    let applied = links::apply(&mut table, &plan.wanted, &scope);
+    drop(expedited);
+    // A container's addresses as this pass read them (IPv6 added later) are the only sources
+    // its links redirect: the datapath passes frames from any other to the bridge.
+    let resolved: Vec<&Endpoint> = plan
+        .wanted
+        .iter()
+        .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
+        .flat_map(|w| [&w.link.a, &w.link.b])
+        .collect();
+    if let Err(err) = table.refresh_sources(&resolved) {
+        warn!("cannot update the containers' source addresses: {err:#}");
+    }
+    // Links made by hand are held to the rules as firmly as the watch's own.
+    let mut hand_made_removed = 0;
+    if which.is_whole() {
+        match hold_hand_made_links(&mut shared, &mut table) {
+            Ok(removed) => hand_made_removed = removed,
+            Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
+        }
+    }
+    trace!(
+        reads = shared.rules.reads(),
+        "firewall rules read in full so far"
+    );
+    held.links = Some(host.unlock_links(table));
+    phases.mark("apply");
+    phases.log();
+    let applied = applied?;
+    for w in &applied.completed {
+        warn!(
+            a = %w.link.a.label,
+            b = %w.link.b.label,
+            "link lacked an attachment or an endpoint changed (MAC, namespace); installed it again"
+        );
+    }
+    for (w, err) in &applied.failed {
+        let Resolved { a, b, network, .. } = &w.link;
+        warn!(a = %a.label, b = %b.label, network = %network, "cannot link: {err:#}");
+    }
+    // Fail closed: a rule that appeared after the link was made takes the link away.
+    let mut removed_by_rules = hand_made_removed;
+    for pair in &applied.removed {
+        if let Some(d) = plan.refused.get(pair) {
+            warn!(container = %d.container, "removed a link: {}", d.message);
+            removed_by_rules += 1;
+        }
+    }
+    // What this pass saw replaces what was held about the same veths and containers.
+    match which {
+        Which::All | Which::Known => {
+            held.refused = plan.refused;
+            held.veths = plan.veths;
+        }
+        Which::Containers(ids) => {
+            held.refused.retain(|&(x, y), _| !scope.covers(x, y));
+            held.refused.extend(plan.refused);
+            for id in ids {
+                held.veths.remove(id);
+            }
+            for (id, veths) in plan.veths {
+                held.veths.entry(id).or_default().extend(veths);
+            }
+        }
+    }
+    Ok(Applied {
+        links: applied.links.saturating_sub(hand_made_removed),
+        unreadable: plan.unreadable,
+        removed_by_rules,
+    })
+}
+
+/// The links a pass wants, resolved and judged.
+struct LinkPlan {
+    /// Links whose endpoints were found and that no rule refuses.
+    wanted: Vec<Wanted<Resolved>>,
+    /// Pairs a rule refuses, by (low, high) ifindex.
+    refused: BTreeMap<(u32, u32), Diagnostic>,
+    /// Each container's host veths that this pass found.
+    veths: HashMap<String, BTreeSet<u32>>,
+    /// Containers whose endpoint could not be found.
+    unreadable: Vec<String>,
+}
+
+/// Resolves each desired link's endpoints and holds the pair to the rules, unless both
+/// containers chose to bypass them.
+fn plan_links(
+    shared: &mut Shared<'_>,
+    by_id: &HashMap<&str, &Container>,
+    links: &BTreeSet<DesiredLink>,
+) -> Result<LinkPlan> {
+    let mut plan = LinkPlan {
+        wanted: Vec::new(),
+        refused: BTreeMap::new(),
+        veths: HashMap::new(),
+        unreadable: Vec::new(),
+    };
+    for link in links {
+        let (Some(a), Some(b)) = (by_id.get(link.a.as_str()), by_id.get(link.b.as_str())) else {
+            continue;
+        };
+        let net = link.network_id.as_str();
+        let (ea, eb) = match (shared.endpoint(a, net), shared.endpoint(b, net)) {
+            (Ok(ea), Ok(eb)) => (ea, eb),
+            // A container that just stopped or is still starting: the next event catches up.
+            // A permission problem will not heal by itself: say so loudly.
+            (Err(err), _) | (_, Err(err)) if permission_denied(&err) => {
+                warn!(a = %a.view.name, b = %b.view.name, "cannot link: {err:#}");
+                continue;
+            }
+            (ra, rb) => {
+                for (c, r) in [(a, &ra), (b, &rb)] {
+                    if let Err(err) = r {
+                        debug!(container = %c.view.name, "not linkable yet: {err:#}");
+                        plan.unreadable.push(c.view.id.clone());
+                    }
+                }
+                continue;
+            }
+        };
+        for (c, ep) in [(a, &ea), (b, &eb)] {
+            plan.veths
+                .entry(c.view.id.clone())
+                .or_default()
+                .insert(ep.host_ifindex);
+        }
+        let (x, y) = (ea.host_ifindex, eb.host_ifindex);
+        let bypass = [a, b]
+            .iter()
+            .all(|c| labels::bypasses_firewall(&c.view.labels));
+        if !bypass {
+            let blockers = shared.rules()?.between(&ea, &eb)?;
+            if !blockers.is_empty() {
+                plan.refused.insert(
+                    (x.min(y), x.max(y)),
+                    Diagnostic {
+                        container: a.view.name.clone(),
+                        level: Level::Warn,
+                        message: firewall::refusal(
+                            &a.view.name,
+                            &b.view.name,
+                            &ea.bridge_name,
+                            &blockers,
+                            "label both containers dxdp.firewall=bypass",
+                        ),
+                    },
+                );
+                continue;
+            }
+        }
+        let network = a
+            .attachment(&link.network_id)
+            .map(|att| att.network.name.clone())
+            .unwrap_or_default();
+        plan.wanted.push(Wanted::new(
+            x,
+            y,
+            link.datapath.resolve(),
+            Resolved {
+                a: ea,
+                b: eb,
+                network,
+                bypass_firewall: bypass,
+            },
+        ));
+    }
+    Ok(plan)
+}
+
+/// Removes the links made by hand (without `--bypass-firewall`) that a rule now covers, each
+/// logged with the rule; returns how many. The rules are read once a pass, as for the watch's
+/// own links.
+fn hold_hand_made_links(shared: &mut Shared<'_>, table: &mut impl LinkStore) -> Result<usize> {
+    let by_hand: Vec<LinkRecord> = table
+        .links()?
+        .into_iter()
+        .filter(|l| l.origin == Origin::Manual && !l.bypasses_firewall)
+        .collect();
+    if by_hand.is_empty() {
+        return Ok(0);
+    }
+    let host = shared.host;
+    let covered = firewall::covered(
+        shared.rules()?,
+        &mut |ifindex| table.recorded_addresses(ifindex),
+        host,
+        &by_hand,
+        "link them again with --bypass-firewall",
+    )?;
+    for c in &covered {
+        table.remove(c.link.low_ifindex, c.link.high_ifindex)?;
+        warn!("removed a link made by hand: {}", c.message);
+    }
+    Ok(covered.len())
+}
+
+/// Whether this pass will attach a program to a veth that has none pinned: only then is it
+/// worth expediting grace periods ([`crate::rcu`]); a pass that attaches nothing leaves the
+/// host's switch alone.
+fn attaches_new(table: &impl LinkStore, wanted: &[Wanted<Resolved>], scope: &Scope) -> bool {
+    wanted
+        .iter()
+        .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
+        .flat_map(|w| [(w.kind, w.low_ifindex), (w.kind, w.high_ifindex)])
+        .any(|(kind, ifindex)| !table.attachment_pinned(kind, ifindex))
+}
+
+/// How long each step of a pass took, logged at trace level (`DXDP_LOG=dxdp=trace`).
+struct Phases {
+    last: std::time::Instant,
+    took: Vec<(&'static str, u128)>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Self {
+            last: std::time::Instant::now(),
+            took: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = std::time::Instant::now();
+        self.took.push((phase, (now - self.last).as_micros()));
+        self.last = now;
+    }
+
+    fn log(&self) {
+        let steps: Vec<String> = self
+            .took
+            .iter()
+            .map(|(phase, us)| format!("{phase} {:.1} ms", *us as f64 / 1000.0))
+            .collect();
+        trace!(steps = %steps.join(", "), "reconcile steps");
+    }
+}
+
+fn permission_denied(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    })
+}

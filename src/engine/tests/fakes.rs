@@ -1,0 +1,370 @@
+//! A fake container engine and a fake host for the engine's passes: one [`World`] behind both,
+//! which a test changes between passes (behind the engine's back where the test is about a
+//! lost event) and reads back to see what the passes did.
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::IpAddr,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use anyhow::{Result, anyhow, bail};
+
+use crate::{
+    datapath::{Kind, LinkRecord, Origin},
+    docker::{Container, ContainerSource, NetworkAttachment, NetworkCache},
+    endpoint::Endpoint,
+    engine::{
+        Host,
+        links::{LinkStore, LinkTable, Resolved},
+    },
+    firewall::{RulesSource, Ruleset, RulesetCache, TcState},
+    netlink::Interface,
+    netns::NetnsPath,
+    plan::{ContainerView, NetworkView},
+};
+
+pub(super) const BRIDGE: u32 = 2;
+const BRIDGE_NAME: &str = "br-test";
+
+/// Everything the fakes answer from, and what they counted.
+#[derive(Default)]
+pub(super) struct World {
+    pub(super) containers: Vec<Container>,
+    pub(super) interfaces: Vec<Interface>,
+    /// Each container's address, by name.
+    pub(super) addrs: HashMap<String, IpAddr>,
+    /// The pinned links.
+    pub(super) links: Vec<LinkRecord>,
+    /// Installs to fail before one succeeds again.
+    pub(super) failing_installs: usize,
+    /// `iptables-save` text of the rules, and the nf_tables generation.
+    pub(super) rules: String,
+    pub(super) generation: u32,
+    /// Reading the rules fails (a tool missing, a table it cannot parse).
+    pub(super) rules_unreadable: bool,
+    /// Counters: container inspects, namespace inspections by container name, full rule reads.
+    pub(super) inspected: Vec<String>,
+    pub(super) endpoint_lookups: BTreeMap<String, usize>,
+    pub(super) rule_reads: usize,
+}
+
+/// The world, shared by the fakes and the test.
+#[derive(Clone, Default)]
+pub(super) struct Shared(Arc<Mutex<World>>);
+
+impl Shared {
+    pub(super) fn world(&self) -> MutexGuard<'_, World> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+pub(super) const ACCEPT_ALL: &str = "*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n";
+
+impl World {
+    pub(super) fn new() -> Self {
+        Self {
+            interfaces: vec![Interface {
+                index: BRIDGE,
+                name: BRIDGE_NAME.to_owned(),
+                kind: Some("bridge".to_owned()),
+                up: true,
+                ..Interface::default()
+            }],
+            rules: ACCEPT_ALL.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// Starts a container on the test network with these labels, its host veth at `ifindex`
+    /// and its address 10.0.0.`ifindex`.
+    pub(super) fn start(&mut self, name: &str, ifindex: u32, labels: &[(&str, &str)]) {
+        let network = NetworkView {
+            id: "nid".to_owned(),
+            name: "net".to_owned(),
+            driver: "bridge".to_owned(),
+            icc: true,
+        };
+        self.containers.push(Container {
+            view: ContainerView {
+                id: format!("id-{name}"),
+                name: name.to_owned(),
+                running: true,
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                compose_project: None,
+                compose_service: None,
+                networks: vec![network.clone()],
+            },
+            pid: Some(1000 + ifindex),
+            status: "running".to_owned(),
+            network_mode: "net".to_owned(),
+            attachments: vec![NetworkAttachment {
+                network,
+                bridge: Some(BRIDGE_NAME.to_owned()),
+                mac: Some([2, 0, 0, 0, 0, ifindex as u8]),
+                endpoint_id: format!("ep-{name}-{ifindex}"),
+            }],
+        });
+        self.plug(name, ifindex);
+        self.addrs
+            .insert(name.to_owned(), IpAddr::from([10, 0, 0, ifindex as u8]));
+    }
+
+    /// Gives a container's host veth a new ifindex, as a restart would, keeping its Docker
+    /// endpoint: only the veth check can tell.
+    pub(super) fn replug(&mut self, name: &str, ifindex: u32) {
+        self.interfaces.retain(|i| i.name != veth(name));
+        self.plug(name, ifindex);
+    }
+
+    fn plug(&mut self, name: &str, ifindex: u32) {
+        self.interfaces.push(Interface {
+            index: ifindex,
+            name: veth(name),
+            kind: Some("veth".to_owned()),
+            master: Some(BRIDGE),
+            up: true,
+            ..Interface::default()
+        });
+    }
+
+    /// Stops a container: it leaves the engine's list and its veth goes.
+    pub(super) fn stop(&mut self, name: &str) {
+        self.containers.retain(|c| c.view.name != name);
+        self.interfaces.retain(|i| i.name != veth(name));
+    }
+
+    /// A link made by hand, as `dxdp link` would pin it.
+    pub(super) fn link_by_hand(&mut self, x: u32, y: u32, bypasses_firewall: bool) {
+        let mut record = record(x, y, Kind::Tc, Origin::Manual);
+        record.bypasses_firewall = bypasses_firewall;
+        self.links.push(record);
+    }
+
+    /// The pinned links as sorted "low-high origin" strings.
+    pub(super) fn pinned(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .links
+            .iter()
+            .map(|l| format!("{}-{} {:?}", l.low_ifindex, l.high_ifindex, l.origin))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn name_of_veth(&self, ifindex: u32) -> Option<String> {
+        let veth = self.interfaces.iter().find(|i| i.index == ifindex)?;
+        veth.name.strip_prefix("veth-").map(str::to_owned)
+    }
+}
+
+fn veth(name: &str) -> String {
+    format!("veth-{name}")
+}
+
+fn record(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
+    LinkRecord {
+        low_ifindex: x.min(y),
+        high_ifindex: x.max(y),
+        low_name: format!("c{}", x.min(y)),
+        high_name: format!("c{}", x.max(y)),
+        network: "net".to_owned(),
+        datapath: kind,
+        origin,
+        bypasses_firewall: false,
+        created_unix_secs: 0,
+        low_to_high: Default::default(),
+        high_to_low: Default::default(),
+    }
+}
+
+/// The container engine: lists and inspects [`World::containers`].
+pub(super) struct FakeEngine(pub(super) Shared);
+
+impl ContainerSource for FakeEngine {
+    async fn running_fingerprints(&self) -> Result<Vec<(String, String)>> {
+        let world = self.0.world();
+        Ok(world
+            .containers
+            .iter()
+            .map(|c| {
+                let endpoints: Vec<&str> = c
+                    .attachments
+                    .iter()
+                    .map(|a| a.endpoint_id.as_str())
+                    .collect();
+                (c.view.id.clone(), endpoints.join(","))
+            })
+            .collect())
+    }
+
+    async fn inspect_many(
+        &self,
+        ids: &[String],
+        _: &mut NetworkCache,
+    ) -> Result<Vec<Option<Container>>> {
+        let mut world = self.0.world();
+        world.inspected.extend(ids.iter().cloned());
+        Ok(ids
+            .iter()
+            .map(|id| world.containers.iter().find(|c| &c.view.id == id).cloned())
+            .collect())
+    }
+}
+
+/// The host: interfaces, namespaces, rules and the links table, all from the world.
+pub(super) struct FakeHost(pub(super) Shared);
+
+impl Host for FakeHost {
+    type Links = FakeLinks;
+    type Idle = ();
+
+    fn interfaces(&self) -> Result<Vec<Interface>> {
+        Ok(self.0.world().interfaces.clone())
+    }
+
+    fn endpoint_on(
+        &self,
+        container: &Container,
+        network_id: &str,
+        host: &[Interface],
+    ) -> Result<Endpoint> {
+        let name = &container.view.name;
+        let mut world = self.0.world();
+        *world.endpoint_lookups.entry(name.clone()).or_default() += 1;
+        let attachment = container.attachment(network_id)?;
+        let veth = host
+            .iter()
+            .find(|i| i.name == veth(name))
+            .ok_or_else(|| anyhow!("container {name} has no veth"))?;
+        Ok(Endpoint {
+            label: name.clone(),
+            netns: NetnsPath::of_pid(container.pid.unwrap_or_default()),
+            netns_ino: u64::from(container.pid.unwrap_or_default()),
+            ifname: "eth0".to_owned(),
+            ifindex: 2,
+            mac: attachment.mac.unwrap_or_default(),
+            host_ifname: veth.name.clone(),
+            host_ifindex: veth.index,
+            bridge_ifindex: BRIDGE,
+            bridge_name: BRIDGE_NAME.to_owned(),
+            addrs: world.addrs.get(name).copied().into_iter().collect(),
+        })
+    }
+
+    fn rules(&self) -> RulesetCache {
+        RulesetCache::of(Box::new(FakeRules(self.0.clone())))
+    }
+
+    fn lock_links(&self, _: Option<()>, _: &[Interface]) -> Result<FakeLinks> {
+        Ok(FakeLinks(self.0.clone()))
+    }
+
+    fn unlock_links(&self, _: FakeLinks) {}
+
+    fn expedite(&self) -> Option<Box<dyn Send + '_>> {
+        None
+    }
+}
+
+/// The rules: [`World::rules`] at [`World::generation`], with br_netfilter on.
+#[derive(Debug)]
+struct FakeRules(Shared);
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the test's world")
+    }
+}
+
+impl RulesSource for FakeRules {
+    fn generation(&self) -> Option<u32> {
+        Some(self.0.world().generation)
+    }
+
+    fn read(&self) -> Result<Ruleset> {
+        let mut world = self.0.world();
+        if world.rules_unreadable {
+            bail!("nft: cannot parse the ruleset");
+        }
+        world.rule_reads += 1;
+        Ok(Ruleset::saved(&world.rules, "", Some((true, true))))
+    }
+
+    fn bridge_nf(&self) -> Option<(bool, bool)> {
+        Some((true, true))
+    }
+
+    fn traffic_control(&self) -> Result<TcState> {
+        Ok(TcState::default())
+    }
+}
+
+/// The links table: [`World::links`].
+pub(super) struct FakeLinks(Shared);
+
+impl LinkTable for FakeLinks {
+    type Link = Resolved;
+
+    fn links(&mut self) -> Result<Vec<LinkRecord>> {
+        Ok(self.0.world().links.clone())
+    }
+
+    fn complete(&mut self, _: &LinkRecord, _: &Resolved) -> bool {
+        true
+    }
+
+    fn remove(&mut self, low: u32, high: u32) -> Result<()> {
+        self.0
+            .world()
+            .links
+            .retain(|l| (l.low_ifindex, l.high_ifindex) != (low, high));
+        Ok(())
+    }
+
+    fn install(&mut self, link: &Resolved, kind: Kind) -> Result<()> {
+        let mut world = self.0.world();
+        if world.failing_installs > 0 {
+            world.failing_installs -= 1;
+            bail!("the links map is full");
+        }
+        let (x, y) = (link.a.host_ifindex, link.b.host_ifindex);
+        world
+            .links
+            .retain(|l| (l.low_ifindex, l.high_ifindex) != (x.min(y), x.max(y)));
+        world.links.push(record(x, y, kind, Origin::Watch));
+        Ok(())
+    }
+}
+
+impl LinkStore for FakeLinks {
+    fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
+        let present: BTreeSet<u32> = host.iter().map(|i| i.index).collect();
+        let mut world = self.0.world();
+        let before = world.links.len();
+        world
+            .links
+            .retain(|l| present.contains(&l.low_ifindex) && present.contains(&l.high_ifindex));
+        Ok(before - world.links.len())
+    }
+
+    fn attachment_pinned(&self, _: Kind, _: u32) -> bool {
+        true
+    }
+
+    fn refresh_sources(&mut self, _: &[&Endpoint]) -> Result<usize> {
+        Ok(0)
+    }
+
+    fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>> {
+        let world = self.0.world();
+        Ok(world
+            .name_of_veth(ifindex)
+            .and_then(|name| world.addrs.get(&name).copied())
+            .map(|addr| vec![addr]))
+    }
+}
