@@ -21,8 +21,7 @@ pub(super) fn advice(mtu: u32) -> String {
         "MTU {mtu}: bulk TCP between containers is bound by the MTU more than by the bridge (one \
          stream on this project's test machine: about 17 Gbit/s over the bridge at 1500, 26-31 \
          at 65520, where a tc link adds nothing; docs/performance.md); a network created with \
-         -o com.docker.network.driver.mtu=N gives its containers a larger one (xdp takes up to \
-         about 3,500)"
+         -o com.docker.network.driver.mtu=N gives its containers a larger one"
     )
 }
 

@@ -14,7 +14,7 @@ use aya_obj::programs::xdp::XdpAttachType;
 use dxdp_common::names;
 
 use super::{
-    Kind,
+    Kind, choice,
     pins::{self, Pins},
     state::{Journal, Undo},
 };
@@ -38,7 +38,7 @@ impl<'p> Programs<'p> {
             prog.pin(pins.prog(Kind::Tc))?;
         }
         if !pins.prog(Kind::Xdp).exists() {
-            let prog: &mut Xdp = program(ebpf, names::XDP_PROGRAM)?.try_into()?;
+            let prog: &mut Xdp = program(ebpf, choice::xdp_program())?.try_into()?;
             prog.load()
                 .context("the kernel refused dxdp's xdp program")?;
             prog.pin(pins.prog(Kind::Xdp))?;
@@ -80,7 +80,7 @@ impl<'p> Programs<'p> {
             repin(pins.prog(Kind::Tc), |path| Ok(fresh.pin(path)?))?;
             replaced.push(Kind::Tc);
         }
-        let fresh: &mut Xdp = program(ebpf, names::XDP_PROGRAM)?.try_into()?;
+        let fresh: &mut Xdp = program(ebpf, choice::xdp_program())?.try_into()?;
         fresh
             .load()
             .context("the kernel refused dxdp's xdp program")?;

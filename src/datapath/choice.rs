@@ -13,6 +13,20 @@ pub const TC_SINCE: (u8, u8, u16) = (6, 6, 0);
 /// `bpf_redirect_peer` and native XDP on veth: the oldest kernel dxdp runs on at all.
 pub const XDP_SINCE: (u8, u8, u16) = (5, 10, 0);
 
+/// The multi-buffer xdp program (`xdp.frags`), which veth takes at any MTU: veth's multi-buffer
+/// XDP came in pieces (jumbo frames with a frags-aware program in 6.0, a multi-buffer redirect
+/// target in 6.3, its feature flags fixed in 6.4), so from the kernel the tc datapath needs too.
+/// Older kernels get the single-buffer program, refused above an MTU of about 3,500 bytes.
+const XDP_FRAGS_SINCE: (u8, u8, u16) = (6, 6, 0);
+
+/// The name of the xdp program this kernel gets ([`XDP_FRAGS_SINCE`]); the pin keeps one name.
+pub(crate) fn xdp_program() -> &'static str {
+    match KernelVersion::current() {
+        Ok(v) if has(v, XDP_FRAGS_SINCE) => dxdp_common::names::XDP_PROGRAM,
+        _ => dxdp_common::names::XDP_PROGRAM_SINGLE_BUFFER,
+    }
+}
+
 /// The datapath asked for by `--datapath` or the `dxdp.datapath` label.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, clap::ValueEnum,

@@ -26,7 +26,10 @@ pub mod names {
     pub const SOURCES: &str = "DXDP_SOURCES";
     pub const META: &str = "DXDP_META";
     pub const TC_PROGRAM: &str = "dxdp_tc";
+    /// Multi-buffer aware (`xdp.frags`), for Linux 6.6 on.
     pub const XDP_PROGRAM: &str = "dxdp_xdp";
+    /// One buffer per frame, for older kernels.
+    pub const XDP_PROGRAM_SINGLE_BUFFER: &str = "dxdp_xdp_1buf";
 }
 
 /// Default capacities; overridable at load time (the pinned maps keep the size they were made with).

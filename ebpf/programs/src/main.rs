@@ -13,7 +13,7 @@ mod verdict;
 
 use aya_ebpf::{
     bindings::{TC_ACT_UNSPEC, xdp_action},
-    helpers::generated::bpf_redirect_peer,
+    helpers::generated::{bpf_redirect_peer, bpf_xdp_get_buff_len},
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
@@ -45,14 +45,34 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.
-#[xdp]
+///
+/// Multi-buffer aware (`xdp.frags`): veth takes a program without it only while the peer's MTU
+/// fits one page less headroom (about 3,500 bytes), so jumbo networks could not be linked. The
+/// verdict reads only the headers, which are in the first buffer; the frame's length, for the
+/// counters, is all of its buffers. Loaded from Linux 6.6 on (the kernels the tc datapath needs
+/// too), where veth's multi-buffer XDP is complete.
+#[xdp(frags)]
 pub fn dxdp_xdp(ctx: XdpContext) -> u32 {
+    // SAFETY: a plain helper call on this program's own context.
+    let len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) };
+    xdp_redirect(&ctx, len)
+}
+
+/// [`dxdp_xdp`] for kernels before 6.6: one buffer per frame, so veth refuses it above an MTU of
+/// about 3,500 bytes, and `bpf_xdp_get_buff_len` (5.18) is not asked.
+#[xdp]
+pub fn dxdp_xdp_1buf(ctx: XdpContext) -> u32 {
+    let len = (ctx.data_end() - ctx.data()) as u64;
+    xdp_redirect(&ctx, len)
+}
+
+#[inline(always)]
+fn xdp_redirect(ctx: &XdpContext, len: u64) -> u32 {
     let ingress_ifindex = ctx.ingress_ifindex() as u32;
     let frame = Frame {
         start: ctx.data(),
         end: ctx.data_end(),
     };
-    let len = (frame.end - frame.start) as u64;
     decide(
         ingress_ifindex,
         &frame,
