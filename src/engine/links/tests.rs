@@ -1,24 +1,13 @@
-//! The engine against a fake table: what it removes, installs and completes, and what it leaves.
+//! Links' diff and apply against a fake table: what it removes, installs and completes, and what it leaves.
 use std::collections::BTreeSet;
 
 use anyhow::{Result, bail};
 
 use super::*;
 
+/// A pinned link between these ifindexes, in either order.
 fn rec(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
-    LinkRecord {
-        low_ifindex: x,
-        high_ifindex: y,
-        low_name: format!("c{x}"),
-        high_name: format!("c{y}"),
-        network: "n".into(),
-        datapath: kind,
-        origin,
-        bypasses_firewall: false,
-        created_unix_secs: 0,
-        low_to_high: Default::default(),
-        high_to_low: Default::default(),
-    }
+    crate::engine::tests::record(x, y, kind, origin)
 }
 
 fn want(x: u32, y: u32, kind: Kind) -> Wanted<(u32, u32)> {

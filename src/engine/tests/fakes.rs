@@ -166,7 +166,8 @@ fn veth(name: &str) -> String {
     format!("veth-{name}")
 }
 
-fn record(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
+/// A pinned link between these ifindexes, in either order.
+pub(crate) fn record(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
     LinkRecord {
         low_ifindex: x.min(y),
         high_ifindex: x.max(y),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{Engine, Outcome, Which};
 use crate::{labels::ENABLE, metrics::Metrics};
+pub(crate) use fakes::record;
 use fakes::{ACCEPT_ALL, FakeEngine, FakeHost, Shared, World};
 
 const PEERS: &str = "dxdp.peers";
