@@ -276,7 +276,7 @@ fn deb_service_runs_under_systemd_as_pid1() {
         "the pings did not take the link: {before:?} then {after:?}"
     );
     eprintln!(
-        "link adopted; packets low to high {} -> {}",
+        "link adopted; packets over it {} -> {}",
         before.packets, after.packets
     );
 
