@@ -296,7 +296,9 @@ fn deb_service_runs_under_systemd_as_pid1() {
         "after `systemctl stop`, traffic no longer takes the link: {kept:?} then {kept_after:?}"
     );
 
-    // 5. Removal with the service running: prerm stops it and runs `dxdp cleanup`.
+    // 5. Removal with the service running: prerm stops it and runs `dxdp cleanup`. That cleanup
+    // runs in the machine's pid namespace, where it cannot find the containers' namespaces to
+    // undo xdp fix-ups in; the link here is tc (the default), which has none.
     machine.must(&["systemctl", "start", "dxdp"]);
     let removed = machine.exec_for(&["dpkg", "-r", "dxdp"], Duration::from_secs(120));
     assert!(
@@ -444,11 +446,19 @@ fn boot_machine(prefix: &str, work: &TempDir, deb_dir: &TempDir, undo: &mut Undo
     argv.extend([image.as_str(), SYSTEMD]);
     must(&argv);
     // `is-system-running --wait` prints "running", or "degraded" if some unit failed, which
-    // does not matter here; it waits out the boot.
-    let booted = machine.exec_for(
-        &["systemctl", "is-system-running", "--wait"],
-        Duration::from_secs(60),
-    );
+    // does not matter here; it waits out the boot, once systemd listens on its bus socket
+    // (until then it fails with "Failed to connect to bus").
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let booted = loop {
+        let asked = machine.exec_for(
+            &["systemctl", "is-system-running", "--wait"],
+            Duration::from_secs(60),
+        );
+        if !asked.stderr.contains("Failed to connect to bus") || Instant::now() > deadline {
+            break asked;
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
     let state = booted.stdout.trim();
     assert!(
         state == "running" || state == "degraded",
