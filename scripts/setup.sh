@@ -26,7 +26,9 @@ apt_packages=(
     # stock host firewall the firewall tests enable next to Docker.
     iptables nftables ufw
     iperf3 iputils-ping iproute2 ethtool bpftool tcpdump
-    # systemd-analyze verifies the unit in packaging/; man-db lets the package test find the page.
+    # systemd-analyze verifies the unit in packaging/, and packaging::systemd boots this systemd
+    # as PID 1 of a container to run the package's service; man-db lets the package test find
+    # the page.
     systemd man-db
     # prometheus and promtool test packaging/monitoring against a live watch.
     prometheus
