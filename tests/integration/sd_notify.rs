@@ -19,7 +19,7 @@ use nix::sys::socket::{
     sockopt::PassCred,
 };
 
-use crate::support::{World, require_docker};
+use crate::support::{DXDP, World, require_docker, require_privileges};
 
 /// A bound notify socket, removed on drop.
 struct NotifySocket {
@@ -257,4 +257,51 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
         "{stopping:?}"
     );
     assert_eq!(world.dxdp.status().links.len(), 1);
+}
+
+/// A watch that cannot use its pin directory (here one on a file system that is not bpffs; under
+/// systemd, a mount the sandbox made read-only) exits at once with the reason and never says
+/// READY=1: `systemctl start` then fails where the operator looks, instead of a service that is
+/// "running" and links nothing.
+#[test]
+fn a_watch_that_cannot_use_its_pin_directory_fails_its_start_instead_of_saying_ready() {
+    if !require_privileges() {
+        return;
+    }
+    let name = format!("dxt-notify-{}", std::process::id());
+    let notify = NotifySocket::bind(&name);
+    let not_bpffs = std::env::temp_dir().join(format!("{name}-pins"));
+    let mut child = std::process::Command::new(DXDP)
+        .args(["--pin-dir", not_bpffs.to_str().unwrap(), "watch"])
+        .env("NOTIFY_SOCKET", &notify.path)
+        .env("WATCHDOG_USEC", WATCHDOG.as_micros().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start dxdp watch");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for dxdp watch") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("dxdp watch still runs after 20 s with an unusable pin directory");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "exited successfully: {stderr}");
+    assert!(
+        stderr.contains(not_bpffs.to_str().unwrap()) && stderr.contains("bpffs"),
+        "the error names the directory and the way out: {stderr}"
+    );
+    let said = notify.collect(Duration::from_millis(200));
+    assert!(
+        !said.iter().any(|m| m.has("READY=1")),
+        "READY=1 from a watch that cannot pin anything: {said:?}"
+    );
+    assert!(!not_bpffs.exists(), "left {} behind", not_bpffs.display());
 }

@@ -90,12 +90,14 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         }
         None => None,
     };
-    // An upgraded binary swaps its programs into the running attachments before anything else.
-    let upgrade_dir = pin_dir.clone();
+    // The pinned state must be usable before the watch says it is ready: a pin directory it
+    // cannot create or open (no bpffs, a mount a sandbox made read-only) ends the watch here,
+    // where a service manager sees the start fail, rather than leaving a watch that reports
+    // ready and links nothing. An upgraded binary also swaps its programs into the running
+    // attachments here, before anything else.
+    let startup_dir = pin_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
-        if upgrade_dir.exists() {
-            Datapath::open(&upgrade_dir, capacity)?.upgrade_programs()?;
-        }
+        Datapath::open(&startup_dir, capacity)?.upgrade_programs()?;
         Ok(())
     })
     .await??;
