@@ -4,7 +4,6 @@ mod attach;
 mod choice;
 mod fixups;
 mod pins;
-pub mod sock;
 mod state;
 
 use std::{
