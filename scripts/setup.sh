@@ -32,7 +32,8 @@ apt_packages=(
     systemd man-db
     # prometheus and promtool test packaging/monitoring against a live watch.
     prometheus
-    # python3 runs tests/sock_peer.py, the traffic of the socket-layer tests (tests/sock.rs).
+    # python3 runs tests/integration/sock_peer.py, the traffic of the socket-layer tests
+    # (tests/integration/sock.rs).
     python3
     # Rootful Podman beside dockerd for tests/integration/podman.rs: Debian 12's 4.3.1 with netavark 1.4
     # (and aardvark-dns) as its network backend, and podman-compose 1.0.3; curl pings its API.

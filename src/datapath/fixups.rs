@@ -2,7 +2,6 @@
 use anyhow::{Context, Result, anyhow};
 use dxdp_common::{FIXUP_GRO_ENABLED, FIXUP_TX_CSUM_DISABLED};
 
-use super::state::{Journal, Undo};
 use crate::{
     endpoint::Endpoint,
     ethtool::{self, Feature},
@@ -13,10 +12,9 @@ use crate::{
 /// Turns GRO on (a frame redirected into a veth by XDP is dropped unless the receiving peer has
 /// NAPI) and tx checksum offload off (XDP cannot finish a CHECKSUM_PARTIAL frame) on the
 /// container-side interface. Returns what was actually changed, so only that is undone.
-pub(super) fn apply(ep: &Endpoint, undo: &mut Journal) -> Result<u8> {
+pub(super) fn apply(ep: &Endpoint) -> Result<u8> {
     let ifname = ep.ifname.clone();
-    let changed = ep
-        .netns
+    ep.netns
         .run(move || {
             let mut changed = 0;
             if !ethtool::get(&ifname, Feature::Gro)? {
@@ -29,13 +27,7 @@ pub(super) fn apply(ep: &Endpoint, undo: &mut Journal) -> Result<u8> {
             }
             Ok(changed)
         })
-        .with_context(|| format!("cannot prepare {} for the xdp datapath", ep.label))?;
-    undo.push(Undo::Fixups {
-        netns: ep.netns.clone(),
-        ifname: ep.ifname.clone(),
-        changed,
-    });
-    Ok(changed)
+        .with_context(|| format!("cannot prepare {} for the xdp datapath", ep.label))
 }
 
 /// Undoes `changed` on `ifname` inside `netns`.

@@ -4,7 +4,6 @@ mod attach;
 mod choice;
 mod fixups;
 mod pins;
-pub mod sock;
 mod state;
 
 use std::{
@@ -407,7 +406,11 @@ impl Datapath {
             for ep in [a, b] {
                 if maps.endpoint(ep.host_ifindex)?.is_none() {
                     let fixups = match kind {
-                        Kind::Xdp => fixups::apply(ep, &mut undo)?,
+                        Kind::Xdp => {
+                            let changed = fixups::apply(ep)?;
+                            undo.push(state::Undo::fixups(ep, changed));
+                            changed
+                        }
                         Kind::Tc => 0,
                     };
                     maps.add_endpoint(ep, kind, fixups, &mut undo)?;

@@ -485,6 +485,17 @@ pub(super) enum Undo {
     },
 }
 
+impl Undo {
+    /// Reverting the fix-ups `changed` on the container side of `ep`'s veth.
+    pub(super) fn fixups(ep: &Endpoint, changed: u8) -> Self {
+        Undo::Fixups {
+            netns: ep.netns.clone(),
+            ifname: ep.ifname.clone(),
+            changed,
+        }
+    }
+}
+
 /// Steps taken so far, undone in reverse order unless committed.
 #[derive(Default)]
 pub(super) struct Journal(Vec<Undo>);

@@ -1,7 +1,7 @@
 //! Address prefixes as firewall rules write them, and how a set of addresses meets one.
 use std::net::IpAddr;
 
-use super::model::Tri;
+use super::tri::Tri;
 
 /// `addr/len`; a bare address is a host prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@ mod nft;
 mod pinned;
 mod read;
 mod tc;
+mod tri;
 
 pub use pinned::{Covered, Recorded, covered};
 

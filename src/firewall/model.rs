@@ -8,25 +8,10 @@
 //! chain "passes" only if every packet of the pair provably ends in an accept.
 use std::{collections::HashMap, fmt, net::IpAddr};
 
-use super::addr::{Net, meet};
-
-/// Whether a condition holds for all of a pair's packets, for none, or possibly for some.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Tri {
-    Yes,
-    No,
-    Maybe,
-}
-
-impl Tri {
-    fn negate(self, negate: bool) -> Self {
-        match (self, negate) {
-            (Self::Yes, true) => Self::No,
-            (Self::No, true) => Self::Yes,
-            (t, _) => t,
-        }
-    }
-}
+use super::{
+    addr::{Net, meet},
+    tri::Tri,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Family {

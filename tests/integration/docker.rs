@@ -7,8 +7,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{
-    self, Background, DOCKER, World, docker, docker_ok, link_between, require_docker, wait_until,
+use crate::{
+    scenarios,
+    support::{
+        self, Background, DOCKER, World, docker, docker_ok, link_between, require_docker,
+        wait_until,
+    },
 };
 
 const LABELS_GROUP: &[&str] = &["-l", "dxdp.enable=true", "-l"];
@@ -26,102 +30,38 @@ fn ping_all(from: &str, ip: &str, count: u32) {
     }
 }
 
+/// [`scenarios::link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone`]
+/// on the host's dockerd.
 #[test]
-fn link_by_name_carries_iperf3_and_leaves_a_third_container_alone() {
+fn link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone() {
     if !require_docker() {
         return;
     }
     let mut world = World::shared();
-    let net = world.network("net", &[]);
-    let a = world.run("a", &["--network", &net], &[]);
-    let b = world.run("b", &["--network", &net], &[]);
-    let c = world.run("c", &["--network", &net], &[]);
-    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
-
-    let run = world.dxdp.run(&["link", &a, &b]);
-    run.assert_success();
-    assert!(run.stdout.contains(&net), "link names the network: {run}");
-    let status = world.dxdp.status();
-    let link = link_between(&status, &a, &b).expect("link listed by container names");
-    assert_eq!(
-        (link.network.as_str(), link.datapath.as_str()),
-        (net.as_str(), "tc")
+    scenarios::link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone(
+        &mut world,
     );
-
-    let tcp = iperf3(&b, &a, &ip_b, false);
-    let udp = iperf3(&a, &b, &ip_a, true);
-    assert!(tcp > 1e8 && udp > 1e7, "tcp {tcp} bit/s, udp {udp} bit/s");
-    let after = world.dxdp.status();
-    let link = link_between(&after, &a, &b).expect("still linked");
-    assert!(
-        link.low_to_high.packets > 1000 && link.high_to_low.packets > 1000,
-        "both directions carried the iperf3 traffic: {link:?}"
-    );
-
-    // The third container reaches both through the bridge and moves no link counter.
-    let before = link.clone();
-    ping_all(&c, &ip_a, 20);
-    ping_all(&c, &ip_b, 20);
-    let later = world.dxdp.status();
-    let link = link_between(&later, &a, &b).expect("still linked");
-    assert_eq!(
-        (link.low_to_high.packets, link.high_to_low.packets),
-        (before.low_to_high.packets, before.high_to_low.packets),
-        "c's traffic must not be redirected"
-    );
-    assert!(
-        !later
-            .links
-            .iter()
-            .any(|l| l.low_name == c || l.high_name == c)
-    );
-
-    world.dxdp.run(&["unlink", &a, &b]).assert_success();
-    world.dxdp.status().assert_empty();
-    ping_all(&a, &ip_b, 10);
 }
 
+/// [`scenarios::refuses_what_no_engine_can_link`], and Docker's own refusal: a pair on a network
+/// whose bridge forbids container-to-container traffic (`enable_icc=false`).
 #[test]
 fn refuses_what_cannot_or_must_not_be_linked() {
     if !require_docker() {
         return;
     }
     let mut world = World::shared();
-    let net1 = world.network("one", &[]);
-    let net2 = world.network("two", &[]);
+    let net = world.network("one", &[]);
+    let a = world.run("a", &["--network", &net], &[]);
+    scenarios::refuses_what_no_engine_can_link(&mut world, &a, &net);
+
     let closed = world.network(
         "closed",
         &["-o", "com.docker.network.bridge.enable_icc=false"],
     );
-    let a = world.run("a", &["--network", &net1], &[]);
-    let other = world.run("other", &["--network", &net2], &[]);
-    let host = world.run("host", &["--network", "host"], &[]);
-    let none = world.run("none", &["--network", "none"], &[]);
     let x = world.run("x", &["--network", &closed], &[]);
     let y = world.run("y", &["--network", &closed], &[]);
-    let stopped = world.run("stopped", &["--network", &net1], &[]);
-    docker_ok(&["stop", "-t", "0", &stopped]);
-    let unknown = format!("{}-nosuch", world.prefix);
-
-    let cases: [(&str, &str, &str); 7] = [
-        (&a, &other, "share no network"),
-        (&a, &host, "network mode host"),
-        (&a, &none, "network mode none"),
-        (&x, &y, "enable_icc=false"),
-        (&a, &unknown, "no container named"),
-        (&a, &stopped, "is not running"),
-        (&a, &a, "to itself"),
-    ];
-    for (p, q, message) in cases {
-        let run = world.dxdp.run(&["link", p, q]);
-        run.assert_failure();
-        assert_eq!(run.code(), Some(1), "{run}");
-        assert!(run.stderr.contains(message), "expected {message:?}: {run}");
-        assert!(
-            run.stderr.lines().count() <= 2,
-            "one clear error, not a trace: {run}"
-        );
-    }
+    scenarios::assert_refused(&world, &x, &y, "enable_icc=false");
     world.dxdp.status().assert_empty();
     assert!(world.dxdp.link_pins().is_empty());
 }

@@ -13,6 +13,8 @@
 //! (scripts/test.sh does).
 
 mod support;
+// Scenarios that docker.rs and podman.rs both run, each on its engine.
+mod scenarios;
 
 // Unprivileged: the binary on files.
 mod compose_check;

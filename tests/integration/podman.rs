@@ -6,9 +6,12 @@
 //! drop, even when the test fails. dockerd and its containers are not touched.
 use std::{thread, time::Duration};
 
-use crate::support::{
-    self, Background, DXDP, Dxdp, FirewallRule, PinDir, Run, Watch, can_run, link_between, next_id,
-    run_for, try_run,
+use crate::{
+    scenarios,
+    support::{
+        self, Background, DXDP, Dxdp, Engine, FirewallRule, PinDir, Run, Watch, can_run,
+        link_between, next_id, run_for, try_run,
+    },
 };
 
 const PODMAN: &str = "/usr/bin/podman";
@@ -180,6 +183,49 @@ impl Drop for World {
     }
 }
 
+/// Podman: the rootful service at [`HOST`].
+impl Engine for World {
+    fn name(&self) -> &'static str {
+        "podman"
+    }
+
+    fn bridge_prefix(&self) -> &'static str {
+        "podman"
+    }
+
+    fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn network(&mut self, name: &str, extra: &[&str]) -> String {
+        World::network(self, name, extra)
+    }
+
+    fn container(&mut self, name: &str, args: &[&str]) -> String {
+        self.run(name, args)
+    }
+
+    fn ip(&self, container: &str, network: &str) -> String {
+        World::ip(self, container, network)
+    }
+
+    fn id(&self, container: &str) -> String {
+        World::id(self, container)
+    }
+
+    fn cli(&self, args: &[&str]) -> Run {
+        podman(args)
+    }
+
+    fn run_dxdp(&self, args: &[&str]) -> Run {
+        World::dxdp(self, args)
+    }
+
+    fn pins(&self) -> &Dxdp {
+        &self.dxdp
+    }
+}
+
 fn quietly(args: &[&str]) {
     let mut argv = vec![PODMAN];
     argv.extend_from_slice(args);
@@ -188,12 +234,6 @@ fn quietly(args: &[&str]) {
         Ok(run) => eprintln!("cleanup: {run}"),
         Err(e) => eprintln!("cleanup: {e}"),
     }
-}
-
-/// iperf3 from container `client` to `server_ip`, bounded; returns bits/s received.
-#[track_caller]
-fn iperf3(server: &str, client: &str, server_ip: &str, udp: bool) -> f64 {
-    support::container_iperf3(podman, server, client, server_ip, udp)
 }
 
 /// Whether `count` pings `from -> ip` are all answered.
@@ -209,77 +249,23 @@ fn ping_all(from: &str, ip: &str, count: u32) {
     );
 }
 
-/// `dxdp link` by name and by ID prefix on a netavark bridge (podmanN, not br-<id>); TCP and
-/// UDP iperf3 over the link raise its redirect counters both ways; a third container on the
-/// bridge moves no counter; `status` lists the link by container names; `unlink` removes it.
+/// [`scenarios::link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone`]
+/// on a netavark bridge (podmanN, not br-<id>).
 #[test]
 fn link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone() {
     if !require_podman() {
         return;
     }
     let mut world = World::new();
-    let net = world.network("net", &[]);
-    let a = world.run("a", &["--network", &net]);
-    let b = world.run("b", &["--network", &net]);
-    let c = world.run("c", &["--network", &net]);
-    let (ip_a, ip_b) = (world.ip(&a, &net), world.ip(&b, &net));
-    let b_prefix = world.id(&b)[..12].to_owned();
-
-    let run = world.dxdp(&["link", &a, &b_prefix]);
-    run.assert_success();
-    assert!(
-        run.stdout.contains(&format!("on {net} (podman")),
-        "linked on the network and its netavark bridge: {run}"
+    scenarios::link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone(
+        &mut world,
     );
-    let status = world.dxdp.status();
-    let link = link_between(&status, &a, &b).expect("link listed by container names");
-    assert_eq!(
-        (
-            link.network.as_str(),
-            link.datapath.as_str(),
-            link.origin.as_str()
-        ),
-        (net.as_str(), "tc", "manual")
-    );
-
-    let tcp = iperf3(&b, &a, &ip_b, false);
-    let udp = iperf3(&a, &b, &ip_a, true);
-    eprintln!("podman link: tcp {tcp:.3e} bit/s, udp {udp:.3e} bit/s");
-    assert!(tcp > 1e8 && udp > 1e7, "tcp {tcp} bit/s, udp {udp} bit/s");
-    let after = world.dxdp.status();
-    let link = link_between(&after, &a, &b).expect("still linked");
-    assert!(
-        link.low_to_high.packets > 1000 && link.high_to_low.packets > 1000,
-        "both directions carried the iperf3 traffic: {link:?}"
-    );
-
-    // The third container reaches both through the bridge and moves no link counter.
-    let before = link.clone();
-    ping_all(&c, &ip_a, 20);
-    ping_all(&c, &ip_b, 20);
-    let later = world.dxdp.status();
-    let link = link_between(&later, &a, &b).expect("still linked");
-    assert_eq!(
-        (link.low_to_high.packets, link.high_to_low.packets),
-        (before.low_to_high.packets, before.high_to_low.packets),
-        "c's traffic must not be redirected"
-    );
-    assert!(
-        !later
-            .links
-            .iter()
-            .any(|l| l.low_name == c || l.high_name == c)
-    );
-
-    world.dxdp(&["unlink", &b, &a]).assert_success();
-    world.dxdp.status().assert_empty();
-    ping_all(&a, &ip_b, 10);
 }
 
 /// netavark's `isolate` option closes paths between networks, never within one: a pair on an
 /// isolated network links (Podman lets it talk, and netavark's ISOLATION chains are walked and
-/// found not to match it), while a container on another network shares no network with it and
-/// is refused, as are host, none, stopped, unknown and self.
+/// found not to match it), while [`scenarios::refuses_what_no_engine_can_link`] holds with the
+/// isolated network as the shared one.
 #[test]
 fn isolated_networks_link_within_and_the_refusals_hold() {
     if !require_podman() {
@@ -287,15 +273,8 @@ fn isolated_networks_link_within_and_the_refusals_hold() {
     }
     let mut world = World::new();
     let iso = world.network("iso", &["-o", "isolate=true"]);
-    let other_net = world.network("other", &[]);
     let x = world.run("x", &["--network", &iso]);
     let y = world.run("y", &["--network", &iso]);
-    let other = world.run("other", &["--network", &other_net]);
-    let host = world.run("host", &["--network", "host"]);
-    let none = world.run("none", &["--network", "none"]);
-    let stopped = world.run("stopped", &["--network", &iso]);
-    podman_ok(&["stop", "-t", "0", &stopped]);
-    let unknown = format!("{}-nosuch", world.prefix);
     let ip_y = world.ip(&y, &iso);
     assert!(pings(&x, &ip_y, 3), "Podman lets {x} reach {y} on {iso}");
     let rules = run_for(&["iptables-save", "-t", "filter"], Duration::from_secs(20));
@@ -303,26 +282,7 @@ fn isolated_networks_link_within_and_the_refusals_hold() {
         rules.stdout.contains("NETAVARK_ISOLATION_1"),
         "netavark made its isolation chains: {rules}"
     );
-
-    let cases: [(&str, &str, &str); 6] = [
-        (&x, &other, "share no network"),
-        (&x, &host, "network mode host"),
-        (&x, &none, "network mode none"),
-        (&x, &unknown, "no container named"),
-        (&x, &stopped, "is not running"),
-        (&x, &x, "to itself"),
-    ];
-    for (p, q, message) in cases {
-        let run = world.dxdp(&["link", p, q]);
-        run.assert_failure();
-        assert_eq!(run.code(), Some(1), "{run}");
-        assert!(run.stderr.contains(message), "expected {message:?}: {run}");
-        assert!(
-            run.stderr.lines().count() <= 2,
-            "one clear error, not a trace: {run}"
-        );
-    }
-    world.dxdp.status().assert_empty();
+    scenarios::refuses_what_no_engine_can_link(&mut world, &x, &iso);
 
     world.dxdp(&["link", &x, &y]).assert_success();
     let before = link_between(&world.dxdp.status(), &x, &y)

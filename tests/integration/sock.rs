@@ -17,13 +17,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{
-    self, Node, Topology, can_run,
-    library::{NetnsPath, SockEnd, SockLayer, cgroup2_mount, netns_cookie},
-    must, require_privileges, wait_until,
-};
+use crate::support::{self, Node, Topology, can_run, must, require_privileges, wait_until};
 use dxdp_common::sock::SockCounters;
+use layer::{SockEnd, SockLayer, cgroup2_mount, netns_cookie};
 use serde::Deserialize;
+
+mod btf;
+mod layer;
 
 const PEER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -197,7 +197,7 @@ impl Fixture {
         let mut layer = SockLayer::open(topo.pin_dir()).expect("socket layer loads");
         assert!(layer.attach(&cgroup).expect("socket layer attaches"));
         let end = |n: &Node| SockEnd {
-            netns_cookie: netns_cookie(&NetnsPath::named(&n.netns)).expect("netns cookie"),
+            netns_cookie: netns_cookie(&n.netns).expect("netns cookie"),
             addrs: vec![n.ipv4.parse().unwrap(), n.ipv6.parse().unwrap()],
         };
         let ends = [end(topo.node(0)), end(topo.node(1))];
@@ -715,7 +715,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Not a pass/fail test: interleaved iperf3 rounds over the tc link alone and with the socket
 /// layer, for default, 1 KiB and 64 B writes; prints medians, ratios and the load average.
-/// Run on a quiet machine: `cargo test --test sock -- --ignored --nocapture measure`.
+/// Run on a quiet machine: `cargo test --release --test integration -- --ignored --nocapture
+/// sock::measure`.
 #[test]
 #[ignore]
 fn measure_write_sizes_tc_vs_sock() {

@@ -232,7 +232,8 @@ mod pod {
     unsafe impl aya::Pod for super::Sources {}
 }
 
-/// The socket layer (`sock` datapath): maps and programs of `ebpf/programs/src/sock.rs`.
+/// The socket layer (`sock` datapath), a lab that is not shipped (docs/sock-datapath.md): maps
+/// and programs of `ebpf/programs/src/sock.rs`, loaded by the integration tests' `sock` area.
 ///
 /// Addresses are IPv6-shaped everywhere: an IPv4 address `a.b.c.d` is stored as the v4-mapped
 /// `::ffff:a.b.c.d`, which is also how a dual-stack (`[::]`) listener's accepted socket sees its

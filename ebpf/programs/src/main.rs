@@ -8,7 +8,6 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod maps;
-mod sock;
 mod verdict;
 
 use aya_ebpf::{

@@ -1,7 +1,8 @@
-//! The socket layer: established TCP sockets of linked namespaces go into a SOCKHASH (sock_ops,
-//! attached to a cgroup2), and each `sendmsg` of such a socket is handed straight to the peer
-//! socket's receive queue (sk_msg, attached to the SOCKHASH) instead of crossing TCP/IP and the
-//! veths.
+//! The socket layer, a lab that is not shipped (docs/sock-datapath.md: on Linux 6.18 a
+//! redirected socket breaks blocking `recv` and `splice` readers): established TCP sockets of
+//! linked namespaces go into a SOCKHASH (sock_ops, attached to a cgroup2), and each `sendmsg` of
+//! such a socket is handed straight to the peer socket's receive queue (sk_msg, attached to the
+//! SOCKHASH) instead of crossing TCP/IP and the veths.
 //!
 //! What keeps a socket's byte stream intact (each point checked against Linux 6.18's
 //! net/core/sock_map.c, net/ipv4/tcp_bpf.c and net/core/skmsg.c):
@@ -27,6 +28,13 @@
 //!   byte (then nothing queued can be overtaken) and redirecting resumes.
 //! - Only sockets whose (namespace, remote address) is a linked direction are ever inserted, and
 //!   a redirect targets the key built with the peer namespace's cookie that the link names.
+//!
+//! An object of its own (`dxdp-sock-lab`), so that dxdp's object carries only what dxdp runs:
+//! build.rs builds both, and only the integration tests' `sock` area loads this one. Built for
+//! the host too, like the datapath's, so that the linters see it.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
 use aya_ebpf::{
     EbpfContext, Global,
     bindings::{
@@ -51,27 +59,24 @@ const TCP_CLOSE: u32 = 7;
 /// Low bits of `sk_user_data` that are flags, not pointer (SK_USER_DATA_PTRMASK).
 const SK_USER_DATA_FLAGS: u64 = 7;
 
-// Not pinned by name: the tc/xdp datapath loads this same object and must not get (or pin)
-// them; the socket layer's loader pins them under ROOT/sock/maps by path. The hash maps are
-// not preallocated, so a load that does not use them costs next to nothing.
+// Pinned by name under the loader's directory (ROOT/sock/maps), and adopted from there by the
+// next load. The hash maps are not preallocated: memory grows with the links and sockets.
 const NO_PREALLOC: u32 = aya_ebpf::bindings::BPF_F_NO_PREALLOC;
 
 #[map(name = "DXDP_SOCK_HASH")]
-static SOCKETS: SockHash<SockKey> = SockHash::with_max_entries(DEFAULT_MAX_SOCKETS, 0);
+static SOCKETS: SockHash<SockKey> = SockHash::pinned(DEFAULT_MAX_SOCKETS, 0);
 
 #[map(name = "DXDP_SOCK_LINKS")]
-static LINKS: HashMap<SockLinkKey, SockLinkValue> =
-    HashMap::with_max_entries(DEFAULT_MAX_LINKS, NO_PREALLOC);
+static LINKS: HashMap<SockLinkKey, SockLinkValue> = HashMap::pinned(DEFAULT_MAX_LINKS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_SWITCHES")]
-static SWITCHES: HashMap<u32, u32> = HashMap::with_max_entries(DEFAULT_MAX_LINKS, NO_PREALLOC);
+static SWITCHES: HashMap<u32, u32> = HashMap::pinned(DEFAULT_MAX_LINKS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_STATES")]
-static STATES: HashMap<SockKey, SockEntry> =
-    HashMap::with_max_entries(DEFAULT_MAX_SOCKETS, NO_PREALLOC);
+static STATES: HashMap<SockKey, SockEntry> = HashMap::pinned(DEFAULT_MAX_SOCKETS, NO_PREALLOC);
 
 #[map(name = "DXDP_SOCK_COUNTERS")]
-static COUNTERS: PerCpuArray<SockCounters> = PerCpuArray::with_max_entries(1, 0);
+static COUNTERS: PerCpuArray<SockCounters> = PerCpuArray::pinned(1, 0);
 
 // Offsets in the running kernel's `struct sock` and `struct sk_psock`, read from its BTF by the
 // loader. Frozen `.rodata`: the verifier sees constants. 0 disables the backpressure check (the
@@ -403,3 +408,17 @@ fn peer_queue_full(sk: *const u8) -> bool {
     let queued = read_u32(psock, off_tot_len);
     queued >= DXDP_SOCK_QUEUE_FLOOR.load()
 }
+
+#[cfg(target_arch = "bpf")]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+/// The host build exists for the linters; the programs run only in the kernel.
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -4,8 +4,3 @@
 
 /// The compiled eBPF object the binary embeds, loaded by the verdict tests.
 pub use dxdp::datapath::OBJECT;
-/// The socket layer (not shipped, see docs/sock-datapath.md), driven by the `sock` area.
-pub use dxdp::{
-    datapath::sock::{SockEnd, SockLayer, cgroup2_mount, netns_cookie},
-    netns::NetnsPath,
-};

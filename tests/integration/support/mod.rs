@@ -15,6 +15,7 @@
 //! - [`docker_cli`]: the docker and compose commands;
 //! - [`docker_proxy`]: a proxy in front of a dockerd that can stall its event streams;
 //! - [`world`]: the Docker fixture, on the host's dockerd or on a private one;
+//! - [`engine`]: what a scenario needs of Docker's or Podman's world, to run on both;
 //! - [`watch`]: a `dxdp watch` in the background;
 //! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
 //! - [`rng`]: seeded randomness and `DXDP_SOAK`;
@@ -27,6 +28,7 @@ pub mod bpf;
 pub mod docker_cli;
 pub mod docker_proxy;
 pub mod dxdp;
+pub mod engine;
 pub mod guards;
 pub mod host;
 pub mod labeled;
@@ -43,7 +45,7 @@ pub mod watch;
 pub mod world;
 
 pub use self::{
-    bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, guards::*, host::*, labeled::*, names::*,
-    pinned::*, prereq::*, process::*, rcu_switch::*, rng::*, topology::*, traffic::*, watch::*,
-    world::*,
+    bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*, host::*, labeled::*,
+    names::*, pinned::*, prereq::*, process::*, rcu_switch::*, rng::*, topology::*, traffic::*,
+    watch::*, world::*,
 };

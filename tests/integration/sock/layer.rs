@@ -3,18 +3,19 @@
 //! to a cgroup2 (pinned bpf_link) and sk_msg to the SOCKHASH, and writes the link entries that
 //! say which namespace pairs may be redirected.
 //!
+//! Not shipped (docs/sock-datapath.md): it lives beside the tests that are its only user, which
+//! watch for a kernel whose `tcp_bpf` keeps blocking `recv` and `splice` working. The library
+//! and the `dxdp` binary carry none of it, and its programs are an object of their own.
+//!
 //! Lifetime rules (see the eBPF side for the kernel reasons):
 //! - the SOCKHASH and the programs are pinned and never unpinned while a socket is in it:
 //!   freeing the map purges the queued bytes of every redirected socket;
 //! - `unlink` switches a link off (its switch and link entries go); live sockhash entries are
 //!   never deleted, their sockets fall back to TCP at their next message.
-mod btf;
-
 use std::{
     fs::File,
     io,
     net::IpAddr,
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
 };
 
@@ -27,10 +28,12 @@ use aya::{
 use dxdp_common::sock::{
     SWITCH_ON, SockCounters, SockEntry, SockKey, SockLinkKey, SockLinkValue, names,
 };
+use nix::sched::{CloneFlags, setns};
 
-use crate::netns::NetnsPath;
+use super::btf::{self, member_offset};
 
-use btf::member_offset;
+/// The socket layer's eBPF object, built by build.rs beside dxdp's.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dxdp-sock-lab"));
 
 /// Redirected bytes a receiver may hold unread before its senders fall back to TCP: what a
 /// non-reading container can make the host hold per connection beyond TCP's own buffers. 4 MiB
@@ -42,25 +45,6 @@ pub const DEFAULT_QUEUE_LIMIT: u32 = 4 << 20;
 pub fn sock_root(pin_root: &Path) -> PathBuf {
     pin_root.join("sock")
 }
-
-/// Maps of the tc/xdp datapath that the shared object also declares; the socket layer's copy
-/// of them is never used, so it is made as small as the kernel allows.
-const UNUSED_MAPS: &[&str] = &[
-    dxdp_common::names::ENDPOINTS,
-    dxdp_common::names::LINKS,
-    dxdp_common::names::TARGETS,
-    dxdp_common::names::COUNTERS,
-    dxdp_common::names::LINK_META,
-];
-
-/// The socket layer's own maps, pinned under `ROOT/sock/maps/`.
-const SOCK_MAPS: &[&str] = &[
-    names::SOCKETS,
-    names::LINKS,
-    names::SWITCHES,
-    names::STATES,
-    names::COUNTERS,
-];
 
 /// Kernel struct offsets the sk_msg program needs for its backpressure check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,33 +114,14 @@ pub fn cgroup2_mount(fallback: &Path) -> Result<PathBuf> {
     Ok(fallback.to_path_buf())
 }
 
-/// What `doctor` can say about the socket layer on this host, without changing anything.
-#[derive(Debug)]
-pub struct Support {
-    /// The BTF offsets the programs need, or why they cannot be had.
-    pub offsets: std::result::Result<Offsets, String>,
-    /// The cgroup2 mount sock_ops would attach to; None: it would be mounted.
-    pub cgroup2: Option<PathBuf>,
-}
-
-impl Support {
-    pub fn probe() -> Self {
-        Self {
-            offsets: kernel_offsets().map_err(|e| format!("{e:#}")),
-            cgroup2: find_cgroup2(),
-        }
-    }
-
-    /// Whether the socket layer can run here (a missing cgroup2 mount is made on demand).
-    pub fn usable(&self) -> bool {
-        self.offsets.is_ok()
-    }
-}
-
-/// `SO_NETNS_COOKIE` (Linux 5.14) of a network namespace: what `bpf_get_netns_cookie` returns
-/// for its sockets.
-pub fn netns_cookie(ns: &NetnsPath) -> Result<u64> {
-    ns.run(|| -> Result<u64> {
+/// `SO_NETNS_COOKIE` (Linux 5.14) of the network namespace `/run/netns/NAME`: what
+/// `bpf_get_netns_cookie` returns for its sockets. Read on a thread of its own, since `setns`
+/// moves only the calling thread, which then never comes back.
+pub fn netns_cookie(name: &str) -> Result<u64> {
+    let path = Path::new("/run/netns").join(name);
+    let ns = File::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+    let cookie = std::thread::spawn(move || -> Result<u64> {
+        setns(&ns, CloneFlags::CLONE_NEWNET).context("cannot enter the namespace")?;
         // SAFETY: plain socket and getsockopt calls on a socket this closure owns.
         unsafe {
             let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -179,7 +144,10 @@ pub fn netns_cookie(ns: &NetnsPath) -> Result<u64> {
             }
             Ok(cookie)
         }
-    })
+    });
+    cookie
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread in {} panicked", path.display()))?
 }
 
 /// The key form of an address: IPv4 as v4-mapped IPv6, network byte order.
@@ -237,19 +205,7 @@ impl SockLayer {
             .override_global(names::OFF_TP_WRITE_SEQ, &off.tp_write_seq, true)
             .override_global(names::OFF_TP_COPIED_SEQ, &off.tp_copied_seq, true)
             .override_global(names::QUEUE_FLOOR, &queue_limit, true);
-        for name in UNUSED_MAPS {
-            loader.map_max_entries(name, 1);
-        }
-        // The socket layer's maps are not pinned by name in the object (the tc/xdp loader must
-        // not pin them); pinned, or adopted, here by path.
-        let map_pins: Vec<(&str, PathBuf)> = SOCK_MAPS
-            .iter()
-            .map(|name| (*name, maps_dir.join(name)))
-            .collect();
-        for (name, path) in &map_pins {
-            loader.map_pin_path(name, path.as_path());
-        }
-        let ebpf = loader.load(super::OBJECT).with_context(|| {
+        let ebpf = loader.load(OBJECT).with_context(|| {
             format!(
                 "cannot load the socket layer with maps in {}",
                 maps_dir.display()
@@ -442,24 +398,6 @@ impl SockLayer {
         }
         std::fs::remove_dir(&root)?;
         Ok(())
-    }
-
-    /// Raw fd of the sockhash (for tests that inspect it).
-    pub fn sockhash_fd(&self) -> Result<i32> {
-        let map: SockHash<&MapData, SockKey> =
-            SockHash::try_from(self.ebpf.map(names::SOCKETS).context("no sockhash")?)?;
-        Ok(map.fd().as_fd_raw())
-    }
-}
-
-trait AsFdRaw {
-    fn as_fd_raw(&self) -> i32;
-}
-
-impl AsFdRaw for aya::maps::sock::SockMapFd {
-    fn as_fd_raw(&self) -> i32 {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
     }
 }
 
