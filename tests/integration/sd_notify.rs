@@ -179,7 +179,7 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
         "READY=1 before the first reconcile linked {a} and {b}: {ready:?}\n{status:?}"
     );
     assert!(
-        ready.text.contains("STATUS=1 links, 2 running containers"),
+        ready.text.contains("STATUS=1 link, 2 running containers"),
         "{ready:?}"
     );
 

@@ -278,11 +278,17 @@ async fn tick(watchdog: &mut Option<tokio::time::Interval>) {
 fn status_line(outcome: Option<&Outcome>, connection: &str) -> String {
     match outcome {
         Some(o) => format!(
-            "{} links, {} running containers; {connection}",
-            o.links, o.containers
+            "{}, {}; {connection}",
+            counted(o.links, "link", "links"),
+            counted(o.containers, "running container", "running containers")
         ),
         None => format!("the last reconcile failed (see the log); {connection}"),
     }
+}
+
+/// `1 link`, `2 links`.
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 async fn finish(
@@ -318,5 +324,22 @@ struct AbortOnDrop(tokio::task::JoinHandle<Result<()>>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_line_counts_in_words_that_agree() {
+        let line = |links, containers| {
+            status_line(Some(&Outcome { containers, links }), "dockerd API 1.51")
+        };
+        assert_eq!(line(1, 1), "1 link, 1 running container; dockerd API 1.51");
+        assert_eq!(
+            line(0, 2),
+            "0 links, 2 running containers; dockerd API 1.51"
+        );
     }
 }
