@@ -328,6 +328,12 @@ impl Datapath {
             .is_some_and(|rec| state::same_endpoint(&rec, ep)))
     }
 
+    /// Whether a pin directory at `root` could be opened (on bpffs, safe from other users, and
+    /// creatable where it does not exist yet), without creating or locking anything.
+    pub fn check_usable(root: &Path) -> Result<()> {
+        Pins::new(root).check_usable()
+    }
+
     /// Swaps in this binary's programs where the pinned ones differ (after an upgrade).
     pub fn upgrade_programs(&mut self) -> Result<Vec<Kind>> {
         let replaced = attach::Programs::upgrade(&mut self.ebpf, &self.pins)?;

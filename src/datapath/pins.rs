@@ -47,6 +47,42 @@ impl Pins {
 
     /// Checks the root is on bpffs and creates the directories.
     pub(crate) fn prepare(&self) -> Result<()> {
+        self.check()?;
+        // Never writable by others, whatever the umask: whoever may unlink a pin may detach a
+        // link. (Pinned objects themselves are made 0600 by the kernel.)
+        use std::os::unix::fs::DirBuilderExt;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true).mode(0o755);
+        for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
+            builder
+                .create(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// What [`Pins::prepare`] checks, and, where the root does not exist yet, that it could be
+    /// created (a bpffs mount that a sandbox made read-only cannot hold it), without creating
+    /// anything.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        self.check()?;
+        if let Some(existing) = self.root.ancestors().find(|dir| dir.exists())
+            && existing != self.root
+        {
+            nix::unistd::access(existing, nix::unistd::AccessFlags::W_OK).with_context(|| {
+                format!(
+                    "pin directory {}: cannot create it in {}; make that writable (under \
+                     systemd: ReadWritePaths=) or choose another --pin-dir",
+                    self.root.display(),
+                    existing.display()
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The root is on bpffs, where nobody else can rename it away or write its directories.
+    fn check(&self) -> Result<()> {
         let parent = self.root.parent().unwrap_or(Path::new("/"));
         let probe = if self.root.exists() {
             self.root.as_path()
@@ -71,16 +107,6 @@ impl Pins {
         check_ancestors(&self.root)?;
         for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
             check_private(&self.root, &dir)?;
-        }
-        // Never writable by others, whatever the umask: whoever may unlink a pin may detach a
-        // link. (Pinned objects themselves are made 0600 by the kernel.)
-        use std::os::unix::fs::DirBuilderExt;
-        let mut builder = std::fs::DirBuilder::new();
-        builder.recursive(true).mode(0o755);
-        for dir in [self.root.clone(), self.maps(), self.progs(), self.links()] {
-            builder
-                .create(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         Ok(())
     }

@@ -259,20 +259,30 @@ fn the_watch_is_ready_once_linked_pings_from_its_loop_and_says_stopping() {
     assert_eq!(world.dxdp.status().links.len(), 1);
 }
 
-/// A watch that cannot use its pin directory (here one on a file system that is not bpffs; under
-/// systemd, a mount the sandbox made read-only) exits at once with the reason and never says
+/// A watch that cannot use its pin directory exits at once with the reason and never says
 /// READY=1: `systemctl start` then fails where the operator looks, instead of a service that is
-/// "running" and links nothing.
+/// "running" and links nothing. Two ways: a directory on a file system that is not bpffs, and
+/// one in a bpffs mount that is read-only (what systemd's `ProtectKernelTunables=` made of
+/// /sys/fs/bpf: issue 22).
 #[test]
 fn a_watch_that_cannot_use_its_pin_directory_fails_its_start_instead_of_saying_ready() {
     if !require_privileges() {
         return;
     }
     let name = format!("dxt-notify-{}", std::process::id());
-    let notify = NotifySocket::bind(&name);
     let not_bpffs = std::env::temp_dir().join(format!("{name}-pins"));
+    refuses_to_start(&name, &not_bpffs, "bpffs");
+    let read_only = ReadOnlyBpffs::mount(&std::env::temp_dir().join(format!("{name}-ro")));
+    refuses_to_start(&name, &read_only.0.join("dxdp"), "cannot create it");
+}
+
+/// Runs `dxdp watch` with this pin directory under a notify socket: it must exit non-zero within
+/// 20 s, say `needle` and the directory, send no READY=1, and leave no directory behind.
+#[track_caller]
+fn refuses_to_start(name: &str, pin_dir: &std::path::Path, needle: &str) {
+    let notify = NotifySocket::bind(name);
     let mut child = std::process::Command::new(DXDP)
-        .args(["--pin-dir", not_bpffs.to_str().unwrap(), "watch"])
+        .args(["--pin-dir", pin_dir.to_str().unwrap(), "watch"])
         .env("NOTIFY_SOCKET", &notify.path)
         .env("WATCHDOG_USEC", WATCHDOG.as_micros().to_string())
         .stdout(std::process::Stdio::null())
@@ -287,7 +297,7 @@ fn a_watch_that_cannot_use_its_pin_directory_fails_its_start_instead_of_saying_r
         if started.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("dxdp watch still runs after 20 s with an unusable pin directory");
+            panic!("dxdp watch still runs after 20 s with pin directory {pin_dir:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -295,13 +305,36 @@ fn a_watch_that_cannot_use_its_pin_directory_fails_its_start_instead_of_saying_r
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(!status.success(), "exited successfully: {stderr}");
     assert!(
-        stderr.contains(not_bpffs.to_str().unwrap()) && stderr.contains("bpffs"),
-        "the error names the directory and the way out: {stderr}"
+        stderr.contains(pin_dir.to_str().unwrap()) && stderr.contains(needle),
+        "the error names {pin_dir:?} and says {needle:?}: {stderr}"
     );
     let said = notify.collect(Duration::from_millis(200));
     assert!(
         !said.iter().any(|m| m.has("READY=1")),
         "READY=1 from a watch that cannot pin anything: {said:?}"
     );
-    assert!(!not_bpffs.exists(), "left {} behind", not_bpffs.display());
+    assert!(!pin_dir.exists(), "left {} behind", pin_dir.display());
+}
+
+/// A bpffs instance mounted read-only at a directory of our own; unmounted and removed on drop.
+struct ReadOnlyBpffs(PathBuf);
+
+impl ReadOnlyBpffs {
+    fn mount(at: &std::path::Path) -> Self {
+        std::fs::create_dir_all(at).expect("mount point");
+        let guard = Self(at.to_path_buf());
+        let out = std::process::Command::new("mount")
+            .args(["-t", "bpf", "-o", "ro", "bpf", at.to_str().unwrap()])
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount -t bpf -o ro: {out:?}");
+        guard
+    }
+}
+
+impl Drop for ReadOnlyBpffs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }

@@ -91,13 +91,17 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         None => None,
     };
     // The pinned state must be usable before the watch says it is ready: a pin directory it
-    // cannot create or open (no bpffs, a mount a sandbox made read-only) ends the watch here,
-    // where a service manager sees the start fail, rather than leaving a watch that reports
-    // ready and links nothing. An upgraded binary also swaps its programs into the running
-    // attachments here, before anything else.
+    // could not create or open (no bpffs, a mount a sandbox made read-only) ends the watch
+    // here, where a service manager sees the start fail, rather than leaving a watch that
+    // reports ready and links nothing; nothing is created here. An upgraded
+    // binary also swaps its programs into the running attachments here, before anything else.
     let startup_dir = pin_dir.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
-        Datapath::open(&startup_dir, capacity)?.upgrade_programs()?;
+        if startup_dir.exists() {
+            Datapath::open(&startup_dir, capacity)?.upgrade_programs()?;
+        } else {
+            Datapath::check_usable(&startup_dir)?;
+        }
         Ok(())
     })
     .await??;
