@@ -132,14 +132,18 @@ impl Docker {
         self.podman.is_some()
     }
 
-    /// Names of the running containers that publish a port on the host.
-    pub async fn publishing_containers(&self) -> Result<Vec<String>> {
+    /// `docker ps`: the running containers' summaries.
+    async fn running_summaries(&self) -> Result<Vec<bollard::models::ContainerSummary>> {
         let options = ListContainersOptionsBuilder::new().all(false).build();
-        let list = self
-            .client
+        self.client
             .list_containers(Some(options))
             .await
-            .context("cannot list containers")?;
+            .context("cannot list containers")
+    }
+
+    /// Names of the running containers that publish a port on the host.
+    pub async fn publishing_containers(&self) -> Result<Vec<String>> {
+        let list = self.running_summaries().await?;
         Ok(list
             .into_iter()
             .filter(|c| {
@@ -156,12 +160,7 @@ impl Docker {
     /// Every port a running container publishes on the host, TCP and UDP.
     pub async fn published_ports(&self) -> Result<Vec<PublishedPort>> {
         use bollard::models::PortSummaryTypeEnum;
-        let options = ListContainersOptionsBuilder::new().all(false).build();
-        let list = self
-            .client
-            .list_containers(Some(options))
-            .await
-            .context("cannot list containers")?;
+        let list = self.running_summaries().await?;
         let mut out = Vec::new();
         for c in list {
             let (Some(id), Some(name)) = (c.id, c.names.and_then(|n| n.into_iter().next())) else {

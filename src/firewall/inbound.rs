@@ -129,17 +129,15 @@ impl Ruleset {
             expected_dnat: Some(&to),
             ..Flow::default()
         };
+        // The same packets after Docker's DNAT, routed to the bridge.
         let forwarded = Flow {
-            family,
             dst: &container,
-            src_outside: &outside,
-            dev_in: Some(port.nic),
             dev_out: Some(port.bridge),
             phys_out: veth,
-            proto,
             dport: Some(port.container_port),
             dst_local: Some(false),
-            ..Flow::default()
+            expected_dnat: None,
+            ..arriving.clone()
         };
         let reply = Flow {
             family,
@@ -221,23 +219,22 @@ fn legs(
         (Layer::Bridge, Hook::Postrouting) => &[Leg::Forwarded],
         (Layer::Bridge, Hook::Prerouting) => &[Leg::Reply],
         (Layer::Bridge, _) => &[],
-        (_, Hook::Ingress) => {
-            return [
-                (bound(&[port.nic]), Leg::Arriving),
-                (bound(&[port.veth, port.bridge]), Leg::Reply),
-            ]
-            .into_iter()
-            .filter_map(|(seen, leg)| seen.then_some(leg))
-            .collect();
-        }
-        (_, Hook::Egress) => {
-            return [
-                (bound(&[port.veth, port.bridge]), Leg::Forwarded),
-                (bound(&[port.nic]), Leg::Reply),
-            ]
-            .into_iter()
-            .filter_map(|(seen, leg)| seen.then_some(leg))
-            .collect();
+        // What a device receives (ingress) or sends (egress): the NIC the client's packets and
+        // the replies, the bridge and the veth the other way round.
+        (_, Hook::Ingress | Hook::Egress) => {
+            let (from_nic, from_container) = if hook == Hook::Ingress {
+                (Leg::Arriving, Leg::Reply)
+            } else {
+                (Leg::Reply, Leg::Forwarded)
+            };
+            let mut legs = Vec::new();
+            if bound(&[port.nic]) {
+                legs.push(from_nic);
+            }
+            if bound(&[port.veth, port.bridge]) {
+                legs.push(from_container);
+            }
+            return legs;
         }
         (_, _) => &[],
     };
