@@ -113,10 +113,15 @@ pub(super) fn verdicts(
         .with_context(|| format!("the default route's interface {nic} is gone"))?;
     let nic_addrs = netlink::addresses(&NetnsPath::host(), index)?;
     let outside: Vec<(IpAddr, u8)> = networks.iter().flat_map(|n| n.subnets.clone()).collect();
-    let mut lines = Vec::new();
-    for path in ports {
-        lines.push(verdict(rules, &nic, &nic_addrs, &outside, path));
-    }
+    let lines = ports
+        .iter()
+        .map(|path| verdict(rules, &nic, &nic_addrs, &outside, path))
+        .collect();
+    Ok(summed(lines))
+}
+
+/// The first [`LISTED`] lines, and one for the rest: a warning if any of them is.
+fn summed(mut lines: Vec<Result<String, String>>) -> Vec<Result<String, String>> {
     if lines.len() > LISTED {
         let rest = lines.split_off(LISTED);
         let refused = rest.iter().filter(|l| l.is_err()).count();
@@ -131,7 +136,7 @@ pub(super) fn verdicts(
             Err(summary)
         });
     }
-    Ok(lines)
+    lines
 }
 
 fn verdict(
@@ -191,5 +196,31 @@ fn verdict(
             };
             Err(format!("{name} stays on Docker's path: [{first}]{more}"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_ports_are_summed_up_after_the_first_twenty() {
+        let few: Vec<Result<String, String>> = (0..3).map(|i| Ok(format!("port {i}"))).collect();
+        assert_eq!(summed(few.clone()), few);
+        let many = (0..25)
+            .map(|i| {
+                if i == 22 {
+                    Err(format!("port {i}"))
+                } else {
+                    Ok(format!("port {i}"))
+                }
+            })
+            .collect();
+        let lines = summed(many);
+        assert_eq!(lines.len(), LISTED + 1);
+        assert_eq!(
+            lines[LISTED],
+            Err("and 5 more published ports: 4 accepted, 1 stay on Docker's path".to_owned())
+        );
     }
 }
