@@ -73,7 +73,7 @@ pub(crate) fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interfac
 
 /// The addresses (IPv4 and IPv6, link-local included) of interface `index` in `netns`: what
 /// the firewall check needs to know which rules could see its packets.
-pub(crate) fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {
+pub fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {
     netns
         .run(move || {
             ask_here(async |handle| {

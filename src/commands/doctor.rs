@@ -5,7 +5,11 @@ use anyhow::Result;
 use aya::util::KernelVersion;
 use serde::Serialize;
 
-use super::{mtu, privileges::missing_capabilities};
+use super::{
+    mtu,
+    privileges::missing_capabilities,
+    published::{self, PortPath},
+};
 use crate::cli::DoctorArgs;
 use crate::docker::userland_proxy::UserlandProxy;
 use crate::{
@@ -67,9 +71,9 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: DoctorArgs) -> Result<ExitC
         bpffs(pin_dir),
         rcu(&rcu::Switch::host()),
     ];
-    let (docker, networks) = docker();
+    let (docker, networks, ports) = docker();
     checks.extend(docker);
-    checks.extend(firewall(&networks));
+    checks.extend(firewall(&networks, &ports));
     checks.extend(programs(pin_dir, capacity));
     let worst = checks
         .iter()
@@ -213,8 +217,9 @@ fn bpffs(pin_dir: &Path) -> Check {
     }
 }
 
-/// Per Docker bridge network, the firewall rules that keep pairs on it from being linked.
-fn firewall(networks: &[BridgeNetwork]) -> Vec<Check> {
+/// Per Docker bridge network, the firewall rules that keep pairs on it from being linked; per
+/// published port, whether the rules would let a fast path from the NIC take it.
+fn firewall(networks: &[BridgeNetwork], ports: &Result<Vec<PortPath>>) -> Vec<Check> {
     let rules = match Ruleset::read() {
         Ok(rules) => rules,
         Err(e) => {
@@ -269,11 +274,38 @@ fn firewall(networks: &[BridgeNetwork]) -> Vec<Check> {
             ));
         }
     }
+    out.extend(published_ports(&rules, networks, ports));
     out
 }
 
+/// One line per published port (a sum beyond twenty).
+fn published_ports(
+    rules: &Ruleset,
+    networks: &[BridgeNetwork],
+    ports: &Result<Vec<PortPath>>,
+) -> Vec<Check> {
+    let verdicts = match ports {
+        Ok(ports) => published::verdicts(rules, networks, ports),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    match verdicts {
+        Ok(lines) => lines
+            .into_iter()
+            .map(|line| match line {
+                Ok(line) => check(Verdict::Ok, line, None),
+                Err(line) => check(Verdict::Warn, line, None),
+            })
+            .collect(),
+        Err(e) => vec![check(
+            Verdict::Warn,
+            format!("published ports: cannot check them against the rules: {e:#}"),
+            None,
+        )],
+    }
+}
+
 /// The engine, and whether its OCI runtime can start containers on this host.
-fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
+fn docker() -> (Vec<Check>, Vec<BridgeNetwork>, Result<Vec<PortPath>>) {
     let probe = async {
         let docker = crate::docker::Docker::connect().await?;
         docker.ping().await?;
@@ -284,7 +316,8 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
         } else {
             docker.publishing_containers().await.ok()
         };
-        Ok::<_, anyhow::Error>((docker.describe(), networks, runtime, publishing))
+        let ports = published::gather(&docker).await;
+        Ok::<_, anyhow::Error>((docker.describe(), networks, runtime, publishing, ports))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -292,7 +325,7 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(probe));
     match result {
-        Ok((engine, networks, runtime, publishing)) => {
+        Ok((engine, networks, runtime, publishing, ports)) => {
             let mut checks = vec![
                 check(Verdict::Ok, format!("{engine} reachable"), None),
                 oci_runtime(runtime, &CgroupLayout::host()),
@@ -303,7 +336,7 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
                     &publishing,
                 ));
             }
-            (checks, networks)
+            (checks, networks, ports)
         }
         Err(e) if e.downcast_ref::<crate::docker::Rootless>().is_some() => (
             vec![check(
@@ -312,6 +345,7 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
                 Some("link containers of rootful Podman or dockerd"),
             )],
             Vec::new(),
+            Ok(Vec::new()),
         ),
         Err(e) => (
             vec![check(
@@ -320,6 +354,7 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>) {
                 Some("start dockerd (watch and container names need it; netns: endpoints do not)"),
             )],
             Vec::new(),
+            Ok(Vec::new()),
         ),
     }
 }

@@ -7,6 +7,7 @@ mod doctor;
 mod link;
 mod mtu;
 mod privileges;
+mod published;
 mod resolve;
 mod status;
 mod top;

@@ -132,14 +132,18 @@ impl Docker {
         self.podman.is_some()
     }
 
-    /// Names of the running containers that publish a port on the host.
-    pub async fn publishing_containers(&self) -> Result<Vec<String>> {
+    /// `docker ps`: the running containers' summaries.
+    async fn running_summaries(&self) -> Result<Vec<bollard::models::ContainerSummary>> {
         let options = ListContainersOptionsBuilder::new().all(false).build();
-        let list = self
-            .client
+        self.client
             .list_containers(Some(options))
             .await
-            .context("cannot list containers")?;
+            .context("cannot list containers")
+    }
+
+    /// Names of the running containers that publish a port on the host.
+    pub async fn publishing_containers(&self) -> Result<Vec<String>> {
+        let list = self.running_summaries().await?;
         Ok(list
             .into_iter()
             .filter(|c| {
@@ -151,6 +155,42 @@ impl Docker {
             })
             .filter_map(|c| Some(c.names?.first()?.trim_start_matches('/').to_owned()))
             .collect())
+    }
+
+    /// Every port a running container publishes on the host, TCP and UDP.
+    pub async fn published_ports(&self) -> Result<Vec<PublishedPort>> {
+        use bollard::models::PortSummaryTypeEnum;
+        let list = self.running_summaries().await?;
+        let mut out = Vec::new();
+        for c in list {
+            let (Some(id), Some(name)) = (c.id, c.names.and_then(|n| n.into_iter().next())) else {
+                continue;
+            };
+            for port in c.ports.unwrap_or_default() {
+                let udp = match port.typ {
+                    Some(PortSummaryTypeEnum::TCP) => false,
+                    Some(PortSummaryTypeEnum::UDP) => true,
+                    _ => continue,
+                };
+                let (Some(host_port), Some(Ok(host_ip))) =
+                    (port.public_port, port.ip.as_deref().map(str::parse))
+                else {
+                    continue;
+                };
+                out.push(PublishedPort {
+                    container: name.trim_start_matches('/').to_owned(),
+                    id: id.clone(),
+                    host_ip,
+                    host_port,
+                    container_port: port.private_port,
+                    udp,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            (&a.container, a.host_port, a.udp).cmp(&(&b.container, b.host_port, b.udp))
+        });
+        Ok(out)
     }
 
     pub async fn ping(&self) -> Result<()> {
@@ -340,6 +380,18 @@ impl Docker {
     }
 }
 
+/// A port a running container publishes, as `doctor` checks it (`docker ps`'s PORTS column).
+#[derive(Clone, Debug)]
+pub struct PublishedPort {
+    pub container: String,
+    pub id: String,
+    /// The host address it is bound to; unspecified (0.0.0.0, ::) for all of that family.
+    pub host_ip: std::net::IpAddr,
+    pub host_port: u16,
+    pub container_port: u16,
+    pub udp: bool,
+}
+
 /// A bridge network as `doctor` reports it.
 #[derive(Clone, Debug)]
 pub struct BridgeNetwork {
@@ -348,6 +400,8 @@ pub struct BridgeNetwork {
     pub bridge: String,
     /// Its containers' addresses, without prefix lengths.
     pub addrs: Vec<std::net::IpAddr>,
+    /// Its subnets (address, prefix length), from its IPAM configuration.
+    pub subnets: Vec<(std::net::IpAddr, u8)>,
 }
 
 impl Docker {
@@ -376,6 +430,19 @@ impl Docker {
                 },
                 (None, None) => format!("br-{}", &id[..id.len().min(12)]),
             };
+            let subnets = inspect
+                .ipam
+                .and_then(|ipam| ipam.config)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|c| {
+                    let (addr, len) = c
+                        .subnet?
+                        .split_once('/')
+                        .map(|(a, l)| (a.to_owned(), l.to_owned()))?;
+                    Some((addr.parse().ok()?, len.parse().ok()?))
+                })
+                .collect();
             let addrs = inspect
                 .containers
                 .unwrap_or_default()
@@ -388,6 +455,7 @@ impl Docker {
                 name: inspect.name.unwrap_or_default(),
                 bridge,
                 addrs,
+                subnets,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

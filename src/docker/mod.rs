@@ -6,7 +6,9 @@ mod inventory;
 mod podman;
 pub mod userland_proxy;
 
-pub use client::{BridgeNetwork, Container, Docker, Event, NetworkAttachment, NetworkCache};
+pub use client::{
+    BridgeNetwork, Container, Docker, Event, NetworkAttachment, NetworkCache, PublishedPort,
+};
 pub use endpoints::endpoint_on;
 pub use inventory::{ContainerSource, Inventory};
 pub use podman::Rootless;

@@ -35,6 +35,10 @@ impl Prefix {
         Self::new(addr, len)
     }
 
+    fn max_len(&self) -> u8 {
+        if self.addr.is_ipv4() { 32 } else { 128 }
+    }
+
     pub(super) fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -76,6 +80,18 @@ impl Net {
             Net::Range(lo, hi) => {
                 lo.is_ipv4() == ip.is_ipv4() && hi.is_ipv4() == ip.is_ipv4() && lo <= ip && ip <= hi
             }
+        }
+    }
+}
+
+impl Net {
+    /// Whether every address of `self` lies in `outer`.
+    pub(super) fn within(&self, outer: &Net) -> bool {
+        match (*self, *outer) {
+            (Net::Prefix(p), Net::Prefix(o)) => p.len >= o.len && o.contains(p.addr),
+            (Net::Prefix(p), Net::Range(..)) => p.len == p.max_len() && outer.contains(p.addr),
+            // A prefix or range holds every address between two it holds.
+            (Net::Range(lo, hi), o) => o.contains(lo) && o.contains(hi),
         }
     }
 }

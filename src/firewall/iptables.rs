@@ -1,9 +1,10 @@
 //! `iptables-save` / `ip6tables-save` output (legacy or nf_tables backend) as [`Table`]s.
 //!
 //! Only the chains bridged packets traverse under br_netfilter are kept as base chains: raw
-//! PREROUTING, mangle PREROUTING/FORWARD/POSTROUTING and filter FORWARD. The nat table is not
-//! read: it sees only a connection's first packet and translates addresses rather than
-//! dropping, and Docker's own nat rules exclude traffic that stays on its bridge.
+//! PREROUTING, mangle PREROUTING/FORWARD/POSTROUTING and filter FORWARD. The nat table's
+//! PREROUTING and POSTROUTING are kept apart ([`Table::nat_bases`]): they see only a
+//! connection's first packet, and Docker's own nat rules exclude traffic that stays on its
+//! bridge, so only a published port's inbound walk reads them.
 use std::collections::HashMap;
 
 use super::{
@@ -24,8 +25,42 @@ fn hooks(table: &str) -> &'static [(&'static str, Hook)] {
             ("POSTROUTING", Hook::Postrouting),
         ],
         "filter" => &[("FORWARD", Hook::Forward)],
+        "nat" => &[
+            ("PREROUTING", Hook::Prerouting),
+            ("POSTROUTING", Hook::Postrouting),
+        ],
         _ => &[],
     }
+}
+
+/// IANA numbers of the protocols `-p` names that a published port can carry.
+fn proto_number(name: &str) -> Option<u8> {
+    match name {
+        "tcp" | "6" => Some(6),
+        "udp" | "17" => Some(17),
+        "sctp" | "132" => Some(132),
+        "icmp" | "1" => Some(1),
+        "icmpv6" | "ipv6-icmp" | "58" => Some(58),
+        _ => None,
+    }
+}
+
+/// `80`, `8000:8080`, or multiport's `80,443,8000:8080`.
+fn port_ranges(text: &str) -> Option<Vec<(u16, u16)>> {
+    text.split(',')
+        .map(|part| match part.split_once(':') {
+            Some((lo, hi)) => {
+                let lo = if lo.is_empty() { 0 } else { lo.parse().ok()? };
+                let hi = if hi.is_empty() {
+                    u16::MAX
+                } else {
+                    hi.parse().ok()?
+                };
+                Some((lo, hi))
+            }
+            None => part.parse().ok().map(|p| (p, p)),
+        })
+        .collect()
 }
 
 /// Parses one tool's dump. `tool` names it in messages ("iptables (nf_tables)").
@@ -42,19 +77,28 @@ pub(super) fn parse(tool: &str, family: Family, dump: &str) -> Result<Vec<Table>
         }
         if let Some(name) = line.strip_prefix('*') {
             tables.extend(current.take().map(targets_resolved));
+            let nat = name == "nat";
+            let bases: Vec<Base> = hooks(name)
+                .iter()
+                .map(|&(chain, hook)| Base {
+                    chain: chain.to_owned(),
+                    hook,
+                    devices: vec![],
+                    nat,
+                })
+                .collect();
+            let (bases, nat_bases) = if nat {
+                (vec![], bases)
+            } else {
+                (bases, vec![])
+            };
             current = Some(Table {
                 name: format!("{tool} {name}"),
                 families: vec![family],
                 layer: Layer::Inet,
                 chains: HashMap::new(),
-                bases: hooks(name)
-                    .iter()
-                    .map(|&(chain, hook)| Base {
-                        chain: chain.to_owned(),
-                        hook,
-                        devices: vec![],
-                    })
-                    .collect(),
+                bases,
+                nat_bases,
             });
             continue;
         }
@@ -144,14 +188,51 @@ fn rule(words: &[String], text: &str) -> Rule {
             "-i" | "--in-interface" => conds.push(dev(Dev::In, value(i), negate)),
             "-o" | "--out-interface" => conds.push(dev(Dev::Out, value(i), negate)),
             "-p" | "--protocol" => {
-                if !matches!(value(i).as_str(), "all" | "0") {
-                    conds.push(Cond::Unknown);
+                let name = value(i);
+                if !matches!(name.as_str(), "all" | "0") {
+                    conds.push(match proto_number(&name) {
+                        Some(p) => Cond::Proto {
+                            protos: vec![p],
+                            negate,
+                        },
+                        None => Cond::Unknown,
+                    });
                 }
+            }
+            "--dport"
+            | "--destination-port"
+            | "--sport"
+            | "--source-port"
+            | "--dports"
+            | "--destination-ports"
+            | "--sports"
+            | "--source-ports"
+                if matches!(module.as_str(), "tcp" | "udp" | "sctp" | "multiport") =>
+            {
+                let end = if word.starts_with("--d") {
+                    End::Dst
+                } else {
+                    End::Src
+                };
+                conds.push(match port_ranges(&value(i)) {
+                    Some(ranges) => Cond::Port {
+                        end,
+                        ranges,
+                        negate,
+                    },
+                    None => Cond::Unknown,
+                });
+            }
+            "--dst-type" if module == "addrtype" && value(i) == "LOCAL" => {
+                conds.push(Cond::DstLocal { negate });
             }
             "-m" | "--match" => module = value(i),
             "-j" | "--jump" => {
-                action = target(&value(i));
-                // The target's own options follow; none of them change the verdict's kind.
+                action = match value(i).as_str() {
+                    "DNAT" => dnat(&words[i + 2..]),
+                    name => target(name),
+                };
+                // The target's own options follow; only DNAT's change the verdict's kind.
                 break;
             }
             "-g" | "--goto" => {
@@ -180,6 +261,17 @@ fn rule(words: &[String], text: &str) -> Rule {
         conds,
         action,
         text: text.to_owned(),
+    }
+}
+
+/// DNAT to one `address:port` (Docker's form); a range, a random choice or no port is a
+/// translation no fast path reproduces, so it blocks.
+fn dnat(options: &[String]) -> Action {
+    match options {
+        [opt, to] if opt == "--to-destination" && !to.contains('-') && to.contains(':') => {
+            Action::Dnat(to.clone())
+        }
+        _ => Action::Block,
     }
 }
 
@@ -266,8 +358,7 @@ mod tests {
             dev_out: Some(bridge),
             phys_in: Some("vetha"),
             phys_out: Some("vethb"),
-            bridge_in: None,
-            bridge_out: None,
+            ..Flow::default()
         };
         for table in parse("iptables", Family::V4, dump).unwrap() {
             for base in &table.bases {
@@ -388,6 +479,43 @@ mod tests {
             let got = forward(&dump, "br-4abc8bbf58d0", "172.18.0.2", "172.18.0.3");
             assert_eq!(got.is_ok(), passes, "{line}: {got:?}");
         }
+    }
+
+    #[test]
+    fn protocols_ports_and_docker_dnat_are_read() {
+        let r = |line: &str| rule(&split(line).unwrap()[2..], line);
+        let got = r("-A X ! -p udp -m udp --dport 53 -m multiport --sports 1:1023,2049 -j DROP");
+        assert_eq!(
+            got.conds,
+            [
+                Cond::Proto {
+                    protos: vec![17],
+                    negate: true
+                },
+                Cond::Port {
+                    end: End::Dst,
+                    ranges: vec![(53, 53)],
+                    negate: false
+                },
+                Cond::Port {
+                    end: End::Src,
+                    ranges: vec![(1, 1023), (2049, 2049)],
+                    negate: false
+                },
+            ]
+        );
+        assert_eq!(
+            r("-A DOCKER -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.18.0.2:80").action,
+            Action::Dnat("172.18.0.2:80".into())
+        );
+        assert_eq!(
+            r("-A X -p tcp -j DNAT --to-destination 10.0.0.1-10.0.0.9:80").action,
+            Action::Block
+        );
+        assert_eq!(
+            r("-A X -m addrtype --dst-type LOCAL -j DOCKER").conds,
+            [Cond::DstLocal { negate: false }]
+        );
     }
 
     #[test]

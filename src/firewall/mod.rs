@@ -18,6 +18,7 @@
 //! that matches only forged addresses is out of this check's reach, as it is of the bridge's.
 mod addr;
 mod generation;
+mod inbound;
 mod iptables;
 mod model;
 mod nft;
@@ -26,6 +27,7 @@ mod read;
 mod tc;
 mod tri;
 
+pub use inbound::{PublishedPort, Transport};
 pub use pinned::{Covered, Recorded, covered};
 
 use std::{collections::HashMap, net::IpAddr};
@@ -399,6 +401,7 @@ impl Direction<'_> {
             phys_out: only(bridged && has_out, to),
             bridge_in: only(bridged, Some(bridge)),
             bridge_out: only(bridged, Some(bridge)),
+            ..Flow::default()
         }
     }
 }
@@ -534,7 +537,9 @@ mod tests {
                     chain: "in".into(),
                     hook: Hook::Ingress,
                     devices: vec![device.into()],
+                    nat: false,
                 }],
+                nat_bases: vec![],
             }],
             bridge_nf: None,
             bridge_switches: |_| (false, false),

@@ -13,8 +13,9 @@ use super::{
     tri::Tri,
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub(super) enum Family {
+    #[default]
     V4,
     V6,
 }
@@ -54,6 +55,17 @@ pub(super) enum Cond {
     },
     /// The packet is of this family (nft payload `ip …`, `meta nfproto ipv4`).
     Family { family: Family, negate: bool },
+    /// The layer-4 protocol is one of these numbers (iptables `-p`, nft `meta l4proto`).
+    Proto { protos: Vec<u8>, negate: bool },
+    /// The source or destination port lies in one of these inclusive ranges (`--dport 80`,
+    /// `--dports 80,8000:8080`, nft `tcp dport { 80, 443 }`).
+    Port {
+        end: End,
+        ranges: Vec<(u16, u16)>,
+        negate: bool,
+    },
+    /// The destination is an address of this host (`-m addrtype --dst-type LOCAL`).
+    DstLocal { negate: bool },
     /// Holds for any bridged packet (`--physdev-is-bridged`).
     Always,
     /// Holds for none of the pair's packets (`meta protocol arp`).
@@ -73,6 +85,10 @@ pub(super) enum Action {
     Goto(String),
     /// Counting and logging: the walk goes on.
     Continue,
+    /// Destination NAT to `address:port` as the tool prints it (`172.18.0.2:80`,
+    /// `[fd00::2]:80`): Docker's publishing of a port. It alters the packet, so it blocks,
+    /// except where a flow expects exactly this translation ([`Flow::expected_dnat`]).
+    Dnat(String),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +123,8 @@ pub(super) struct Base {
     pub(crate) hook: Hook,
     /// netdev chains: the devices they are bound to.
     pub(crate) devices: Vec<String>,
+    /// A nat chain (nft `type nat`, the iptables nat table).
+    pub(crate) nat: bool,
 }
 
 /// How packets reach a set of chains.
@@ -131,10 +149,25 @@ pub(super) struct Table {
     pub(crate) layer: Layer,
     pub(crate) chains: HashMap<String, Chain>,
     pub(crate) bases: Vec<Base>,
+    /// The iptables nat table's PREROUTING and POSTROUTING: only a published port's first
+    /// packets meet them, never a linked pair's (Docker's nat rules exclude its bridges), so
+    /// only the inbound walk reads them.
+    pub(crate) nat_bases: Vec<Base>,
 }
 
-/// One direction of a pair's traffic as one hook sees it.
-#[derive(Clone, Debug)]
+impl Table {
+    /// Whether a rule of this table translates to `to` (Docker publishing the port here).
+    pub(super) fn has_dnat(&self, to: &str) -> bool {
+        self.chains
+            .values()
+            .flat_map(|c| &c.rules)
+            .any(|r| matches!(&r.action, Action::Dnat(t) if t == to))
+    }
+}
+
+/// One direction of a pair's traffic as one hook sees it. What is `None` (or empty) is
+/// unknown: conditions on it are `Maybe`.
+#[derive(Clone, Debug, Default)]
 pub(super) struct Flow<'a> {
     pub(crate) family: Family,
     pub(crate) src: &'a [IpAddr],
@@ -145,6 +178,29 @@ pub(super) struct Flow<'a> {
     pub(crate) phys_out: Option<&'a str>,
     pub(crate) bridge_in: Option<&'a str>,
     pub(crate) bridge_out: Option<&'a str>,
+    /// IANA protocol number (6 TCP, 17 UDP); unknown for a linked pair.
+    pub(crate) proto: Option<u8>,
+    pub(crate) sport: Option<u16>,
+    pub(crate) dport: Option<u16>,
+    /// Whether the destination is one of the host's own addresses.
+    pub(crate) dst_local: Option<bool>,
+    /// Where `src` (or `dst`) is empty, the unknown addresses are none of these: a client of
+    /// a published port is not on the host's container networks (the fast path leaves such
+    /// packets to the stack).
+    pub(crate) src_outside: &'a [Net],
+    pub(crate) dst_outside: &'a [Net],
+    /// The one DNAT (`address:port`) this flow's packets are meant to get; see [`Action::Dnat`].
+    pub(crate) expected_dnat: Option<&'a str>,
+}
+
+/// How a chain's end and its accepts count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A filter chain: a packet that is accepted or falls off an accepting policy goes on.
+    Filter,
+    /// A nat chain that must translate every packet ([`Flow::expected_dnat`]): an accept or
+    /// the chain's end leaves a packet untranslated, on a path the fast path does not take.
+    Translate,
 }
 
 /// The rule (or policy) that keeps a pair from being linked.
@@ -193,12 +249,39 @@ impl Cond {
                 }
             }
             Cond::Addr { end, nets, negate } => {
-                let addrs = match end {
-                    End::Src => flow.src,
-                    End::Dst => flow.dst,
+                let (addrs, outside) = match end {
+                    End::Src => (flow.src, flow.src_outside),
+                    End::Dst => (flow.dst, flow.dst_outside),
                 };
+                if addrs.is_empty() && nets.iter().all(|n| outside.iter().any(|o| n.within(o))) {
+                    return Tri::No.negate(*negate);
+                }
                 meet(nets, addrs).negate(*negate)
             }
+            Cond::Proto { protos, negate } => match flow.proto {
+                None => Tri::Maybe,
+                Some(p) => Tri::from(protos.contains(&p)).negate(*negate),
+            },
+            Cond::Port {
+                end,
+                ranges,
+                negate,
+            } => {
+                let port = match end {
+                    End::Src => flow.sport,
+                    End::Dst => flow.dport,
+                };
+                match port {
+                    None => Tri::Maybe,
+                    Some(p) => {
+                        Tri::from(ranges.iter().any(|&(lo, hi)| lo <= p && p <= hi)).negate(*negate)
+                    }
+                }
+            }
+            Cond::DstLocal { negate } => match flow.dst_local {
+                None => Tri::Maybe,
+                Some(local) => Tri::from(local).negate(*negate),
+            },
             Cond::Family { family, negate } => {
                 if *family == flow.family {
                     Tri::Yes.negate(*negate)
@@ -247,16 +330,42 @@ enum Exit {
 impl Table {
     /// `Ok` if every packet of `flow` reaching base chain `base` is accepted by this table.
     pub(super) fn passes(&self, base: &Base, flow: &Flow<'_>) -> Result<(), Blocker> {
+        self.passes_as(base, flow, Mode::Filter)
+    }
+
+    /// [`Table::passes`], with a chain's accepts and end counted as `mode` says.
+    pub(super) fn passes_as(
+        &self,
+        base: &Base,
+        flow: &Flow<'_>,
+        mode: Mode,
+    ) -> Result<(), Blocker> {
         let Some(chain) = self.chains.get(&base.chain) else {
-            return Ok(());
-        };
-        match self.walk(&base.chain, chain, flow, 0)? {
-            Exit::Accepted => Ok(()),
-            Exit::Fell => match chain.policy_accepts {
-                Some(false) => Err(self.blocker(&base.chain, "policy drop".to_owned())),
+            return match (mode, flow.expected_dnat) {
+                (Mode::Translate, Some(to)) => Err(self.untranslated(&base.chain, to)),
                 _ => Ok(()),
+            };
+        };
+        match self.walk(&base.chain, chain, flow, mode, 0)? {
+            Exit::Accepted => Ok(()),
+            Exit::Fell => match (mode, chain.policy_accepts) {
+                (Mode::Translate, _) => Err(self.untranslated(
+                    &base.chain,
+                    flow.expected_dnat.unwrap_or("the published port"),
+                )),
+                (Mode::Filter, Some(false)) => {
+                    Err(self.blocker(&base.chain, "policy drop".to_owned()))
+                }
+                (Mode::Filter, _) => Ok(()),
             },
         }
+    }
+
+    fn untranslated(&self, chain: &str, to: &str) -> Blocker {
+        self.blocker(
+            chain,
+            format!("some packets reach the chain's end without Docker's DNAT to {to}"),
+        )
     }
 
     fn blocker(&self, chain: &str, rule: String) -> Blocker {
@@ -272,6 +381,7 @@ impl Table {
         name: &str,
         chain: &Chain,
         flow: &Flow<'_>,
+        mode: Mode,
         depth: usize,
     ) -> Result<Exit, Blocker> {
         for rule in &chain.rules {
@@ -282,8 +392,18 @@ impl Table {
             let certain = matched == Tri::Yes;
             match &rule.action {
                 Action::Continue => {}
+                // In a nat chain an accept ends the translation: the packet stays on the host.
+                Action::Accept if mode == Mode::Translate => {
+                    return Err(self.blocker(name, rule.text.clone()));
+                }
                 Action::Accept if certain => return Ok(Exit::Accepted),
                 Action::Accept => {}
+                Action::Dnat(to) if Some(to.as_str()) == flow.expected_dnat => {
+                    if certain {
+                        return Ok(Exit::Accepted);
+                    }
+                }
+                Action::Dnat(_) => return Err(self.blocker(name, rule.text.clone())),
                 Action::Return if certain => return Ok(Exit::Fell),
                 Action::Return => {}
                 Action::Block => return Err(self.blocker(name, rule.text.clone())),
@@ -299,7 +419,7 @@ impl Table {
                             format!("{} (chains nested deeper than {MAX_DEPTH})", rule.text),
                         ));
                     }
-                    let end = self.walk(target, callee, flow, depth + 1)?;
+                    let end = self.walk(target, callee, flow, mode, depth + 1)?;
                     let goto = matches!(rule.action, Action::Goto(_));
                     match end {
                         Exit::Accepted if certain => return Ok(Exit::Accepted),
@@ -328,8 +448,7 @@ mod tests {
             dev_out: Some("br-x"),
             phys_in: Some("vetha"),
             phys_out: Some("vethb"),
-            bridge_in: None,
-            bridge_out: None,
+            ..Flow::default()
         }
     }
 
@@ -356,6 +475,7 @@ mod tests {
             layer: Layer::Inet,
             chains: chains.into_iter().map(|(n, c)| (n.to_owned(), c)).collect(),
             bases: vec![],
+            nat_bases: vec![],
         }
     }
 
@@ -364,6 +484,7 @@ mod tests {
             chain: "FORWARD".into(),
             hook: Hook::Forward,
             devices: vec![],
+            nat: false,
         }
     }
 

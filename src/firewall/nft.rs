@@ -53,6 +53,7 @@ pub(super) fn parse(
                     layer,
                     chains: HashMap::new(),
                     bases: Vec::new(),
+                    nat_bases: Vec::new(),
                 },
             );
         } else if let Some(c) = item.get("chain") {
@@ -74,6 +75,7 @@ pub(super) fn parse(
                         chain: name,
                         hook,
                         devices,
+                        nat: c.get("type").and_then(Value::as_str) == Some("nat"),
                     });
                 }
             }
@@ -147,6 +149,10 @@ fn rule(exprs: &[Value], text: String) -> Rule {
             "match" => conds.extend(condition(body)),
             "accept" => action = Action::Accept,
             "drop" | "reject" | "queue" => action = Action::Block,
+            "dnat" => match dnat(body) {
+                Some(to) => action = Action::Dnat(to),
+                None => alters = true,
+            },
             "return" => action = Action::Return,
             "continue" => action = Action::Continue,
             "jump" | "goto" => {
@@ -210,6 +216,7 @@ fn condition(m: &Value) -> Vec<Cond> {
             "ibrname" | "ibridgename" => Dev::BridgeIn,
             "obrname" | "obridgename" => Dev::BridgeOut,
             "nfproto" | "protocol" => return vec![family_cond(right, negate)],
+            "l4proto" => return vec![proto_cond(right, negate)],
             _ => return vec![Cond::Unknown],
         };
         return match strings(right) {
@@ -222,6 +229,32 @@ fn condition(m: &Value) -> Vec<Cond> {
         let family = match s("protocol") {
             "ip" => Family::V4,
             "ip6" => Family::V6,
+            // `tcp dport 80` holds only for TCP packets; `th` is any transport header.
+            l4 @ ("tcp" | "udp" | "sctp" | "th") => {
+                let end = match s("field") {
+                    "sport" => End::Src,
+                    "dport" => End::Dst,
+                    _ => return vec![Cond::Unknown],
+                };
+                let port = match port_ranges(right) {
+                    Some(ranges) => Cond::Port {
+                        end,
+                        ranges,
+                        negate,
+                    },
+                    None => Cond::Unknown,
+                };
+                return match proto_number(l4) {
+                    Some(p) => vec![
+                        Cond::Proto {
+                            protos: vec![p],
+                            negate: false,
+                        },
+                        port,
+                    ],
+                    None => vec![port],
+                };
+            }
             _ => return vec![Cond::Unknown],
         };
         // `ip saddr …` holds only for IPv4 packets, whatever the operator compares it with.
@@ -232,6 +265,7 @@ fn condition(m: &Value) -> Vec<Cond> {
         let end = match s("field") {
             "saddr" => End::Src,
             "daddr" => End::Dst,
+            "protocol" | "nexthdr" => return vec![is_family, proto_cond(right, negate)],
             _ => return vec![is_family, Cond::Unknown],
         };
         return match nets(right) {
@@ -252,6 +286,59 @@ fn family_cond(right: &Value, negate: bool) -> Cond {
         None => return Cond::Unknown,
     };
     Cond::Family { family, negate }
+}
+
+fn proto_number(name: &str) -> Option<u8> {
+    match name {
+        "tcp" => Some(6),
+        "udp" => Some(17),
+        "sctp" => Some(132),
+        "icmp" => Some(1),
+        "ipv6-icmp" | "icmpv6" => Some(58),
+        _ => None,
+    }
+}
+
+/// `meta l4proto tcp`, `ip protocol { tcp, udp }`: names or numbers, alone or in a set.
+fn proto_cond(right: &Value, negate: bool) -> Cond {
+    let one = |v: &Value| match v {
+        Value::String(s) => proto_number(s),
+        Value::Number(n) => n.as_u64().and_then(|n| u8::try_from(n).ok()),
+        _ => None,
+    };
+    let protos = match right.get("set").and_then(Value::as_array) {
+        Some(items) => items.iter().map(one).collect::<Option<Vec<_>>>(),
+        None => one(right).map(|p| vec![p]),
+    };
+    match protos {
+        Some(protos) => Cond::Proto { protos, negate },
+        None => Cond::Unknown,
+    }
+}
+
+/// `80`, `{ 80, 443 }`, `8000-8080` (`{"range": [8000, 8080]}`), and sets of those.
+fn port_ranges(v: &Value) -> Option<Vec<(u16, u16)>> {
+    let port = |v: &Value| v.as_u64().and_then(|n| u16::try_from(n).ok());
+    let one = |v: &Value| match v.get("range").and_then(Value::as_array).map(Vec::as_slice) {
+        Some([lo, hi]) => Some((port(lo)?, port(hi)?)),
+        Some(_) => None,
+        None => port(v).map(|p| (p, p)),
+    };
+    match v.get("set").and_then(Value::as_array) {
+        Some(items) => items.iter().map(one).collect(),
+        None => one(v).map(|r| vec![r]),
+    }
+}
+
+/// `dnat ip to 172.18.0.2:80` as `172.18.0.2:80` (`[fd00::2]:80` for IPv6), the way iptables
+/// prints Docker's; `None` for a map, a range or a translation without a port.
+fn dnat(body: &Value) -> Option<String> {
+    let addr: IpAddr = body.get("addr")?.as_str()?.parse().ok()?;
+    let port = body.get("port")?.as_u64()?;
+    Some(match addr {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    })
 }
 
 /// Strings, or a set of strings.
@@ -399,6 +486,7 @@ mod tests {
                 phys_out: Some("vethb"),
                 bridge_in: Some("br-x"),
                 bridge_out: Some("br-x"),
+                ..Flow::default()
             };
             for base in &table.bases {
                 table.passes(base, &flow)?;
@@ -483,6 +571,51 @@ mod tests {
             m(r#"{"op":"<","left":{"meta":{"key":"length"}},"right":100}"#),
             [Cond::Unknown]
         );
+        let tcp = Cond::Proto {
+            protos: vec![6],
+            negate: false,
+        };
+        assert_eq!(
+            m(
+                r#"{"op":"!=","left":{"payload":{"protocol":"tcp","field":"dport"}},
+                  "right":{"set":[80,{"range":[8000,8080]}]}}"#
+            ),
+            [
+                tcp.clone(),
+                Cond::Port {
+                    end: End::Dst,
+                    ranges: vec![(80, 80), (8000, 8080)],
+                    negate: true
+                }
+            ]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"payload":{"protocol":"th","field":"sport"}},"right":53}"#),
+            [Cond::Port {
+                end: End::Src,
+                ranges: vec![(53, 53)],
+                negate: false
+            }]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"meta":{"key":"l4proto"}},"right":{"set":["tcp","udp"]}}"#),
+            [Cond::Proto {
+                protos: vec![6, 17],
+                negate: false
+            }]
+        );
+        assert_eq!(
+            m(
+                r#"{"op":"==","left":{"payload":{"protocol":"ip","field":"protocol"}},"right":"tcp"}"#
+            ),
+            [
+                Cond::Family {
+                    family: Family::V4,
+                    negate: false
+                },
+                tcp
+            ]
+        );
     }
 
     #[test]
@@ -507,6 +640,18 @@ mod tests {
         );
         assert_eq!(
             r(r#"[{"xt":{"type":"target","name":"DNAT"}}]"#).action,
+            Action::Block
+        );
+        assert_eq!(
+            r(r#"[{"dnat":{"family":"ip","addr":"172.18.0.2","port":80}}]"#).action,
+            Action::Dnat("172.18.0.2:80".into())
+        );
+        assert_eq!(
+            r(r#"[{"dnat":{"family":"ip6","addr":"fd00::2","port":80}}]"#).action,
+            Action::Dnat("[fd00::2]:80".into())
+        );
+        assert_eq!(
+            r(r#"[{"dnat":{"family":"ip","addr":"172.18.0.2"}}]"#).action,
             Action::Block
         );
         assert_eq!(

@@ -10,6 +10,12 @@ pub(super) enum Tri {
     Maybe,
 }
 
+impl From<bool> for Tri {
+    fn from(holds: bool) -> Self {
+        if holds { Self::Yes } else { Self::No }
+    }
+}
+
 impl Tri {
     /// The answer of the condition with `!` in front when `negate` (`Maybe` stays `Maybe`).
     pub(super) fn negate(self, negate: bool) -> Self {

@@ -758,3 +758,47 @@ fn traffic_control_on_a_veth_keeps_the_pair_on_the_bridge_like_a_firewall_rule()
     );
     eprintln!("link removed {took:?} after a filter on A's veth");
 }
+
+/// Issue 24: doctor says, per published port, whether the rules would let a fast path from the
+/// NIC take it; an operator's DOCKER-USER drop for the container port keeps it on Docker's
+/// path, named. (Whether the port passes without it depends on what else the host holds.)
+#[test]
+fn doctor_names_the_rule_that_keeps_a_published_port_on_dockers_path() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("published", &[]);
+    let web = world.run("web", &["--network", &net, "-p", "18090:80"], &[]);
+    let line_of = |doctor: &str| {
+        doctor
+            .lines()
+            .find(|l| l.contains(&format!("port 18090/tcp → {web}:80")))
+            .map(str::to_owned)
+    };
+    let before = world.dxdp.run(&["doctor"]);
+    let line = line_of(&before.stdout).unwrap_or_else(|| panic!("no line for 18090: {before}"));
+    assert!(
+        line.starts_with("[ ok ]") || line.contains("stays on Docker's path"),
+        "{line}"
+    );
+    let ip = world.ip(&web, &net);
+    let dst = format!("{ip}/32");
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &[
+            "-d", &dst, "-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DROP",
+        ],
+    );
+    let after = world.dxdp.run(&["doctor"]);
+    let line = line_of(&after.stdout).unwrap_or_else(|| panic!("no line for 18090: {after}"));
+    assert!(
+        line.starts_with("[warn]")
+            && line.contains(&format!(
+                "iptables filter chain DOCKER-USER: -A DOCKER-USER -d {dst} -p tcp -m tcp \
+                 --dport 80 -j DROP"
+            )),
+        "{line}"
+    );
+}
