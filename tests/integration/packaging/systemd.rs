@@ -222,6 +222,7 @@ fn deb_service_runs_under_systemd_as_pid1() {
         .stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("Status: "))
+        .map(|l| l.trim_matches('"'))
         .unwrap_or_else(|| panic!("no Status: line in `systemctl status`: {shown}"));
     assert!(
         status_line.starts_with("1 link, ")
