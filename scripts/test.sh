@@ -54,6 +54,10 @@ finish() {
     fi
 }
 trap finish EXIT
+# A run stopped by a signal must not report PASSED: bash runs the EXIT trap with the status of
+# the last command that finished, which may well be 0.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 run_step() {
     step=$1
