@@ -79,6 +79,15 @@ pub enum Command {
     Link(LinkArgs),
     /// Remove the link between two endpoints; traffic goes back through the bridge.
     Unlink(UnlinkArgs),
+    /// Take a container's published ports straight from the NIC into it, skipping Docker's
+    /// DNAT, conntrack and the bridge (replies go back the same way).
+    ///
+    /// Every TCP and UDP port the container publishes on an address of the NIC (all of them for
+    /// 0.0.0.0 and ::) gets the fast path; other traffic is untouched. Refused, with the rule
+    /// named, where a firewall rule could drop or change the port's packets on Docker's path.
+    Expose(ExposeArgs),
+    /// Put a container's published ports back on Docker's path.
+    Unexpose(UnexposeArgs),
     /// Show installed links and their counters.
     Status(StatusArgs),
     /// Live rates of every link and managed veth, busiest first, from the pinned counters.
@@ -136,6 +145,25 @@ pub struct UnlinkArgs {
     pub a: EndpointSpec,
     #[arg(value_parser = EndpointParser)]
     pub b: EndpointSpec,
+}
+
+#[derive(Debug, Args)]
+pub struct ExposeArgs {
+    /// Container name or ID prefix.
+    pub container: String,
+    /// The interface clients come in on (repeatable); the default route's if not given.
+    #[arg(long = "nic", value_name = "IFACE")]
+    pub nics: Vec<String>,
+    /// Expose even if a firewall rule could drop or change the port's packets on Docker's
+    /// path: the fast path skips such rules. Without it, such a port is refused, rule named.
+    #[arg(long)]
+    pub bypass_firewall: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UnexposeArgs {
+    /// Container name or ID prefix.
+    pub container: String,
 }
 
 #[derive(Debug, Args)]

@@ -35,7 +35,7 @@ impl Interface {
         self.kind.as_deref() == Some("veth")
     }
 
-    pub(crate) fn is_bridge(&self) -> bool {
+    pub fn is_bridge(&self) -> bool {
         self.kind.as_deref() == Some("bridge")
     }
 }

@@ -4,6 +4,7 @@ mod cleanup;
 mod compose_check;
 mod docs;
 mod doctor;
+mod expose;
 mod link;
 mod mtu;
 mod privileges;
@@ -28,6 +29,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Link(args) => link::run(&cli.pin_dir, capacity, args),
         Command::Unlink(args) => unlink::run(&cli.pin_dir, capacity, args),
+        Command::Expose(args) => expose::run(&cli.pin_dir, capacity, args),
+        Command::Unexpose(args) => expose::unexpose(&cli.pin_dir, capacity, args),
         Command::Status(args) => status::run(&cli.pin_dir, capacity, args),
         Command::Top(args) => top::run(&cli.pin_dir, capacity, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir, capacity),
@@ -46,6 +49,8 @@ fn privileged(command: &Command) -> Option<&'static str> {
     match command {
         Command::Link(_) => Some("link"),
         Command::Unlink(_) => Some("unlink"),
+        Command::Expose(_) => Some("expose"),
+        Command::Unexpose(_) => Some("unexpose"),
         Command::Status(_) => Some("status"),
         Command::Top(_) => Some("top"),
         Command::Cleanup => Some("cleanup"),

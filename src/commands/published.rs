@@ -54,7 +54,7 @@ pub(super) async fn gather(docker: &Docker) -> Result<Vec<PortPath>> {
 }
 
 /// The container's endpoint on a bridge network with an address of `host_ip`'s family.
-fn endpoint_of(
+pub(super) fn endpoint_of(
     container: &docker::Container,
     host_ip: IpAddr,
     host: &[Interface],
@@ -70,7 +70,7 @@ fn endpoint_of(
     last_error.map_or(Ok(None), Err)
 }
 
-fn routable_of(addr: &IpAddr, family_of: IpAddr) -> bool {
+pub(super) fn routable_of(addr: &IpAddr, family_of: IpAddr) -> bool {
     match (addr, family_of) {
         (IpAddr::V4(_), IpAddr::V4(_)) => true,
         (IpAddr::V6(a), IpAddr::V6(_)) => !a.is_unicast_link_local(),
@@ -79,7 +79,7 @@ fn routable_of(addr: &IpAddr, family_of: IpAddr) -> bool {
 }
 
 /// The interface of the host's default route, IPv4's first: where clients come from.
-fn default_route_interface() -> Option<String> {
+pub(super) fn default_route_interface() -> Option<String> {
     let v4 = std::fs::read_to_string("/proc/net/route").ok()?;
     let from_v4 = v4.lines().skip(1).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();

@@ -12,7 +12,7 @@ use tabwriter::TabWriter;
 
 use crate::{
     cli::StatusArgs,
-    datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord},
+    datapath::{Capacity, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord},
     netlink,
     netns::NetnsPath,
 };
@@ -24,6 +24,24 @@ struct Status {
     pin_dir: String,
     links: Vec<LinkStatus>,
     interfaces: Vec<InterfaceStatus>,
+    /// Published ports taken from the NIC straight into their container (`dxdp expose`).
+    exposed: Vec<ExposedStatus>,
+    /// Unexposed containers whose connections' replies still take the fast path until quiet.
+    draining: Vec<Draining>,
+}
+
+#[derive(Serialize)]
+struct ExposedStatus {
+    #[serde(flatten)]
+    port: ExposedPort,
+    /// The NIC's name; `null` where it is gone.
+    nic: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Draining {
+    veth_ifindex: u32,
+    connections: usize,
 }
 
 /// Whether a link's two host veths still exist.
@@ -61,16 +79,30 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
         pin_dir: pin_dir.display().to_string(),
         links: Vec::new(),
         interfaces: Vec::new(),
+        exposed: Vec::new(),
+        draining: Vec::new(),
     };
     // An absent directory may have been renamed away under a parent another user controls.
     crate::datapath::check_ancestors(pin_dir)?;
     if pin_dir.exists() {
         let mut datapath = Datapath::open(pin_dir, capacity)?;
-        let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+        let host = netlink::interfaces(&NetnsPath::host())?;
+        let names: HashMap<u32, String> = host.iter().map(|i| (i.index, i.name.clone())).collect();
+        let veths: HashMap<u32, String> = host
             .into_iter()
             .filter(|i| i.is_veth())
             .map(|i| (i.index, i.name))
             .collect();
+        for port in datapath.exposed()? {
+            let nic = names.get(&port.nic_ifindex).cloned();
+            status.exposed.push(ExposedStatus { port, nic });
+        }
+        for (veth_ifindex, connections) in datapath.draining()? {
+            status.draining.push(Draining {
+                veth_ifindex,
+                connections,
+            });
+        }
         for (ifindex, kind) in datapath.interfaces()? {
             status.interfaces.push(InterfaceStatus {
                 ifindex,
@@ -106,6 +138,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
 
 /// Both tables, columns aligned whatever the names' lengths (Compose v2 names are long).
 fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
+    print_exposed(status, out)?;
     if status.links.is_empty() {
         writeln!(out, "no links (pin directory {})", status.pin_dir)?;
         return Ok(());
@@ -173,4 +206,50 @@ fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
         )?;
     }
     ifaces.flush()
+}
+
+/// The exposed ports, if any, and the unexposed containers still draining.
+fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
+    if status.exposed.is_empty() && status.draining.is_empty() {
+        return Ok(());
+    }
+    let mut table = TabWriter::new(&mut *out).padding(2);
+    writeln!(
+        table,
+        "CONTAINER\tPORT\tNIC\tTO\tORIGIN\tIN PKTS\tIN BYTES\tOUT PKTS\tOUT BYTES\tPASSED"
+    )?;
+    for e in &status.exposed {
+        let p = &e.port;
+        let at = match p.host_addr {
+            std::net::IpAddr::V4(a) => format!("{a}:{}", p.host_port),
+            std::net::IpAddr::V6(a) => format!("[{a}]:{}", p.host_port),
+        };
+        let to = match p.container_addr {
+            std::net::IpAddr::V4(a) => format!("{a}:{}", p.container_port),
+            std::net::IpAddr::V6(a) => format!("[{a}]:{}", p.container_port),
+        };
+        writeln!(
+            table,
+            "{}\t{at}/{}\t{}\t{to}\t{}\t{}\t{}\t{}\t{}\t{}",
+            p.container,
+            p.protocol,
+            e.nic.as_deref().unwrap_or("-"),
+            format!("{:?}", p.origin).to_lowercase(),
+            p.inbound.packets,
+            p.inbound.bytes,
+            p.outbound.packets,
+            p.outbound.bytes,
+            p.passed_packets
+        )?;
+    }
+    table.flush()?;
+    drop(table);
+    for d in &status.draining {
+        writeln!(
+            out,
+            "unexposed veth {}: {} connection(s) still answered over the fast path until quiet",
+            d.veth_ifindex, d.connections
+        )?;
+    }
+    writeln!(out)
 }

@@ -274,7 +274,7 @@ fn repin(path: std::path::PathBuf, pin: impl FnOnce(&std::path::Path) -> Result<
     std::fs::rename(&staged, &path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
-fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {
+pub(super) fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {
     Ok(SchedClassifier::query_tcx(ifname, TcAttachType::Ingress)
         .with_context(|| format!("cannot query TCX programs on {ifname}"))?
         .1)

@@ -4,6 +4,7 @@ mod attach;
 mod choice;
 mod fixups;
 mod pins;
+mod ports;
 mod state;
 
 use std::{
@@ -22,6 +23,7 @@ use tracing::{info, warn};
 
 pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, check_ancestors, on_bpffs};
+pub use ports::{ExposedPort, Exposure, PortMapping};
 pub use state::Capacity;
 
 use crate::{endpoint::Endpoint, netlink::Interface};
@@ -583,6 +585,7 @@ impl Datapath {
         let managed: Vec<u32> = self.interfaces()?.into_iter().map(|(i, _)| i).collect();
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
         purged += programs.drop_stale_pins(&managed, host)?;
+        purged += self.collect_port_garbage(host)?;
         Ok(purged)
     }
 

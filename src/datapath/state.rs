@@ -443,7 +443,7 @@ pub(super) fn sources_of(addrs: &[IpAddr]) -> Sources {
     }))
 }
 
-fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
+pub(super) fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
     match result {
         Ok(v) => Ok(Some(v)),
         Err(MapError::KeyNotFound) => Ok(None),
@@ -455,7 +455,7 @@ fn absent_is_none<T>(result: Result<T, MapError>) -> Result<Option<T>> {
     }
 }
 
-fn ignore_absent(result: Result<(), MapError>) -> Result<()> {
+pub(super) fn ignore_absent(result: Result<(), MapError>) -> Result<()> {
     absent_is_none(result).map(|_| ())
 }
 

@@ -32,6 +32,8 @@ mod churn;
 mod compose_examples;
 mod docker;
 mod firewall;
+// Published ports from a veth "NIC" straight into containers (`dxdp expose`).
+mod ingress;
 // The control plane at fleet scale (a private dockerd with up to 200 containers, 500 in the soak).
 mod fleet;
 // `watch --expedite-rcu`: the host's RCU expedite switch, on only while a pass attaches.

@@ -232,6 +232,130 @@ mod pod {
     unsafe impl aya::Pod for super::Sources {}
 }
 
+/// Published ports straight from the NIC into the container (`dxdp expose`, issue 24): what the
+/// `dxdp_ingress` program on a NIC and the `dxdp_reply` program on a container's host veth share
+/// with userspace. Addresses are 16 bytes, IPv4 v4-mapped (`::ffff:a.b.c.d`), in network order;
+/// ports in host order.
+pub mod ingress {
+    use super::MacAddr;
+
+    pub mod names {
+        pub const PORTS: &str = "DXDP_PORTS";
+        pub const FLOWS: &str = "DXDP_FLOWS";
+        pub const VETHS: &str = "DXDP_PORT_VETHS";
+        pub const OWNERS: &str = "DXDP_PORT_OWNERS";
+        pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
+        pub const REPLY_PROGRAM: &str = "dxdp_reply";
+    }
+
+    pub const DEFAULT_MAX_PORTS: u32 = 16384;
+    /// Connections at once through exposed ports; the least recently used is forgotten first,
+    /// and its replies then take the stack (see docs/ingress.md).
+    pub const DEFAULT_MAX_FLOWS: u32 = 131072;
+
+    pub const PROTO_TCP: u8 = 6;
+    pub const PROTO_UDP: u8 = 17;
+
+    /// A published port as packets from outside address it: arriving on `nic_ifindex` for
+    /// `addr`:`port` over `proto`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub struct PortKey {
+        pub nic_ifindex: u32,
+        pub port: u16,
+        pub proto: u8,
+        pub _pad: u8,
+        pub addr: [u8; 16],
+    }
+
+    /// Where a published port leads (the same on every CPU) and, per CPU, what it carried.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct PortTarget {
+        /// The container's address and port Docker translates the published port to.
+        pub addr: [u8; 16],
+        /// The container's host-side veth: `bpf_redirect_peer` enters its peer.
+        pub veth_ifindex: u32,
+        pub port: u16,
+        pub _pad: u16,
+        /// The container interface's MAC, and the bridge's, which the container's replies are
+        /// addressed to: what the frame would carry had the bridge delivered it.
+        pub mac: MacAddr,
+        pub gateway_mac: MacAddr,
+        pub _pad2: u32,
+        /// Packets and bytes taken into the container, and replies taken out of the NIC.
+        pub in_packets: u64,
+        pub in_bytes: u64,
+        pub out_packets: u64,
+        pub out_bytes: u64,
+        /// Packets to this port left to Docker's path: fragments, IP options, a target veth
+        /// gone, a client the NIC does not route back to.
+        pub passed_packets: u64,
+    }
+
+    /// One connection through an exposed port, as the container's replies carry it: from
+    /// (`addr`, `port`) behind `veth_ifindex` to (`client_addr`, `client_port`). Only replies of
+    /// connections the NIC's program let in are translated ([`Flow`]).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct FlowKey {
+        pub veth_ifindex: u32,
+        pub proto: u8,
+        pub _pad: u8,
+        pub port: u16,
+        pub client_port: u16,
+        pub _pad2: u16,
+        pub addr: [u8; 16],
+        pub client_addr: [u8; 16],
+    }
+
+    /// Who exposed a container's ports (keyed by its host veth's ifindex). Never read by the
+    /// programs.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct PortOwner {
+        pub created_unix_secs: u64,
+        /// [`crate::ORIGIN_MANUAL`] or [`crate::ORIGIN_WATCH`].
+        pub origin: u8,
+        /// [`crate::FIREWALL_CHECKED`] or [`crate::FIREWALL_BYPASSED`].
+        pub firewall: u8,
+        pub _pad: [u8; 6],
+        /// The container's name, NUL-padded UTF-8.
+        pub name: [u8; crate::NAME_LEN],
+    }
+
+    /// A connection the NIC's program let in: the published port it came to, which its replies
+    /// are translated back to, and when it last carried a packet (`bpf_ktime_get_ns`,
+    /// CLOCK_MONOTONIC). Its replies keep the fast path after the port is unexposed, until it
+    /// has been idle a while: its inbound packets then meet conntrack as a connection picked up
+    /// midway, but a reply that reached conntrack first would be taken for a new connection
+    /// from the container and masqueraded.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Flow {
+        pub port: PortKey,
+        pub last_seen_ns: u64,
+    }
+
+    const _: () = {
+        assert!(core::mem::size_of::<Flow>() == 32);
+        assert!(core::mem::size_of::<PortOwner>() == 16 + crate::NAME_LEN);
+        assert!(core::mem::size_of::<PortKey>() == 24);
+        assert!(core::mem::size_of::<PortTarget>() == 80);
+        assert!(core::mem::size_of::<FlowKey>() == 44);
+    };
+
+    #[cfg(feature = "user")]
+    mod pod {
+        // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
+        unsafe impl aya::Pod for super::PortKey {}
+        unsafe impl aya::Pod for super::PortTarget {}
+        unsafe impl aya::Pod for super::FlowKey {}
+        unsafe impl aya::Pod for super::PortOwner {}
+        unsafe impl aya::Pod for super::Flow {}
+    }
+}
+
 /// The socket layer (`sock` datapath), a lab that is not shipped (docs/sock-datapath.md): maps
 /// and programs of `ebpf/programs/src/sock.rs`, loaded by the integration tests' `sock` area.
 ///

@@ -7,6 +7,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod ingress;
 mod maps;
 mod verdict;
 
@@ -41,6 +42,20 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
             Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
         },
     )
+}
+
+/// TCX ingress on a NIC: packets to exposed published ports go straight into their container
+/// (see `ingress`).
+#[classifier]
+pub fn dxdp_ingress(ctx: TcContext) -> i32 {
+    ingress::ingress(&ctx)
+}
+
+/// TCX ingress on an exposed container's host veth: replies of the connections `dxdp_ingress`
+/// let in leave through their NIC, translated back.
+#[classifier]
+pub fn dxdp_reply(ctx: TcContext) -> i32 {
+    ingress::reply(&ctx)
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.

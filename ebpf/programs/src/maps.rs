@@ -1,11 +1,14 @@
 //! The pinned maps. Userspace owns their contents; the programs only read them and count.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMapHash, HashMap, PerCpuHashMap},
+    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuHashMap},
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
     LinkTarget, Meta, Sources,
+    ingress::{
+        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, Flow, FlowKey, PortKey, PortOwner, PortTarget,
+    },
 };
 
 /// Managed host-side veths by ifindex, with the MAC their container may send from.
@@ -34,3 +37,22 @@ pub static LINK_META: HashMap<LinkMetaKey, LinkMeta> = HashMap::pinned(DEFAULT_M
 
 #[map(name = "DXDP_META")]
 pub static META: Array<Meta> = Array::pinned(1, 0);
+
+/// Exposed ports (`dxdp expose`): (NIC, address, protocol, port) -> the container's address and
+/// port, and per-CPU counters.
+#[map(name = "DXDP_PORTS")]
+pub static PORTS: PerCpuHashMap<PortKey, PortTarget> = PerCpuHashMap::pinned(DEFAULT_MAX_PORTS, 0);
+
+/// Connections let in through an exposed port, by their replies' addresses. Only these replies
+/// are translated back and sent out of the NIC.
+#[map(name = "DXDP_FLOWS")]
+pub static FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
+
+/// Host veths of exposed containers that are alive: as `DXDP_TARGETS` for links, the kernel
+/// deletes an entry when its device goes, so a port whose container stopped passes to the stack.
+#[map(name = "DXDP_PORT_VETHS")]
+pub static PORT_VETHS: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_PORTS, 0);
+
+/// Who exposed each container (by host veth): userspace's bookkeeping, beside the datapath.
+#[map(name = "DXDP_PORT_OWNERS")]
+pub static PORT_OWNERS: HashMap<u32, PortOwner> = HashMap::pinned(DEFAULT_MAX_PORTS, 0);

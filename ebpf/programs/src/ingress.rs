@@ -1,0 +1,410 @@
+//! Published ports straight from the NIC into the container (issue 24): the translation Docker's
+//! DNAT and conntrack make, done by two programs, so that neither the host's netfilter nor the
+//! bridge is on the way.
+//!
+//! - `dxdp_ingress` (TCX ingress on a NIC): a TCP or UDP packet to an exposed (address, port)
+//!   gets the container's address and port as destination, the container's MAC, and
+//!   `bpf_redirect_peer` into its namespace. Its connection is remembered in `DXDP_FLOWS`.
+//! - `dxdp_reply` (TCX ingress on the container's host veth): a packet of a remembered
+//!   connection gets the published address and port back as source, and leaves through the NIC
+//!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
+//!
+//! Everything else passes, unchanged, to the programs after ours and the stack.
+use aya_ebpf::{
+    bindings::{
+        BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT,
+        TC_ACT_UNSPEC, bpf_fib_lookup,
+    },
+    helpers::generated::{
+        bpf_csum_diff, bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect_neigh,
+    },
+    programs::TcContext,
+};
+use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
+
+use crate::maps::{FLOWS, PORT_VETHS, PORTS};
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+const IPV4_HLEN: usize = 20;
+const IPV6_HLEN: usize = 40;
+/// Source and destination port, and UDP's length and checksum: what is read of layer 4.
+const L4_READ: usize = 8;
+const TCP_CSUM_OFF: usize = 16;
+/// The TCP flags byte, and the two flags that make a connection's first packet.
+const TCP_FLAGS_OFF: usize = 13;
+const TCP_SYN: u8 = 0x02;
+const TCP_ACK: u8 = 0x10;
+const UDP_CSUM_OFF: usize = 6;
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+
+/// A TCP or UDP packet's addresses and ports, and where its headers sit.
+struct Packet {
+    v6: bool,
+    proto: u8,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+    /// A connection's first packet: a TCP SYN without ACK, or any UDP datagram (UDP has no
+    /// state conntrack could find stale).
+    opens: bool,
+    /// Offset of the IP header and of the layer-4 checksum.
+    l3: usize,
+    l4_csum: usize,
+}
+
+impl Packet {
+    /// Byte offset of the source or destination address inside the frame.
+    fn addr_offset(&self, source: bool) -> usize {
+        match (self.v6, source) {
+            (false, true) => self.l3 + 12,
+            (false, false) => self.l3 + 16,
+            (true, true) => self.l3 + 8,
+            (true, false) => self.l3 + 24,
+        }
+    }
+
+    fn port_offset(&self, source: bool) -> usize {
+        let l4 = self.l3 + if self.v6 { IPV6_HLEN } else { IPV4_HLEN };
+        if source { l4 } else { l4 + 2 }
+    }
+
+    /// Layer-4 checksum flags: UDP over IPv4 may carry none, which must stay none.
+    fn csum_flags(&self) -> u64 {
+        if self.proto == PROTO_UDP {
+            BPF_F_MARK_MANGLED_0 as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// Parses an unfragmented IPv4 packet without options, or an IPv6 packet whose next header is
+/// TCP or UDP, carrying TCP or UDP; `None` for anything else.
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<Packet> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    if start + ETH_HLEN > end {
+        return None;
+    }
+    // SAFETY: bounds-checked against data_end just above.
+    let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
+    let l3 = start + ETH_HLEN;
+    match u16::from_be_bytes([eth[12], eth[13]]) {
+        ETH_P_IP => {
+            if l3 + IPV4_HLEN + L4_READ > end {
+                return None;
+            }
+            // SAFETY: bounds-checked above.
+            let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN + L4_READ]) };
+            // Version 4, no options; not a fragment (no offset, no more-fragments bit).
+            if ip[0] != 0x45 || (ip[6] & 0x3f) != 0 || ip[7] != 0 {
+                return None;
+            }
+            let proto = ip[9];
+            let l4_csum = match proto {
+                PROTO_TCP => TCP_CSUM_OFF,
+                PROTO_UDP => UDP_CSUM_OFF,
+                _ => return None,
+            };
+            let l4 = &ip[IPV4_HLEN..];
+            let opens = opens(proto, l3 + IPV4_HLEN, end)?;
+            Some(Packet {
+                v6: false,
+                opens,
+                proto,
+                src: v4_mapped(&ip[12..16]),
+                dst: v4_mapped(&ip[16..20]),
+                sport: u16::from_be_bytes([l4[0], l4[1]]),
+                dport: u16::from_be_bytes([l4[2], l4[3]]),
+                l3: ETH_HLEN,
+                l4_csum: ETH_HLEN + IPV4_HLEN + l4_csum,
+            })
+        }
+        ETH_P_IPV6 => {
+            if l3 + IPV6_HLEN + L4_READ > end {
+                return None;
+            }
+            // SAFETY: bounds-checked above.
+            let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + L4_READ]) };
+            if ip[0] >> 4 != 6 {
+                return None;
+            }
+            let proto = ip[6];
+            let l4_csum = match proto {
+                PROTO_TCP => TCP_CSUM_OFF,
+                PROTO_UDP => UDP_CSUM_OFF,
+                // Extension headers (fragments among them) take the stack.
+                _ => return None,
+            };
+            let mut src = [0u8; 16];
+            src.copy_from_slice(&ip[8..24]);
+            let mut dst = [0u8; 16];
+            dst.copy_from_slice(&ip[24..40]);
+            let l4 = &ip[IPV6_HLEN..];
+            let opens = opens(proto, l3 + IPV6_HLEN, end)?;
+            Some(Packet {
+                v6: true,
+                opens,
+                proto,
+                src,
+                dst,
+                sport: u16::from_be_bytes([l4[0], l4[1]]),
+                dport: u16::from_be_bytes([l4[2], l4[3]]),
+                l3: ETH_HLEN,
+                l4_csum: ETH_HLEN + IPV6_HLEN + l4_csum,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Whether the layer-4 header at `l4` opens a connection; `None` for a truncated TCP header.
+#[inline(always)]
+fn opens(proto: u8, l4: usize, end: usize) -> Option<bool> {
+    if proto != PROTO_TCP {
+        return Some(true);
+    }
+    if l4 + TCP_FLAGS_OFF + 1 > end {
+        return None;
+    }
+    // SAFETY: bounds-checked just above.
+    let flags = unsafe { *((l4 + TCP_FLAGS_OFF) as *const u8) };
+    Some(flags & (TCP_SYN | TCP_ACK) == TCP_SYN)
+}
+
+fn v4_mapped(addr: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[10] = 0xff;
+    out[11] = 0xff;
+    out[12..16].copy_from_slice(&addr[..4]);
+    out
+}
+
+/// TCX ingress on a NIC: an exposed port's packets go straight into their container.
+#[inline(always)]
+pub fn ingress(ctx: &TcContext) -> i32 {
+    let Some(packet) = parse(ctx) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
+    let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let key = PortKey {
+        nic_ifindex,
+        port: packet.dport,
+        proto: packet.proto,
+        _pad: 0,
+        addr: packet.dst,
+    };
+    let Some(target) = PORTS.get_ptr_mut(key) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: this CPU's copy of the value; nothing else writes it now.
+    let target = unsafe { &mut *target };
+    let flow = FlowKey {
+        veth_ifindex: target.veth_ifindex,
+        proto: packet.proto,
+        _pad: 0,
+        port: target.port,
+        client_port: packet.sport,
+        _pad2: 0,
+        addr: target.addr,
+        client_addr: packet.src,
+    };
+    // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
+    // removes it at unregistration, so a reused ifindex is not taken for it either.
+    let admitted = PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
+        && match FLOWS.get_ptr_mut(flow) {
+            Some(known) => {
+                // SAFETY: a map value pointer, valid for this invocation; a plain store.
+                unsafe { (*known).last_seen_ns = now() };
+                true
+            }
+            // A TCP connection that began before the port was exposed stays on Docker's path
+            // (conntrack tracks its windows, and would find them stale once the fast path
+            // went). So does a client the host does not route back through this NIC.
+            None => {
+                packet.opens
+                    && routes_back(ctx, &packet, nic_ifindex)
+                    && FLOWS
+                        .insert(
+                            flow,
+                            Flow {
+                                port: key,
+                                last_seen_ns: now(),
+                            },
+                            0,
+                        )
+                        .is_ok()
+            }
+        };
+    if !admitted {
+        target.passed_packets += 1;
+        return TC_ACT_UNSPEC;
+    }
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&target.mac);
+    macs[6..].copy_from_slice(&target.gateway_mac);
+    if translate(ctx, &packet, false, &target.addr, target.port).is_err()
+        || ctx.store(0, &macs, 0).is_err()
+    {
+        // Half rewritten (the helpers fail only on memory pressure): a frame that cannot be
+        // delivered as translated must not reach the stack either.
+        return TC_ACT_SHOT;
+    }
+    target.in_packets += 1;
+    target.in_bytes += ctx.len() as u64;
+    // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
+    unsafe { aya_ebpf::helpers::generated::bpf_redirect_peer(target.veth_ifindex, 0) as i32 }
+}
+
+/// TCX ingress on an exposed container's host veth: replies of the connections `ingress` let in
+/// leave through the NIC they came from, as from the published address and port.
+#[inline(always)]
+pub fn reply(ctx: &TcContext) -> i32 {
+    let Some(packet) = parse(ctx) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: as in `ingress`.
+    let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let flow = FlowKey {
+        veth_ifindex,
+        proto: packet.proto,
+        _pad: 0,
+        port: packet.sport,
+        client_port: packet.dport,
+        _pad2: 0,
+        addr: packet.src,
+        client_addr: packet.dst,
+    };
+    let Some(known) = FLOWS.get_ptr_mut(flow) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
+    let port = unsafe {
+        (*known).last_seen_ns = now();
+        (*known).port
+    };
+    // The flow alone decides, also after the port was unexposed: only this veth's container,
+    // from the address and port the connection was let in to, to that very client, is
+    // answered as the published port, which is what it is.
+    if translate(ctx, &packet, true, &port.addr, port.port).is_err() {
+        return TC_ACT_SHOT;
+    }
+    if let Some(target) = PORTS.get_ptr_mut(port) {
+        // SAFETY: this CPU's copy of the value.
+        let target = unsafe { &mut *target };
+        target.out_packets += 1;
+        target.out_bytes += ctx.len() as u64;
+    }
+    // SAFETY: a plain helper call; a null neighbour means "look the next hop up in the FIB".
+    unsafe { bpf_redirect_neigh(port.nic_ifindex, core::ptr::null_mut(), 0, 0) as i32 }
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: a plain helper call.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Whether the host routes the client's address back out of the NIC the packet came in on: only
+/// then can the replies leave there, as the stack would send them. Asked once per connection.
+#[inline(always)]
+fn routes_back(ctx: &TcContext, packet: &Packet, nic_ifindex: u32) -> bool {
+    // SAFETY: plain data; every field the lookup reads is set below or zero.
+    let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    params.l4_protocol = packet.proto;
+    params.sport = packet.dport.to_be();
+    params.dport = packet.sport.to_be();
+    params.ifindex = nic_ifindex;
+    if packet.v6 {
+        params.family = AF_INET6;
+        params.__bindgen_anon_3.ipv6_src = words(&packet.dst);
+        params.__bindgen_anon_4.ipv6_dst = words(&packet.src);
+    } else {
+        params.family = AF_INET;
+        params.__bindgen_anon_3.ipv4_src = words(&packet.dst)[3];
+        params.__bindgen_anon_4.ipv4_dst = words(&packet.src)[3];
+    }
+    // SAFETY: the helper reads and writes `params`, which lives on this stack frame.
+    let rc = unsafe {
+        fib_lookup(
+            ctx.skb.skb as *mut _,
+            &mut params,
+            core::mem::size_of::<bpf_fib_lookup>() as i32,
+            BPF_FIB_LOOKUP_SKIP_NEIGH,
+        )
+    };
+    rc == 0 && params.ifindex == nic_ifindex
+}
+
+/// The 16 address bytes as the kernel's four network-order words.
+#[inline(always)]
+fn words(addr: &[u8; 16]) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    let mut i = 0;
+    while i < 4 {
+        out[i] = u32::from_ne_bytes([
+            addr[4 * i],
+            addr[4 * i + 1],
+            addr[4 * i + 2],
+            addr[4 * i + 3],
+        ]);
+        i += 1;
+    }
+    out
+}
+
+/// Rewrites the packet's source (`source`) or destination address and port to `addr`:`port`,
+/// with the IPv4 header checksum and the layer-4 checksum (pseudo-header included) made right
+/// whether the checksum is complete, partial (offloaded) or, for UDP over IPv4, absent.
+#[inline(always)]
+fn translate(
+    ctx: &TcContext,
+    packet: &Packet,
+    source: bool,
+    addr: &[u8; 16],
+    port: u16,
+) -> Result<(), i64> {
+    let old_addr = if source { &packet.src } else { &packet.dst };
+    let old_port = if source { packet.sport } else { packet.dport };
+    let flags = packet.csum_flags();
+    if packet.v6 {
+        let mut from = words(old_addr);
+        let mut to = words(addr);
+        // SAFETY: both buffers are 16 bytes on this stack frame.
+        let diff = unsafe { bpf_csum_diff(from.as_mut_ptr(), 16, to.as_mut_ptr(), 16, 0) };
+        if diff < 0 {
+            return Err(diff);
+        }
+        ctx.l4_csum_replace(
+            packet.l4_csum,
+            0,
+            diff as u64,
+            BPF_F_PSEUDO_HDR as u64 | flags,
+        )?;
+        ctx.store(packet.addr_offset(source), addr, 0)?;
+    } else {
+        let from = words(old_addr)[3] as u64;
+        let to = words(addr)[3] as u64;
+        ctx.l4_csum_replace(
+            packet.l4_csum,
+            from,
+            to,
+            BPF_F_PSEUDO_HDR as u64 | flags | 4,
+        )?;
+        ctx.l3_csum_replace(packet.l3 + 10, from, to, 4)?;
+        let mut v4 = [0u8; 4];
+        v4.copy_from_slice(&addr[12..16]);
+        ctx.store(packet.addr_offset(source), &v4, 0)?;
+    }
+    let from = u16::from_ne_bytes(old_port.to_be_bytes()) as u64;
+    let to = u16::from_ne_bytes(port.to_be_bytes()) as u64;
+    ctx.l4_csum_replace(packet.l4_csum, from, to, flags | 2)?;
+    ctx.store(packet.port_offset(source), &port.to_be_bytes(), 0)?;
+    Ok(())
+}

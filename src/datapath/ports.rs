@@ -1,0 +1,586 @@
+//! Exposed published ports (issue 24): the pinned maps `DXDP_PORTS`, `DXDP_FLOWS`,
+//! `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
+//! them: `dxdp_ingress` on every NIC a port is exposed on, `dxdp_reply` on every exposed
+//! container's host veth.
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, Result, anyhow, bail};
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+    programs::{LinkOrder, SchedClassifier, TcAttachType, links::FdLink, tc::TcAttachOptions},
+};
+use dxdp_common::{
+    FIREWALL_BYPASSED, FIREWALL_CHECKED, MacAddr,
+    ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names},
+};
+use tracing::info;
+
+use super::{
+    Datapath, Origin, Traffic, attach, fixed_name,
+    pins::{self, Pins},
+    state::{absent_is_none, ignore_absent},
+    unfixed_name,
+};
+use crate::{endpoint::Endpoint, netlink::Interface};
+
+/// One published port to take from a NIC straight into its container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortMapping {
+    pub nic_ifindex: u32,
+    pub nic: String,
+    pub host_addr: IpAddr,
+    pub udp: bool,
+    pub host_port: u16,
+    pub container_addr: IpAddr,
+    pub container_port: u16,
+}
+
+/// What `expose` asks for: every port of one container that takes the fast path (those of it
+/// not listed lose theirs).
+pub struct Exposure<'a> {
+    pub container: &'a str,
+    pub endpoint: &'a Endpoint,
+    /// The MAC the container's frames from the bridge carry as source: the bridge's own.
+    pub gateway_mac: MacAddr,
+    pub ports: &'a [PortMapping],
+    pub origin: Origin,
+    pub bypass_firewall: bool,
+}
+
+/// An exposed port as the pinned state records it, with what it carried.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ExposedPort {
+    pub container: String,
+    pub veth_ifindex: u32,
+    pub nic_ifindex: u32,
+    pub host_addr: IpAddr,
+    pub protocol: &'static str,
+    pub host_port: u16,
+    pub container_addr: IpAddr,
+    pub container_port: u16,
+    pub origin: Origin,
+    pub bypasses_firewall: bool,
+    pub created_unix_secs: u64,
+    /// Into the container, and replies out of the NIC.
+    pub inbound: Traffic,
+    pub outbound: Traffic,
+    /// Packets to the port left to Docker's path (fragments, IP options, the container's veth
+    /// gone, a client not routed back through the NIC).
+    pub passed_packets: u64,
+}
+
+struct PortMaps<'a> {
+    ports: PerCpuHashMap<&'a mut MapData, PortKey, PortTarget>,
+    flows: HashMap<&'a mut MapData, FlowKey, Flow>,
+    veths: DevMapHash<&'a mut MapData>,
+    owners: HashMap<&'a mut MapData, u32, PortOwner>,
+}
+
+impl<'a> PortMaps<'a> {
+    fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
+        let [ports, flows, veths, owners] =
+            ebpf.maps_disjoint_mut([names::PORTS, names::FLOWS, names::VETHS, names::OWNERS]);
+        let missing = |name: &str| anyhow!("eBPF object lacks map {name}");
+        Ok(Self {
+            ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
+            flows: HashMap::try_from(flows.ok_or_else(|| missing(names::FLOWS))?)?,
+            veths: DevMapHash::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
+            owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
+        })
+    }
+
+    /// Every exposed port, its target and its counters summed over CPUs.
+    fn all(&self) -> Result<Vec<(PortKey, PortTarget)>> {
+        let mut out = Vec::new();
+        for item in self.ports.iter() {
+            let (key, per_cpu) = item?;
+            let mut sum = *per_cpu
+                .iter()
+                .next()
+                .context("a per-CPU value without CPUs")?;
+            (sum.in_packets, sum.in_bytes, sum.out_packets, sum.out_bytes) = (0, 0, 0, 0);
+            sum.passed_packets = 0;
+            for v in per_cpu.iter() {
+                sum.in_packets += v.in_packets;
+                sum.in_bytes += v.in_bytes;
+                sum.out_packets += v.out_packets;
+                sum.out_bytes += v.out_bytes;
+                sum.passed_packets += v.passed_packets;
+            }
+            out.push((key, sum));
+        }
+        Ok(out)
+    }
+
+    fn of_veth(&self, veth_ifindex: u32) -> Result<Vec<(PortKey, PortTarget)>> {
+        Ok(self
+            .all()?
+            .into_iter()
+            .filter(|(_, t)| t.veth_ifindex == veth_ifindex)
+            .collect())
+    }
+
+    /// Removes the veth's ports, owner and liveness entry; its connections stay (they drain).
+    fn forget_veth(&mut self, veth_ifindex: u32) -> Result<()> {
+        for (key, _) in self.of_veth(veth_ifindex)? {
+            ignore_absent(self.ports.remove(&key))?;
+        }
+        ignore_absent(self.owners.remove(&veth_ifindex))?;
+        ignore_absent(self.veths.remove(veth_ifindex))
+    }
+
+    /// The veth's connections, with how long each has been idle.
+    fn flows_of(&self, veth_ifindex: u32) -> Vec<(FlowKey, Duration)> {
+        let now = monotonic_ns();
+        self.flows
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, _)| k.veth_ifindex == veth_ifindex)
+            .map(|(k, f)| (k, Duration::from_nanos(now.saturating_sub(f.last_seen_ns))))
+            .collect()
+    }
+
+    /// Forgets the veth's connections idle for `idle` or longer (all with zero); returns how
+    /// many are left.
+    fn drop_flows(&mut self, veth_ifindex: u32, idle: Duration) -> Result<usize> {
+        let mut left = 0;
+        for (key, quiet) in self.flows_of(veth_ifindex) {
+            if quiet >= idle {
+                ignore_absent(self.flows.remove(&key))?;
+            } else {
+                left += 1;
+            }
+        }
+        Ok(left)
+    }
+}
+
+/// How long an unexposed container's connection may be quiet before its replies lose the fast
+/// path: UDP's conntrack timeout for a stream; a TCP connection quiet that long whose next
+/// packet is a reply is the one case that breaks (docs/ingress.md).
+const DRAIN_IDLE: Duration = Duration::from_secs(120);
+
+/// CLOCK_MONOTONIC, as `bpf_ktime_get_ns` reads it.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct it is given and nothing else.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn key_of(m: &PortMapping) -> PortKey {
+    PortKey {
+        nic_ifindex: m.nic_ifindex,
+        port: m.host_port,
+        proto: if m.udp { PROTO_UDP } else { PROTO_TCP },
+        _pad: 0,
+        addr: sixteen(m.host_addr),
+    }
+}
+
+fn target_of(m: &PortMapping, e: &Exposure<'_>) -> PortTarget {
+    PortTarget {
+        addr: sixteen(m.container_addr),
+        veth_ifindex: e.endpoint.host_ifindex,
+        port: m.container_port,
+        mac: e.endpoint.mac,
+        gateway_mac: e.gateway_mac,
+        ..PortTarget::default()
+    }
+}
+
+/// IPv4 v4-mapped, as the programs compare addresses.
+fn sixteen(addr: IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+fn from_sixteen(raw: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(raw);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Whether two targets lead to the same place (counters aside).
+fn same_target(a: &PortTarget, b: &PortTarget) -> bool {
+    (a.addr, a.veth_ifindex, a.port, a.mac, a.gateway_mac)
+        == (b.addr, b.veth_ifindex, b.port, b.mac, b.gateway_mac)
+}
+
+/// The two programs, pinned once and attached through pinned TCX links.
+struct PortPrograms<'p> {
+    pins: &'p Pins,
+    ingress: SchedClassifier,
+    reply: SchedClassifier,
+}
+
+/// Which of the two programs, and so which attachment pin.
+#[derive(Clone, Copy)]
+enum Role {
+    Ingress,
+    Reply,
+}
+
+impl Role {
+    fn program(self) -> &'static str {
+        match self {
+            Role::Ingress => names::INGRESS_PROGRAM,
+            Role::Reply => names::REPLY_PROGRAM,
+        }
+    }
+
+    /// `links/ingress-IFINDEX` on a NIC, `links/reply-IFINDEX` on a veth.
+    fn pin(self, pins: &Pins, ifindex: u32) -> PathBuf {
+        let role = match self {
+            Role::Ingress => "ingress",
+            Role::Reply => "reply",
+        };
+        pins.links().join(format!("{role}-{ifindex}"))
+    }
+}
+
+impl<'p> PortPrograms<'p> {
+    fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
+        let mut load = |role: Role| -> Result<SchedClassifier> {
+            let path = pins.progs().join(role.program());
+            if !path.exists() {
+                let prog: &mut SchedClassifier = ebpf
+                    .program_mut(role.program())
+                    .ok_or_else(|| anyhow!("eBPF object lacks program {}", role.program()))?
+                    .try_into()?;
+                prog.load()
+                    .with_context(|| format!("the kernel refused dxdp's {}", role.program()))?;
+                prog.pin(&path)?;
+            }
+            Ok(SchedClassifier::from_pin(&path)?)
+        };
+        let ingress = load(Role::Ingress)?;
+        let reply = load(Role::Reply)?;
+        Ok(Self {
+            pins,
+            ingress,
+            reply,
+        })
+    }
+
+    /// Attaches `role`'s program to the device unless its pinned attachment is there.
+    fn attach(&mut self, role: Role, ifindex: u32, ifname: &str) -> Result<bool> {
+        let path = role.pin(self.pins, ifindex);
+        let prog = match role {
+            Role::Ingress => &mut self.ingress,
+            Role::Reply => &mut self.reply,
+        };
+        let id = prog.info()?.id();
+        let attached =
+            || -> Result<bool> { Ok(attach::tcx_ingress(ifname)?.iter().any(|p| p.id() == id)) };
+        if attached()? {
+            if path.exists() {
+                return Ok(false);
+            }
+            // An attachment unpinned a moment ago is released from a kernel workqueue.
+            let started = Instant::now();
+            while attached()? {
+                if started.elapsed() > Duration::from_secs(2) {
+                    bail!(
+                        "{ifname}: dxdp's {} is attached without its pin {}; another process \
+                         holds that attachment",
+                        role.program(),
+                        path.display()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        // Last in the TCX chain, as for links: another tool's programs see the packet first.
+        let link_id = prog
+            .attach_with_options(
+                ifname,
+                TcAttachType::Ingress,
+                TcAttachOptions::TcxOrder(LinkOrder::last()),
+            )
+            .with_context(|| format!("cannot attach {} to {ifname}", role.program()))?;
+        let link: FdLink = prog.take_link(link_id)?.try_into().map_err(|_| {
+            anyhow!("{ifname}: the kernel attached through netlink, which cannot be pinned; dxdp needs TCX (Linux 6.6+)")
+        })?;
+        link.pin(&path)
+            .with_context(|| format!("cannot pin {}", path.display()))?;
+        Ok(true)
+    }
+}
+
+/// Unpins (so detaches) `role`'s attachment on `ifindex`.
+fn detach(pins: &Pins, role: Role, ifindex: u32) -> Result<()> {
+    pins::remove_if_present(&role.pin(pins, ifindex))
+}
+
+/// Attachment pins of `role`, by ifindex.
+fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
+    let prefix = match role {
+        Role::Ingress => "ingress-",
+        Role::Reply => "reply-",
+    };
+    let dir = pins.links();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    Ok(entries
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix(prefix)?
+                .parse::<u32>()
+                .ok()
+        })
+        .collect())
+}
+
+impl Datapath {
+    /// Makes `e.ports` the container's exposed ports: entries first, then the reply program on
+    /// its veth, then the NIC's program, so that no packet is translated in before its replies
+    /// can be translated back. Ports of it not listed any more are removed. On failure, a
+    /// container exposed for the first time is left unexposed. Returns the ports added.
+    pub fn expose(&mut self, e: &Exposure<'_>) -> Result<usize> {
+        let veth = e.endpoint.host_ifindex;
+        let first_time = PortMaps::new(&mut self.ebpf)?.owners.get(&veth, 0).is_err();
+        let result = self.expose_steps(e);
+        if result.is_err() && first_time {
+            let _ = self.unexpose(veth);
+        }
+        result
+    }
+
+    fn expose_steps(&mut self, e: &Exposure<'_>) -> Result<usize> {
+        let veth = e.endpoint.host_ifindex;
+        let cpus = aya::util::nr_cpus().map_err(|(what, err)| anyhow!("{what}: {err}"))?;
+        let mut maps = PortMaps::new(&mut self.ebpf)?;
+        let wanted: BTreeMap<PortKey, PortTarget> = e
+            .ports
+            .iter()
+            .map(|m| (key_of(m), target_of(m, e)))
+            .collect();
+        for (key, target) in maps.all()? {
+            let stale = target.veth_ifindex == veth && !wanted.contains_key(&key);
+            if stale {
+                ignore_absent(maps.ports.remove(&key))?;
+            } else if target.veth_ifindex != veth && wanted.contains_key(&key) {
+                bail!(
+                    "{} port {} is exposed for another container already (veth ifindex {}); \
+                     unexpose that one first",
+                    from_sixteen(key.addr),
+                    key.port,
+                    target.veth_ifindex
+                );
+            }
+        }
+        maps.veths.insert(veth, veth, None, 0).with_context(|| {
+            format!("cannot add {} to {}", e.endpoint.host_ifname, names::VETHS)
+        })?;
+        let mut added = 0;
+        for (key, target) in &wanted {
+            let current = absent_is_none(maps.ports.get(key, 0))?;
+            if current.is_some_and(|c| c.iter().next().is_some_and(|c| same_target(c, target))) {
+                continue;
+            }
+            let value = PerCpuValues::try_from(vec![*target; cpus])?;
+            maps.ports.insert(*key, value, 0).with_context(|| {
+                format!("cannot add port {} to {} (full?)", key.port, names::PORTS)
+            })?;
+            added += 1;
+        }
+        let owner = PortOwner {
+            created_unix_secs: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            origin: e.origin.code(),
+            firewall: if e.bypass_firewall {
+                FIREWALL_BYPASSED
+            } else {
+                FIREWALL_CHECKED
+            },
+            _pad: [0; 6],
+            name: fixed_name(e.container),
+        };
+        let keep_created = absent_is_none(maps.owners.get(&veth, 0))?;
+        let owner = PortOwner {
+            created_unix_secs: keep_created
+                .map_or(owner.created_unix_secs, |o| o.created_unix_secs),
+            ..owner
+        };
+        maps.owners.insert(veth, owner, 0)?;
+        let mut programs = PortPrograms::open(&mut self.ebpf, &self.pins)?;
+        programs.attach(Role::Reply, veth, &e.endpoint.host_ifname)?;
+        let nics: BTreeSet<(u32, &str)> = e
+            .ports
+            .iter()
+            .map(|m| (m.nic_ifindex, m.nic.as_str()))
+            .collect();
+        for (ifindex, name) in nics {
+            programs.attach(Role::Ingress, ifindex, name)?;
+        }
+        if added > 0 {
+            info!(
+                container = e.container,
+                ports = added,
+                "published ports exposed"
+            );
+        }
+        self.drop_idle_nics()?;
+        Ok(added)
+    }
+
+    /// Takes the fast path away from the container behind this veth: every packet to its ports
+    /// takes Docker's path again at once. The replies of connections let in before keep theirs
+    /// until the connection is quiet (`DRAIN_IDLE`), when the garbage collection of a later
+    /// `dxdp` command or the watch's resync lets them go. Returns the ports it had.
+    pub fn unexpose(&mut self, veth_ifindex: u32) -> Result<Vec<ExposedPort>> {
+        let had: Vec<ExposedPort> = self
+            .exposed()?
+            .into_iter()
+            .filter(|p| p.veth_ifindex == veth_ifindex)
+            .collect();
+        let mut maps = PortMaps::new(&mut self.ebpf)?;
+        maps.forget_veth(veth_ifindex)?;
+        if maps.drop_flows(veth_ifindex, DRAIN_IDLE)? == 0 {
+            detach(&self.pins, Role::Reply, veth_ifindex)?;
+        }
+        self.drop_idle_nics()?;
+        if let Some(first) = had.first() {
+            info!(container = %first.container, ports = had.len(), "published ports unexposed");
+        }
+        Ok(had)
+    }
+
+    /// Every exposed port, with what it carried.
+    pub fn exposed(&mut self) -> Result<Vec<ExposedPort>> {
+        let maps = PortMaps::new(&mut self.ebpf)?;
+        let mut out = Vec::new();
+        for (key, target) in maps.all()? {
+            let owner = absent_is_none(maps.owners.get(&target.veth_ifindex, 0))?;
+            out.push(ExposedPort {
+                container: owner.map_or_else(String::new, |o| unfixed_name(&o.name)),
+                veth_ifindex: target.veth_ifindex,
+                nic_ifindex: key.nic_ifindex,
+                host_addr: from_sixteen(key.addr),
+                protocol: if key.proto == PROTO_UDP { "udp" } else { "tcp" },
+                host_port: key.port,
+                container_addr: from_sixteen(target.addr),
+                container_port: target.port,
+                origin: Origin::from_code(owner.map_or(0, |o| o.origin)),
+                bypasses_firewall: owner.is_some_and(|o| o.firewall == FIREWALL_BYPASSED),
+                created_unix_secs: owner.map_or(0, |o| o.created_unix_secs),
+                inbound: Traffic {
+                    packets: target.in_packets,
+                    bytes: target.in_bytes,
+                },
+                outbound: Traffic {
+                    packets: target.out_packets,
+                    bytes: target.out_bytes,
+                },
+                passed_packets: target.passed_packets,
+            });
+        }
+        out.sort_by(|a, b| {
+            (&a.container, a.host_port, a.protocol, a.host_addr).cmp(&(
+                &b.container,
+                b.host_port,
+                b.protocol,
+                b.host_addr,
+            ))
+        });
+        Ok(out)
+    }
+
+    /// Forgets exposures whose veth is gone (the container stopped), as `collect_garbage` does
+    /// for links, and lets the connections of unexposed containers go once quiet (all of them
+    /// where the veth is gone). Returns how many containers' exposures were dropped.
+    pub(super) fn collect_port_garbage(&mut self, host: &[Interface]) -> Result<usize> {
+        let alive = |veth: u32| host.iter().any(|i| i.index == veth && i.is_veth());
+        let owners: Vec<u32> = PortMaps::new(&mut self.ebpf)?
+            .owners
+            .keys()
+            .filter_map(Result::ok)
+            .collect();
+        let mut dropped = 0;
+        for &veth in &owners {
+            if !alive(veth) {
+                self.unexpose(veth)?;
+                dropped += 1;
+            }
+        }
+        for veth in attachment_pins(&self.pins, Role::Reply)? {
+            let mut maps = PortMaps::new(&mut self.ebpf)?;
+            if absent_is_none(maps.owners.get(&veth, 0))?.is_some() {
+                continue;
+            }
+            let idle = if alive(veth) {
+                DRAIN_IDLE
+            } else {
+                Duration::ZERO
+            };
+            if maps.drop_flows(veth, idle)? == 0 {
+                detach(&self.pins, Role::Reply, veth)?;
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// Unexposed containers' veths whose connections still drain, with how many.
+    pub fn draining(&mut self) -> Result<Vec<(u32, usize)>> {
+        let mut out = Vec::new();
+        for veth in attachment_pins(&self.pins, Role::Reply)? {
+            let maps = PortMaps::new(&mut self.ebpf)?;
+            if absent_is_none(maps.owners.get(&veth, 0))?.is_none() {
+                out.push((veth, maps.flows_of(veth).len()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Detaches the NIC program where no port is exposed on that NIC any more.
+    fn drop_idle_nics(&mut self) -> Result<()> {
+        let in_use: BTreeSet<u32> = PortMaps::new(&mut self.ebpf)?
+            .all()?
+            .iter()
+            .map(|(k, _)| k.nic_ifindex)
+            .collect();
+        for nic in attachment_pins(&self.pins, Role::Ingress)? {
+            if !in_use.contains(&nic) {
+                detach(&self.pins, Role::Ingress, nic)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip_through_the_programs_sixteen_bytes() {
+        for addr in ["192.0.2.7", "2001:db8::7", "::1"] {
+            let addr: IpAddr = addr.parse().unwrap();
+            assert_eq!(from_sixteen(sixteen(addr)), addr);
+        }
+        assert_eq!(
+            sixteen("192.0.2.7".parse().unwrap())[10..],
+            [0xff, 0xff, 192, 0, 2, 7]
+        );
+    }
+}

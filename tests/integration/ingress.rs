@@ -1,0 +1,363 @@
+//! Published ports straight from the NIC into the container (`dxdp expose`, issue 24), on real
+//! containers of the host's dockerd. The "NIC" is a veth pair: its host end holds the address
+//! Docker publishes on, its far end sits in a client namespace the test makes, which plays the
+//! outside world; every packet stays between the two.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use crate::support::{
+    Background, FirewallRule, LinkGuard, NetnsGuard, World, iface_name, in_ns, must, next_id,
+    require_docker, run_for, wait_until,
+};
+
+/// A client namespace behind a veth "NIC": `host_addr` on the host end, `client_addr` in the
+/// namespace, routed to each other. 10.236.<k>.0/24 is this file's.
+struct Outside {
+    nic: String,
+    host_addr: String,
+    client_addr: String,
+    // Dropped before the namespace, which takes the pair's other end with it.
+    _link: LinkGuard,
+    ns: NetnsGuard,
+}
+
+impl Outside {
+    fn new(world: &World) -> Self {
+        let k = next_id() % 250 + 1;
+        let ns = NetnsGuard::create(&format!("{}-out{k}", world.prefix));
+        let nic = iface_name();
+        let peer = iface_name();
+        must(&[
+            "ip", "link", "add", &nic, "type", "veth", "peer", "name", &peer, "netns", &ns.name,
+        ]);
+        let link = LinkGuard::adopt(&nic);
+        let host_addr = format!("10.236.{k}.1");
+        let client_addr = format!("10.236.{k}.2");
+        must(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", &nic]);
+        must(&["ip", "link", "set", &nic, "up"]);
+        let ip_ns = |args: &[&str]| {
+            let mut argv = vec!["ip", "-n", &ns.name];
+            argv.extend_from_slice(args);
+            must(&argv);
+        };
+        ip_ns(&["addr", "add", &format!("{client_addr}/24"), "dev", &peer]);
+        ip_ns(&["link", "set", &peer, "up"]);
+        Self {
+            nic,
+            host_addr,
+            client_addr,
+            ns,
+            _link: link,
+        }
+    }
+
+    /// `argv` in the client namespace, bounded in time.
+    fn run(&self, argv: &[&str], timeout: Duration) -> crate::support::Run {
+        run_for(&in_ns(&self.ns.name, argv), timeout)
+    }
+}
+
+/// `argv` in a container's network namespace (the host's tools; the image has none).
+fn in_container(pid: u32, argv: &[&str]) -> Vec<String> {
+    let target = pid.to_string();
+    ["nsenter", "-t", &target, "-n"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain(argv.iter().map(|s| (*s).to_owned()))
+        .collect()
+}
+
+/// A file of random bytes and its sha256, removed on drop.
+struct Payload {
+    path: PathBuf,
+    sha: String,
+}
+
+impl Payload {
+    fn new(tag: &str, megabytes: u32) -> Self {
+        let path = PathBuf::from(format!("/tmp/dxt-{}-{tag}", std::process::id()));
+        must(&[
+            "dd",
+            "if=/dev/urandom",
+            &format!("of={}", path.display()),
+            "bs=1M",
+            &format!("count={megabytes}"),
+            "status=none",
+        ]);
+        let sha = sha256(&path);
+        Self { path, sha }
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn sha256(path: &Path) -> String {
+    must(&["sha256sum", &path.display().to_string()])
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Both ends of the transfers: paced senders and plain receivers, a UDP echo of the sender's
+/// address.
+const PEER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/integration/ingress_peer.py"
+);
+
+/// The container's counters for one exposed port, from `dxdp status --json`.
+fn port_counters(world: &World, host_port: u16, protocol: &str) -> Option<(u64, u64, u64)> {
+    let run = world.dxdp.run(&["status", "--json"]);
+    run.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    status["exposed"].as_array()?.iter().find_map(|p| {
+        (p["host_port"] == host_port && p["protocol"] == protocol).then(|| {
+            (
+                p["inbound"]["packets"].as_u64().unwrap_or(0),
+                p["outbound"]["packets"].as_u64().unwrap_or(0),
+                p["passed_packets"].as_u64().unwrap_or(0),
+            )
+        })
+    })
+}
+
+fn exposed_count(world: &World) -> usize {
+    let run = world.dxdp.run(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    status["exposed"].as_array().map_or(0, Vec::len)
+}
+
+/// TCP and UDP both ways through the fast path, with the client's own address reaching the
+/// container; transfers that span `expose` and `unexpose` arrive whole (sha256), whichever
+/// direction they flow; a third container publishing on the same address is untouched.
+#[test]
+fn exposed_ports_carry_tcp_and_udp_and_connections_survive_expose_and_unexpose() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("pub", &[]);
+    let (tcp_up, tcp_down, udp, other) = (17000u16, 17001u16, 17002u16, 17003u16);
+    let publish = |host: u16, container: u16, proto: &str| {
+        format!("{}:{host}:{container}/{proto}", out.host_addr)
+    };
+    let (p_up, p_down, p_udp, p_other) = (
+        publish(tcp_up, 7000, "tcp"),
+        publish(tcp_down, 7001, "tcp"),
+        publish(udp, 7002, "udp"),
+        publish(other, 5201, "tcp"),
+    );
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &p_up, "-p", &p_down, "-p", &p_udp],
+        &["iperf3", "-s"],
+    );
+    let third = world.run(
+        "third",
+        &["--network", &net, "-p", &p_other],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+
+    // UDP echo of the sender's address, as the container sees it.
+    let _udp_echo = Background::spawn(&in_container(pid, &["python3", PEER, "udp-echo", "7002"]));
+    let upload = Payload::new("up", 48);
+    let download = Payload::new("down", 48);
+    let early = Payload::new("early", 48);
+    let received = |tag: &str| PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
+    let _cleanup = Files(vec![received("up"), received("down"), received("early")]);
+    let listen_up = |tag: &str| {
+        let out = received(tag).display().to_string();
+        Background::spawn(&in_container(
+            pid,
+            &["python3", PEER, "receive", "7000", &out],
+        ))
+    };
+    let send = |payload: &Payload, port: u16| {
+        let file = payload.path.display().to_string();
+        let port = port.to_string();
+        Background::spawn(&in_ns(
+            &out.ns.name,
+            &["python3", PEER, "send", &file, &out.host_addr, &port],
+        ))
+    };
+
+    // A connection that begins on Docker's path and runs through `expose`: it stays there.
+    let mut early_server = listen_up("early");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut early_client = send(&early, tcp_up);
+    std::thread::sleep(Duration::from_millis(1000));
+
+    let exposed = world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"]);
+    exposed.assert_success();
+    for port in [tcp_up, tcp_down, udp] {
+        assert!(
+            exposed.stdout.contains(&format!("{port}/")),
+            "expose should list port {port}: {exposed}"
+        );
+    }
+    assert!(early_client.wait_timeout(Duration::from_secs(20)).is_some());
+    assert!(early_server.wait_timeout(Duration::from_secs(5)).is_some());
+    assert_eq!(
+        sha256(&received("early")),
+        early.sha,
+        "a connection from before `expose` lost bytes"
+    );
+    let (in_after_early, _, passed) = port_counters(&world, tcp_up, "tcp").expect("tcp_up exposed");
+    assert_eq!(
+        in_after_early, 0,
+        "a TCP connection that began on Docker's path must stay there"
+    );
+    assert!(
+        passed > 0,
+        "its packets should count as passed to the stack"
+    );
+
+    // UDP both ways, and the container sees the client's own address.
+    let echo = out.run(
+        &["python3", PEER, "udp-ask", &out.host_addr, &udp.to_string()],
+        Duration::from_secs(10),
+    );
+    echo.assert_success();
+    assert!(
+        echo.stdout.starts_with(&format!("{}:", out.client_addr)),
+        "the container should see the client's address {}: {echo}",
+        out.client_addr
+    );
+    let (udp_in, udp_out, _) = port_counters(&world, udp, "udp").expect("udp exposed");
+    assert!(
+        udp_in >= 1 && udp_out >= 1,
+        "UDP in {udp_in}, out {udp_out}"
+    );
+
+    // An upload and a download that begin on the fast path and run through `unexpose`.
+    let mut up_server = listen_up("up");
+    let file = download.path.display().to_string();
+    let mut down_server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "serve", &file, "7001"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut up_client = send(&upload, tcp_up);
+    let got = received("down").display().to_string();
+    let mut down_client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &out.host_addr,
+            &tcp_down.to_string(),
+            &got,
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            port_counters(&world, tcp_down, "tcp").is_some_and(|(_, o, _)| o > 100)
+                && port_counters(&world, tcp_up, "tcp").is_some_and(|(i, _, _)| i > 100)
+        }),
+        "both transfers should run over the fast path"
+    );
+    let unexposed = world.dxdp.run(&["unexpose", &web]);
+    unexposed.assert_success();
+    assert_eq!(exposed_count(&world), 0);
+    for process in [
+        &mut up_client,
+        &mut down_client,
+        &mut up_server,
+        &mut down_server,
+    ] {
+        assert!(
+            process.wait_timeout(Duration::from_secs(20)).is_some(),
+            "a transfer did not finish"
+        );
+    }
+    assert_eq!(
+        sha256(&received("up")),
+        upload.sha,
+        "upload across unexpose"
+    );
+    assert_eq!(
+        sha256(&received("down")),
+        download.sha,
+        "download across unexpose"
+    );
+
+    // The third container's port was never exposed and still answers through Docker's path.
+    let third_ok = out.run(
+        &[
+            "iperf3",
+            "-c",
+            &out.host_addr,
+            "-p",
+            &other.to_string(),
+            "-t",
+            "1",
+        ],
+        Duration::from_secs(15),
+    );
+    third_ok.assert_success();
+    assert!(world.dxdp.run(&["status"]).stdout.find(&third).is_none());
+}
+
+/// A rule on the port's path keeps it on Docker's path: `expose` fails naming it and changes
+/// nothing; without the rule it succeeds.
+#[test]
+fn a_rule_on_a_published_port_refuses_expose_and_names_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("pub", &[]);
+    let port = 17010u16;
+    let web = world.run(
+        "web",
+        &[
+            "--network",
+            &net,
+            "-p",
+            &format!("{}:{port}:5201", out.host_addr),
+        ],
+        &["iperf3", "-s"],
+    );
+    let source = format!("{}/32", out.client_addr);
+    let rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &source, "-p", "tcp", "-j", "DROP"],
+    );
+    let refused = world.dxdp.run(&["expose", &web, "--nic", &out.nic]);
+    refused.assert_failure();
+    assert!(
+        refused.stderr.contains("DOCKER-USER") && refused.stderr.contains(&source),
+        "the refusal should name the rule: {refused}"
+    );
+    assert!(
+        !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
+        "a refused expose changed something"
+    );
+    drop(rule);
+}
+
+/// Removes files on drop.
+struct Files(Vec<PathBuf>);
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Both ends of the ingress tests' transfers (tests/integration/ingress.rs).
+
+  send FILE HOST PORT          connect, send FILE paced over ~4 s, close
+  serve FILE PORT              accept one connection, send FILE paced over ~4 s, close
+  receive-from HOST PORT OUT   connect, write everything received to OUT
+  receive PORT OUT             accept one connection, write everything received to OUT
+  udp-echo PORT                answer each datagram with the sender's address as "ip:port"
+  udp-ask HOST PORT            send one datagram, print the answer (2 s at most)
+
+Paced: 40 slices 0.1 s apart, so that the test can expose and unexpose while bytes flow.
+Every socket has a timeout, so that nothing outlives a failed test by long.
+"""
+import socket
+import sys
+import time
+
+SLICES = 40
+TIMEOUT = 30
+
+
+def family(host):
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def paced(sock, path):
+    data = open(path, "rb").read()
+    n = len(data) // SLICES
+    for i in range(SLICES):
+        end = (i + 1) * n if i < SLICES - 1 else len(data)
+        sock.sendall(data[i * n:end])
+        time.sleep(0.1)
+
+
+def drain(sock, out):
+    with open(out, "wb") as f:
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return
+            f.write(chunk)
+
+
+def listener(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.settimeout(TIMEOUT)
+    s.bind(("::", port))
+    s.listen(1)
+    conn, _ = s.accept()
+    conn.settimeout(TIMEOUT)
+    return conn
+
+
+def connect(host, port):
+    s = socket.create_connection((host, port), timeout=TIMEOUT)
+    s.settimeout(TIMEOUT)
+    return s
+
+
+def main(argv):
+    mode = argv[1]
+    if mode == "send":
+        s = connect(argv[3], int(argv[4]))
+        paced(s, argv[2])
+        s.close()
+    elif mode == "serve":
+        conn = listener(int(argv[3]))
+        paced(conn, argv[2])
+        conn.close()
+    elif mode == "receive-from":
+        drain(connect(argv[2], int(argv[3])), argv[4])
+    elif mode == "receive":
+        drain(listener(int(argv[2])), argv[3])
+    elif mode == "udp-echo":
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.settimeout(TIMEOUT)
+        s.bind(("::", int(argv[2])))
+        while True:
+            _, peer = s.recvfrom(2048)
+            host = peer[0].removeprefix("::ffff:")
+            s.sendto(f"{host}:{peer[1]}".encode(), peer)
+    elif mode == "udp-ask":
+        s = socket.socket(family(argv[2]), socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.sendto(b"hi", (argv[2], int(argv[3])))
+        print(s.recvfrom(2048)[0].decode())
+    else:
+        sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
