@@ -22,7 +22,10 @@ use aya_ebpf::{
 };
 use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
 
-use crate::maps::{FLOWS, PORT_VETHS, PORTS};
+use crate::{
+    maps::{FLOWS, PORT_VETHS, PORTS},
+    verdict::v4_mapped,
+};
 
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
@@ -175,14 +178,6 @@ fn opens(proto: u8, l4: usize, end: usize) -> Option<bool> {
     // SAFETY: bounds-checked just above.
     let flags = unsafe { *((l4 + TCP_FLAGS_OFF) as *const u8) };
     Some(flags & (TCP_SYN | TCP_ACK) == TCP_SYN)
-}
-
-fn v4_mapped(addr: &[u8]) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[10] = 0xff;
-    out[11] = 0xff;
-    out[12..16].copy_from_slice(&addr[..4]);
-    out
 }
 
 /// TCX ingress on a NIC: an exposed port's packets go straight into their container.

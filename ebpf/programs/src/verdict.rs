@@ -194,7 +194,8 @@ fn addressed_to(target_ifindex: u32, claim: &Claim) -> bool {
     }
 }
 
-fn v4_mapped(addr: &[u8]) -> [u8; 16] {
+/// IPv4 as the maps hold it: `::ffff:a.b.c.d`.
+pub fn v4_mapped(addr: &[u8]) -> [u8; 16] {
     let mut out = [0u8; 16];
     out[10] = 0xff;
     out[11] = 0xff;
