@@ -231,6 +231,11 @@ pub struct WatchArgs {
     /// alone.
     #[arg(long)]
     pub expedite_rcu: bool,
+    /// The interface clients of published ports come in on (repeatable): containers labeled
+    /// `dxdp.ingress=true` have their published ports taken from it straight into them (as
+    /// `dxdp expose`). The default route's interface if not given.
+    #[arg(long = "ingress-nic", value_name = "IFACE")]
+    pub ingress_nics: Vec<String>,
 }
 
 #[derive(Debug, Args)]

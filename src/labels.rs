@@ -7,12 +7,17 @@
 //! | `dxdp.group`    | `NAME[,NAME...]`           | none    |
 //! | `dxdp.datapath` | `auto`, `tc` or `xdp`      | `auto`  |
 //! | `dxdp.network`  | `NAME` of a Docker network | any     |
+//! | `dxdp.firewall` | `enforce` or `bypass`      | `enforce` |
+//! | `dxdp.ingress`  | `true` or `false`          | `false` |
 //!
 //! Rules:
 //! - Every `dxdp.*` label is validated whether or not the container opted in, so that a typo
 //!   such as `dxdp.enabel=true` is reported instead of silently leaving the container out.
 //! - `dxdp.enable`, `dxdp.datapath` and `dxdp.firewall` ignore surrounding whitespace and ASCII
 //!   case.
+//! - `dxdp.ingress=true` asks a watch started with `--ingress-nic` to take the container's
+//!   published ports straight from the NIC (`dxdp expose`); it needs no `dxdp.enable`. With
+//!   `dxdp.firewall=bypass` on the same container, its ports skip the firewall walk.
 //! - `dxdp.firewall=bypass` lets a link skip host firewall rules that could drop its traffic on
 //!   the bridge (see [`crate::firewall`]) only when both containers of the pair carry it, so it
 //!   counts on a container that is only named as a peer, without `dxdp.enable`.
@@ -31,7 +36,7 @@ use thiserror::Error;
 use crate::datapath::Choice;
 
 pub(crate) use crate::rules::keys::{
-    DATAPATH, ENABLE, FIREWALL, GROUP, KEYS, NETWORK, PEERS, PREFIX,
+    DATAPATH, ENABLE, FIREWALL, GROUP, INGRESS, KEYS, NETWORK, PEERS, PREFIX,
 };
 
 /// Docker's container-name limit, so that any container name can be written as a peer.
@@ -126,6 +131,9 @@ impl LabelError {
             FIREWALL => "write dxdp.firewall=bypass to let links skip host firewall rules, or \
                          dxdp.firewall=enforce (the default)"
                 .to_owned(),
+            INGRESS => "write dxdp.ingress=true to take the container's published ports \
+                        straight from the NIC, or dxdp.ingress=false"
+                .to_owned(),
             _ => format!("valid keys are {}", KEYS.join(", ")),
         };
         Self {
@@ -184,10 +192,9 @@ pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<Label
             continue;
         }
         match key {
-            ENABLE => match value.trim().to_ascii_lowercase().as_str() {
-                "true" => enable = Some(true),
-                "false" => enable = Some(false),
-                _ => fail("expected true or false".to_owned()),
+            ENABLE => match bool_value(value) {
+                Some(on) => enable = Some(on),
+                None => fail("expected true or false".to_owned()),
             },
             PEERS => match parse_list(value, "peer", MAX_PEERS, true) {
                 Ok(list) => policy.peers = list,
@@ -206,6 +213,11 @@ pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<Label
                     fail("expected enforce or bypass".to_owned());
                 }
             }
+            INGRESS => {
+                if bool_value(value).is_none() {
+                    fail("expected true or false".to_owned());
+                }
+            }
             _ => {
                 let name = value.trim();
                 match validate_name(name) {
@@ -221,7 +233,7 @@ pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<Label
 
     let ignored = || {
         ours.iter()
-            .filter(|(k, _)| *k != ENABLE && *k != FIREWALL)
+            .filter(|(k, _)| ![ENABLE, FIREWALL, INGRESS].contains(k))
             .map(|(k, _)| (*k).to_owned())
             .collect()
     };
@@ -239,6 +251,23 @@ fn firewall_value(value: &str) -> Option<bool> {
         "enforce" => Some(false),
         _ => None,
     }
+}
+
+fn bool_value(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// Whether these labels say `dxdp.ingress=true` (validly): the container's published ports are
+/// to be taken straight from the NIC.
+pub fn wants_ingress(labels: &HashMap<String, String>) -> bool {
+    labels
+        .get(INGRESS)
+        .and_then(|v| bool_value(v))
+        .unwrap_or(false)
 }
 
 /// Whether these labels say `dxdp.firewall=bypass` (validly). A pair bypasses the firewall

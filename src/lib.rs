@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod plan;
+pub mod ports;
 pub mod rcu;
 mod rules;
 pub mod runtime;

@@ -25,7 +25,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
-use crate::datapath::{Capacity, Datapath, InterfaceCounters, Kind, LinkRecord, Traffic};
+use crate::datapath::{
+    Capacity, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic,
+};
 use crate::rules::{FIREWALL_REASON, REASONS};
 
 /// What the watch loop reports about itself.
@@ -101,6 +103,8 @@ impl Metrics {
 /// The pinned state at scrape time.
 pub(crate) struct State {
     pub(crate) links: Vec<LinkRecord>,
+    /// Published ports taken from the NIC (`dxdp expose`, the `dxdp.ingress` label).
+    pub(crate) exposed: Vec<ExposedPort>,
     pub(crate) interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
     pub(crate) capacity: Capacity,
 }
@@ -109,6 +113,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
     if !pin_dir.exists() {
         return Ok(State {
             links: vec![],
+            exposed: vec![],
             interfaces: vec![],
             capacity,
         });
@@ -128,6 +133,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
     interfaces.sort_by_key(|i| i.0);
     Ok(State {
         links: datapath.links()?,
+        exposed: datapath.exposed()?,
         interfaces,
         capacity,
     })
@@ -225,6 +231,8 @@ fn render(state: &State, watch: Loop) -> String {
         }
     }
 
+    render_exposed(&mut out, &state.exposed);
+
     let _ = writeln!(
         out,
         "# HELP dxdp_reconciles_total Reconciliations run.\n# TYPE dxdp_reconciles_total counter\ndxdp_reconciles_total {}",
@@ -315,6 +323,64 @@ fn render(state: &State, watch: Loop) -> String {
         dxdp_common::ABI_VERSION
     );
     out
+}
+
+/// The exposed published ports: how many, and per port what the fast path carried each way and
+/// what it left to Docker's path.
+fn render_exposed(out: &mut String, exposed: &[ExposedPort]) {
+    header(
+        out,
+        "dxdp_exposed_ports",
+        "gauge",
+        "Published ports taken from the NIC straight into their container.",
+    );
+    let _ = writeln!(out, "dxdp_exposed_ports {}", exposed.len());
+    type Pick = fn(&ExposedPort) -> u64;
+    let per_port: [(&str, &str, Pick, Pick); 2] = [
+        (
+            "dxdp_port_packets_total",
+            "Packets the fast path carried to (in) and from (out) an exposed port.",
+            |p| p.inbound.packets,
+            |p| p.outbound.packets,
+        ),
+        (
+            "dxdp_port_bytes_total",
+            "Bytes the fast path carried to (in) and from (out) an exposed port.",
+            |p| p.inbound.bytes,
+            |p| p.outbound.bytes,
+        ),
+    ];
+    let labels = |p: &ExposedPort| {
+        format!(
+            "container=\"{}\",address=\"{}\",port=\"{}\",protocol=\"{}\"",
+            escape(&p.container),
+            p.host_addr,
+            p.host_port,
+            p.protocol
+        )
+    };
+    for (metric, help, inbound, outbound) in per_port {
+        header(out, metric, "counter", help);
+        for p in exposed {
+            let l = labels(p);
+            let _ = writeln!(out, "{metric}{{{l},direction=\"in\"}} {}", inbound(p));
+            let _ = writeln!(out, "{metric}{{{l},direction=\"out\"}} {}", outbound(p));
+        }
+    }
+    header(
+        out,
+        "dxdp_port_passed_packets_total",
+        "counter",
+        "Packets to an exposed port left to Docker's path (fragments, IP options, connections from before it was exposed, a client not routed back through the NIC).",
+    );
+    for p in exposed {
+        let _ = writeln!(
+            out,
+            "dxdp_port_passed_packets_total{{{}}} {}",
+            labels(p),
+            p.passed_packets
+        );
+    }
 }
 
 /// The `links` and `endpoints` samples of a per-map metric.
@@ -577,6 +643,28 @@ mod tests {
                     ..Default::default()
                 },
             )],
+            exposed: vec![ExposedPort {
+                container: "web".into(),
+                veth_ifindex: 3,
+                nic_ifindex: 2,
+                host_addr: "192.0.2.1".parse().unwrap(),
+                protocol: "tcp",
+                host_port: 8080,
+                container_addr: "172.17.0.2".parse().unwrap(),
+                container_port: 80,
+                origin: Origin::Watch,
+                bypasses_firewall: false,
+                created_unix_secs: 0,
+                inbound: Traffic {
+                    packets: 5,
+                    bytes: 500,
+                },
+                outbound: Traffic {
+                    packets: 4,
+                    bytes: 400,
+                },
+                passed_packets: 2,
+            }],
             capacity: Capacity {
                 max_endpoints: 8,
                 max_links: 4,
@@ -648,6 +736,15 @@ mod tests {
         assert!(text.contains(
             "dxdp_interface_redirected_packets_total{ifindex=\"3\",interface=\"veth1\",datapath=\"tc\"} 7\n"
         ));
+        assert!(text.contains("dxdp_exposed_ports 1\n"), "{text}");
+        let port = "container=\"web\",address=\"192.0.2.1\",port=\"8080\",protocol=\"tcp\"";
+        for sample in [
+            format!("dxdp_port_packets_total{{{port},direction=\"in\"}} 5\n"),
+            format!("dxdp_port_bytes_total{{{port},direction=\"out\"}} 400\n"),
+            format!("dxdp_port_passed_packets_total{{{port}}} 2\n"),
+        ] {
+            assert!(text.contains(&sample), "{sample} in {text}");
+        }
         assert!(text.contains("dxdp_reconcile_errors_total 1\n"));
         assert!(text.contains("dxdp_reconcile_duration_seconds_count 2\n"));
         assert!(text.contains("dxdp_docker_connected 1\n"));

@@ -100,6 +100,27 @@ pub fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>>
         .with_context(|| format!("cannot list the addresses of interface {index} in {netns}"))
 }
 
+/// Every address in the namespace with its prefix length, by interface index.
+pub fn prefixes(netns: &NetnsPath) -> Result<Vec<(u32, std::net::IpAddr, u8)>> {
+    netns
+        .run(move || {
+            ask_here(async |handle| {
+                let msgs: Vec<_> = handle.address().get().execute().try_collect().await?;
+                Ok(msgs
+                    .into_iter()
+                    .flat_map(|m| {
+                        let (index, len) = (m.header.index, m.header.prefix_len);
+                        m.attributes.into_iter().filter_map(move |a| match a {
+                            AddressAttribute::Address(ip) => Some((index, ip, len)),
+                            _ => None,
+                        })
+                    })
+                    .collect())
+            })
+        })
+        .with_context(|| format!("cannot list the addresses in {netns}"))
+}
+
 /// Runs one rtnetlink conversation from the calling thread's namespace.
 /// A queueing discipline of the host namespace: its interface, whether it is the root one, and
 /// its kind (`noqueue`, `tbf`, `clsact`, …).

@@ -1,157 +1,22 @@
 //! `dxdp expose CONTAINER` / `dxdp unexpose CONTAINER`: a container's published ports straight
 //! from the NIC into it, and back to Docker's path (issue 24).
-use std::{net::IpAddr, path::Path, process::ExitCode};
+use std::{path::Path, process::ExitCode};
 
 use anyhow::{Context, Result, bail};
 
-use super::published::{default_route_interface, endpoint_of, routable_of};
 use crate::{
     cli::{ExposeArgs, UnexposeArgs},
     datapath::{Capacity, Datapath, ExposedPort, Exposure, Origin, PortMapping},
     docker::{Container, Docker, PublishedPort},
-    endpoint::Endpoint,
-    firewall::{self, Ruleset, Transport},
-    netlink::{self, Interface},
+    firewall::Ruleset,
+    netlink,
     netns::NetnsPath,
+    ports::{container_prefixes, describe, endpoint_of, mappings, named, nics, published_port},
 };
-
-/// A NIC clients come in on, with its addresses.
-pub(super) struct Nic {
-    pub index: u32,
-    pub name: String,
-    pub addrs: Vec<IpAddr>,
-}
-
-/// The NICs named, or the default route's; each must exist and hold an address.
-pub(super) fn nics(names: &[String], host: &[Interface]) -> Result<Vec<Nic>> {
-    let names = if names.is_empty() {
-        vec![default_route_interface().context(
-            "no default route to take the NIC from; name the interface clients come in on \
-             with --nic IFACE",
-        )?]
-    } else {
-        names.to_vec()
-    };
-    names
-        .into_iter()
-        .map(|name| {
-            let Some(iface) = host.iter().find(|i| i.name == name) else {
-                bail!("--nic {name}: no such interface in the host namespace");
-            };
-            if iface.is_veth() && iface.master.is_some() || iface.is_bridge() {
-                bail!(
-                    "--nic {name}: that is a bridge or a bridge port; name the interface \
-                     clients come in on"
-                );
-            }
-            let addrs: Vec<IpAddr> = netlink::addresses(&NetnsPath::host(), iface.index)?
-                .into_iter()
-                .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local()))
-                .collect();
-            Ok(Nic {
-                index: iface.index,
-                name,
-                addrs,
-            })
-        })
-        .collect()
-}
-
-/// The container's published ports as fast-path entries on `nics`, with the endpoint of each
-/// family; bindings of a family the container lacks (Docker's `::` beside `0.0.0.0` for an
-/// IPv4-only container, served by docker-proxy) and addresses not on these NICs are left out.
-pub(super) fn mappings(
-    published: &[PublishedPort],
-    nics: &[Nic],
-    mut endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
-) -> Result<Vec<(PortMapping, Endpoint)>> {
-    let mut out = Vec::new();
-    for p in published {
-        let Some(endpoint) = endpoint_for(p.host_ip)? else {
-            continue;
-        };
-        let Some(&container_addr) = endpoint.addrs.iter().find(|a| routable_of(a, p.host_ip))
-        else {
-            continue;
-        };
-        for nic in nics {
-            let same_family = |a: &&IpAddr| a.is_ipv4() == p.host_ip.is_ipv4();
-            let host_addrs: Vec<IpAddr> = if p.host_ip.is_unspecified() {
-                nic.addrs.iter().filter(same_family).copied().collect()
-            } else {
-                nic.addrs
-                    .iter()
-                    .filter(|a| **a == p.host_ip)
-                    .copied()
-                    .collect()
-            };
-            for host_addr in host_addrs {
-                out.push((
-                    PortMapping {
-                        nic_ifindex: nic.index,
-                        nic: nic.name.clone(),
-                        host_addr,
-                        udp: p.udp,
-                        host_port: p.host_port,
-                        container_addr,
-                        container_port: p.container_port,
-                    },
-                    endpoint.clone(),
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `PORT/PROTO on NIC (ADDR) → CONTAINER_ADDR:PORT`, as the output and refusals name a port.
-pub(super) fn describe(m: &PortMapping) -> String {
-    let transport = if m.udp { "udp" } else { "tcp" };
-    let to = match m.container_addr {
-        IpAddr::V4(a) => format!("{a}:{}", m.container_port),
-        IpAddr::V6(a) => format!("[{a}]:{}", m.container_port),
-    };
-    format!(
-        "{}/{transport} on {} ({}) → {to}",
-        m.host_port, m.nic, m.host_addr
-    )
-}
-
-/// The rule that keeps `m` on Docker's path, if one does.
-fn blocker(
-    rules: &Ruleset,
-    outside: &[(IpAddr, u8)],
-    m: &PortMapping,
-    endpoint: &Endpoint,
-) -> Option<String> {
-    let port = firewall::PublishedPort {
-        nic: &m.nic,
-        host_addrs: &[m.host_addr],
-        transport: if m.udp {
-            Transport::Udp
-        } else {
-            Transport::Tcp
-        },
-        host_port: m.host_port,
-        container_addr: m.container_addr,
-        container_port: m.container_port,
-        bridge: &endpoint.bridge_name,
-        veth: &endpoint.host_ifname,
-        clients_outside: outside,
-    };
-    let blockers = rules.published_port_blockers(&port);
-    if blockers.is_empty() {
-        return None;
-    }
-    // All of them: the operator has to deal with each before the port can be exposed.
-    let named: Vec<String> = blockers.iter().map(|b| format!("[{b}]")).collect();
-    Some(named.join("; "))
-}
 
 struct Found {
     container: Container,
     published: Vec<PublishedPort>,
-    outside: Vec<(IpAddr, u8)>,
 }
 
 async fn find(reference: &str) -> Result<Found> {
@@ -166,16 +31,9 @@ async fn find(reference: &str) -> Result<Found> {
         .into_iter()
         .filter(|p| p.id == container.view.id)
         .collect();
-    let outside = docker
-        .bridge_networks()
-        .await?
-        .into_iter()
-        .flat_map(|n| n.subnets)
-        .collect();
     Ok(Found {
         container,
         published,
-        outside,
     })
 }
 
@@ -213,8 +71,10 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
     }
     if !args.bypass_firewall {
         let rules = Ruleset::read()?;
+        let outside = container_prefixes(&host)?;
         for (m, e) in &mappings {
-            if let Some(rule) = blocker(&rules, &found.outside, m, e) {
+            let port = published_port(m, e, &outside);
+            if let Some(rule) = named(&rules.published_port_blockers(&port)) {
                 bail!(
                     "cannot expose {name} port {}: a rule may drop or change its packets on \
                      Docker's path, and the fast path would skip it: {rule}; expose with \
@@ -286,85 +146,4 @@ pub fn unexpose(pin_dir: &Path, capacity: Capacity, args: UnexposeArgs) -> Resul
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn published(host_ip: &str, udp: bool) -> PublishedPort {
-        PublishedPort {
-            container: "web".into(),
-            id: "abc".into(),
-            host_ip: host_ip.parse().unwrap(),
-            host_port: 8080,
-            container_port: 80,
-            udp,
-        }
-    }
-
-    fn endpoint(addrs: &[&str]) -> Endpoint {
-        Endpoint {
-            label: "web".into(),
-            netns: NetnsPath::host(),
-            netns_ino: 1,
-            ifname: "eth0".into(),
-            ifindex: 2,
-            mac: [2, 0, 0, 0, 0, 1],
-            host_ifname: "veth1".into(),
-            host_ifindex: 9,
-            bridge_ifindex: 3,
-            bridge_name: "docker0".into(),
-            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        }
-    }
-
-    fn nic(addrs: &[&str]) -> Nic {
-        Nic {
-            index: 4,
-            name: "eth1".into(),
-            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        }
-    }
-
-    #[test]
-    fn an_unspecified_binding_takes_every_address_of_its_family_on_the_nic() {
-        let ep = endpoint(&["172.17.0.2", "fe80::1"]);
-        let nics = [nic(&["192.0.2.1", "198.51.100.1", "2001:db8::1"])];
-        let got = mappings(
-            &[published("0.0.0.0", false), published("::", false)],
-            &nics,
-            |ip| Ok(ip.is_ipv4().then(|| ep.clone())),
-        )
-        .unwrap();
-        let hosts: Vec<String> = got.iter().map(|(m, _)| m.host_addr.to_string()).collect();
-        // `::` is docker-proxy's for an IPv4-only container: left out.
-        assert_eq!(hosts, ["192.0.2.1", "198.51.100.1"]);
-        assert_eq!(got[0].0.container_addr.to_string(), "172.17.0.2");
-        assert_eq!(
-            describe(&got[0].0),
-            "8080/tcp on eth1 (192.0.2.1) → 172.17.0.2:80"
-        );
-    }
-
-    #[test]
-    fn a_binding_to_one_address_takes_only_that_address_if_the_nic_has_it() {
-        let ep = endpoint(&["172.17.0.2"]);
-        let on_nic = mappings(
-            &[published("198.51.100.1", true)],
-            &[nic(&["192.0.2.1", "198.51.100.1"])],
-            |_| Ok(Some(ep.clone())),
-        )
-        .unwrap();
-        assert_eq!(on_nic.len(), 1);
-        assert!(on_nic[0].0.udp);
-        assert_eq!(on_nic[0].0.host_addr.to_string(), "198.51.100.1");
-        let elsewhere = mappings(
-            &[published("203.0.113.9", false)],
-            &[nic(&["192.0.2.1"])],
-            |_| Ok(Some(ep.clone())),
-        )
-        .unwrap();
-        assert!(elsewhere.is_empty());
-    }
 }

@@ -9,8 +9,9 @@ use crate::{
     docker::{self, BridgeNetwork, Docker},
     endpoint::Endpoint,
     firewall::{self, Ruleset, Transport},
-    netlink::{self, Interface},
+    netlink,
     netns::NetnsPath,
+    ports::{default_route_interface, endpoint_of, routable_of},
 };
 
 /// Beyond this many ports, the rest are summed up in one line.
@@ -51,49 +52,6 @@ pub(super) async fn gather(docker: &Docker) -> Result<Vec<PortPath>> {
         });
     }
     Ok(out)
-}
-
-/// The container's endpoint on a bridge network with an address of `host_ip`'s family.
-pub(super) fn endpoint_of(
-    container: &docker::Container,
-    host_ip: IpAddr,
-    host: &[Interface],
-) -> Result<Option<Endpoint>, String> {
-    let mut last_error = None;
-    for attachment in container.attachments.iter().filter(|a| a.bridge.is_some()) {
-        match docker::endpoint_on(container, &attachment.network.id, host) {
-            Ok(e) if e.addrs.iter().any(|a| routable_of(a, host_ip)) => return Ok(Some(e)),
-            Ok(_) => {}
-            Err(e) => last_error = Some(format!("{e:#}")),
-        }
-    }
-    last_error.map_or(Ok(None), Err)
-}
-
-pub(super) fn routable_of(addr: &IpAddr, family_of: IpAddr) -> bool {
-    match (addr, family_of) {
-        (IpAddr::V4(_), IpAddr::V4(_)) => true,
-        (IpAddr::V6(a), IpAddr::V6(_)) => !a.is_unicast_link_local(),
-        _ => false,
-    }
-}
-
-/// The interface of the host's default route, IPv4's first: where clients come from.
-pub(super) fn default_route_interface() -> Option<String> {
-    let v4 = std::fs::read_to_string("/proc/net/route").ok()?;
-    let from_v4 = v4.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f.get(1) == Some(&"00000000") && f.get(7) == Some(&"00000000")).then(|| f[0].to_owned())
-    });
-    from_v4.or_else(|| {
-        let v6 = std::fs::read_to_string("/proc/net/ipv6_route").ok()?;
-        v6.lines().find_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let default =
-                f.first().is_some_and(|d| d.chars().all(|c| c == '0')) && f.get(1) == Some(&"00");
-            (default && f.get(9).is_some_and(|d| *d != "lo")).then(|| f[9].to_owned())
-        })
-    })
 }
 
 /// One line per port (at most [`LISTED`], then a sum): `Ok(line)` where the rules accept

@@ -35,6 +35,8 @@ pub struct Container {
     pub status: String,
     pub network_mode: String,
     pub attachments: Vec<NetworkAttachment>,
+    /// Its published ports (`docker port`), one per binding.
+    pub ports: Vec<PublishedPort>,
 }
 
 #[derive(Clone, Debug)]
@@ -370,14 +372,60 @@ impl Docker {
             labels,
             networks: attachments.iter().map(|a| a.network.clone()).collect(),
         };
+        let ports = published_of(&inspect, &view);
         Ok(Container {
             view,
             pid,
             status,
             network_mode,
             attachments,
+            ports,
         })
     }
+}
+
+/// The bindings of `NetworkSettings.Ports` (`"80/tcp": [{"HostIp": "0.0.0.0", "HostPort":
+/// "8080"}]`): TCP and UDP only, an empty host address read as all of IPv4 (Podman writes it
+/// so), a binding without a host port (exposed, not published) left out.
+fn published_of(inspect: &ContainerInspectResponse, view: &ContainerView) -> Vec<PublishedPort> {
+    let Some(ports) = inspect
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.ports.as_ref())
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (spec, bindings) in ports {
+        let Some((port, proto)) = spec.split_once('/') else {
+            continue;
+        };
+        let (Ok(container_port), udp) = (port.parse::<u16>(), proto == "udp") else {
+            continue;
+        };
+        if !udp && proto != "tcp" {
+            continue;
+        }
+        for b in bindings.iter().flatten() {
+            let host_ip = match b.host_ip.as_deref().map(str::trim) {
+                None | Some("") => Ok(std::net::IpAddr::from([0, 0, 0, 0])),
+                Some(ip) => ip.parse(),
+            };
+            let host_port = b.host_port.as_deref().map(str::parse::<u16>);
+            if let (Ok(host_ip), Some(Ok(host_port))) = (host_ip, host_port) {
+                out.push(PublishedPort {
+                    container: view.name.clone(),
+                    id: view.id.clone(),
+                    host_ip,
+                    host_port,
+                    container_port,
+                    udp,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|p| (p.host_port, p.udp, p.host_ip));
+    out
 }
 
 /// A port a running container publishes, as `doctor` checks it (`docker ps`'s PORTS column).
@@ -684,7 +732,7 @@ impl Container {
 
 #[cfg(test)]
 mod tests {
-    use super::{Event, Joined, endpoints_of, event_of, parse_mac};
+    use super::{Event, Joined, endpoints_of, event_of, parse_mac, published_of};
 
     /// An Engine 28.5 inspect of a container on a user-defined network, in the shape API 1.52
     /// gives it: the top-level `NetworkSettings.MacAddress`, `IPAddress` (and the rest of the
@@ -778,5 +826,43 @@ mod tests {
         assert_eq!(parse_mac(""), None);
         assert_eq!(parse_mac("02:42:ac:11:00"), None);
         assert_eq!(parse_mac("zz:42:ac:11:00:02"), None);
+    }
+
+    #[test]
+    fn published_ports_are_read_from_the_inspects_port_map() {
+        let inspect: bollard::models::ContainerInspectResponse = serde_json::from_str(
+            r#"{"Id": "abc", "Name": "/web", "NetworkSettings": {"Ports": {
+                "80/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8080"},
+                           {"HostIp": "::", "HostPort": "8080"}],
+                "53/udp": [{"HostIp": "", "HostPort": "5353"}],
+                "9000/tcp": null,
+                "132/sctp": [{"HostIp": "0.0.0.0", "HostPort": "132"}]
+            }}}"#,
+        )
+        .expect("an inspect");
+        let view = crate::plan::ContainerView {
+            id: "abc".into(),
+            name: "web".into(),
+            ..Default::default()
+        };
+        let got: Vec<String> = published_of(&inspect, &view)
+            .iter()
+            .map(|p| {
+                let proto = if p.udp { "udp" } else { "tcp" };
+                format!(
+                    "{}:{}->{}/{proto}",
+                    p.host_ip, p.host_port, p.container_port
+                )
+            })
+            .collect();
+        // Exposed-only (no binding) and SCTP are left out; Podman's empty address is IPv4's all.
+        assert_eq!(
+            got,
+            [
+                "0.0.0.0:5353->53/udp",
+                "0.0.0.0:8080->80/tcp",
+                ":::8080->80/tcp"
+            ]
+        );
     }
 }

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use tracing::warn;
 
-use super::links::{LinkStore, Live};
+use super::{
+    links::{LinkStore, Live},
+    ports::{Ingress, PortStore},
+};
 use crate::{
     datapath::{Capacity, Datapath, Unlocked},
     docker::{self, Container},
@@ -19,8 +22,8 @@ use crate::{
 };
 
 pub trait Host: Send + Sync + 'static {
-    /// The links table, locked for one pass.
-    type Links: LinkStore;
+    /// The links table, locked for one pass; the exposed ports are in it too.
+    type Links: LinkStore + PortStore;
     /// The links table between passes (loaded, not locked).
     type Idle: Send;
 
@@ -34,6 +37,9 @@ pub trait Host: Send + Sync + 'static {
     ) -> Result<Endpoint>;
     /// A cache of the firewall rules, empty.
     fn rules(&self) -> RulesetCache;
+    /// The NICs published ports are taken from, with their addresses, and the container
+    /// networks' prefixes: asked only in a pass where a container wants its ports exposed.
+    fn ingress(&self, host: &[Interface]) -> Result<Ingress>;
     /// Locks the links table: the one kept from the last pass if given, else opened afresh.
     fn lock_links(&self, idle: Option<Self::Idle>, host: &[Interface]) -> Result<Self::Links>;
     fn unlock_links(&self, links: Self::Links) -> Self::Idle;
@@ -49,6 +55,9 @@ pub struct RealHost {
     /// `--expedite-rcu`: expedited grace periods while a pass attaches ([`rcu`]).
     expedite_rcu: bool,
     switch: rcu::Switch,
+    /// `--ingress-nic`: where clients of published ports come in; the default route's
+    /// interface when empty.
+    ingress_nics: Vec<String>,
 }
 
 impl RealHost {
@@ -58,7 +67,14 @@ impl RealHost {
             capacity,
             expedite_rcu,
             switch: rcu::Switch::host(),
+            ingress_nics: Vec::new(),
         }
+    }
+
+    /// Takes published ports from these NICs (`--ingress-nic`).
+    pub fn with_ingress_nics(mut self, nics: Vec<String>) -> Self {
+        self.ingress_nics = nics;
+        self
     }
 }
 
@@ -81,6 +97,13 @@ impl Host for RealHost {
 
     fn rules(&self) -> RulesetCache {
         RulesetCache::default()
+    }
+
+    fn ingress(&self, host: &[Interface]) -> Result<Ingress> {
+        Ok(Ingress {
+            nics: crate::ports::nics(&self.ingress_nics, host)?,
+            outside: crate::ports::container_prefixes(host)?,
+        })
     }
 
     fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {

@@ -31,6 +31,7 @@ pub mod host;
 pub mod links;
 pub mod notices;
 mod pass;
+pub mod ports;
 pub mod soon;
 mod which;
 
@@ -43,6 +44,7 @@ use anyhow::{Context, Result};
 use tracing::{debug, info, trace, warn};
 
 pub use host::{Host, RealHost};
+pub use ports::{Ingress, PortStore};
 pub use which::Which;
 
 use crate::{

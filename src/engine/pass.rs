@@ -18,6 +18,7 @@ use super::{
     endpoints::{EndpointCache, Find},
     host::Host,
     links::{self, LinkStore, Resolved, Scope, Wanted},
+    ports,
 };
 use crate::{
     datapath::{LinkRecord, Origin},
@@ -39,6 +40,8 @@ pub(super) struct Held<H: Host> {
     pub(super) veths: HashMap<String, BTreeSet<u32>>,
     /// Firewall refusals by (low, high) ifindex pair, as of the last pass that covered them.
     pub(super) refused: BTreeMap<(u32, u32), Diagnostic>,
+    /// What the last passes saw of the labeled containers' published ports.
+    pub(super) exposures: ports::Seen,
 }
 
 impl<H: Host> Held<H> {
@@ -49,6 +52,7 @@ impl<H: Host> Held<H> {
             links: None,
             veths: HashMap::new(),
             refused: BTreeMap::new(),
+            exposures: ports::Seen::default(),
         }
     }
 }
@@ -178,6 +182,17 @@ pub(super) fn run<H: Host>(
             Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
         }
     }
+    match expose_ports(
+        &mut held.exposures,
+        &mut shared,
+        host,
+        containers,
+        which,
+        &mut table,
+    ) {
+        Ok(done) => trace!(?done, "published ports"),
+        Err(err) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
+    }
     trace!(
         reads = shared.rules.reads(),
         "firewall rules read in full so far"
@@ -227,6 +242,29 @@ pub(super) fn run<H: Host>(
         unreadable: plan.unreadable,
         removed_by_rules,
     })
+}
+
+/// The second kind: the labeled containers' published ports, planned over the pass's `Shared`
+/// and taken to the table within the pass's scope. The host's NICs are asked only when a
+/// container wants its ports exposed; without one, the watch's exposures (if any) go.
+fn expose_ports<H: Host>(
+    seen: &mut ports::Seen,
+    shared: &mut Shared<'_>,
+    host: &H,
+    containers: &[Container],
+    which: &Which,
+    table: &mut H::Links,
+) -> Result<ports::PortsApplied> {
+    let labeled = containers
+        .iter()
+        .any(|c| labels::wants_ingress(&c.view.labels));
+    let plan = if labeled {
+        ports::plan(shared, containers, &host.ingress(shared.host)?)?
+    } else {
+        ports::PortPlan::default()
+    };
+    let scope = seen.update(&plan, which);
+    ports::apply(table, &plan.wanted, &scope)
 }
 
 /// The links a pass wants, resolved and judged.

@@ -32,7 +32,7 @@ pub use pinned::{Covered, Recorded, covered};
 
 use std::{collections::HashMap, net::IpAddr};
 
-pub(crate) use model::Blocker;
+pub use model::Blocker;
 #[cfg(test)]
 pub(crate) use tc::TcState;
 
@@ -224,6 +224,19 @@ impl RulesetCache {
     }
 
     /// How many times the rules were read in full.
+    /// The rules that keep a published port on Docker's path
+    /// ([`Ruleset::published_port_blockers`]), as of the last [`RulesetCache::refresh`].
+    pub fn published_port_blockers(
+        &self,
+        port: &PublishedPort<'_>,
+    ) -> anyhow::Result<Vec<Blocker>> {
+        let (_, rules) = self
+            .held
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the firewall rules were not read yet"))?;
+        Ok(rules.published_port_blockers(port))
+    }
+
     pub fn reads(&self) -> u64 {
         self.reads
     }

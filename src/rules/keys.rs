@@ -10,7 +10,9 @@ pub(crate) const GROUP: &str = "dxdp.group";
 pub(crate) const DATAPATH: &str = "dxdp.datapath";
 pub(crate) const NETWORK: &str = "dxdp.network";
 pub(crate) const FIREWALL: &str = "dxdp.firewall";
-pub(crate) const KEYS: [&str; 6] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL];
+/// Published ports straight from the NIC (`dxdp watch --ingress-nic`), apart from links.
+pub(crate) const INGRESS: &str = "dxdp.ingress";
+pub(crate) const KEYS: [&str; 7] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL, INGRESS];
 
 /// Set by Compose (v1 and v2) on every container it starts.
 pub(crate) const COMPOSE_PROJECT: &str = "com.docker.compose.project";

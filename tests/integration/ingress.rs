@@ -361,3 +361,127 @@ impl Drop for Files {
         }
     }
 }
+
+/// The exposures in `dxdp status --json`, as (container, veth ifindex, origin).
+fn exposures(world: &World) -> Vec<(String, u64, String)> {
+    let run = world.dxdp.run(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).unwrap_or_default();
+    status["exposed"]
+        .as_array()
+        .map(|ports| {
+            ports
+                .iter()
+                .map(|p| {
+                    (
+                        p["container"].as_str().unwrap_or_default().to_owned(),
+                        p["veth_ifindex"].as_u64().unwrap_or(0),
+                        p["origin"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A file sent from the client to the container's published port arrives whole, over the
+/// fast path (the port's inbound counter moves).
+fn assert_carried(world: &World, out: &Outside, pid: u32, host_port: u16, tag: &str) {
+    let payload = Payload::new(tag, 4);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    let before = port_counters(world, host_port, "tcp").map_or(0, |c| c.0);
+    let target = got.display().to_string();
+    let mut server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "receive", "7000", &target],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let file = payload.path.display().to_string();
+    let sent = out.run(
+        &[
+            "python3",
+            PEER,
+            "send",
+            &file,
+            &out.host_addr,
+            &host_port.to_string(),
+        ],
+        Duration::from_secs(30),
+    );
+    sent.assert_success();
+    assert!(server.wait_timeout(Duration::from_secs(10)).is_some());
+    assert_eq!(sha256(&got), payload.sha, "{tag}: bytes lost");
+    let after = port_counters(world, host_port, "tcp").map_or(0, |c| c.0);
+    assert!(after > before, "{tag}: the fast path carried nothing");
+}
+
+/// `dxdp watch --ingress-nic` exposes a container labeled `dxdp.ingress=true`, follows it
+/// across a restart (new veth) and lets it go when it is removed; an unlabeled container that
+/// publishes a port is never exposed.
+#[test]
+fn the_watch_exposes_a_labeled_container_and_follows_its_restart_and_removal() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("pub", &[]);
+    let port = 17020u16;
+    let publish = format!("{}:{port}:7000", out.host_addr);
+    // dxdp.firewall=bypass: on hosts with rootful Podman, netavark's masquerade rule (a mark
+    // match the walk cannot rule out) keeps every published port on Docker's path.
+    let web = world.run(
+        "web",
+        &[
+            "--network",
+            &net,
+            "-p",
+            &publish,
+            "-l",
+            "dxdp.ingress=true",
+            "-l",
+            "dxdp.firewall=bypass",
+        ],
+        &["iperf3", "-s"],
+    );
+    let other = format!("{}:{}:5201", out.host_addr, port + 1);
+    let plain = world.run(
+        "plain",
+        &["--network", &net, "-p", &other],
+        &["iperf3", "-s"],
+    );
+    let _watch = world.watch(&["--resync", "30", "--ingress-nic", &out.nic]);
+    let watched = |world: &World| {
+        exposures(world)
+            .into_iter()
+            .filter(|(c, _, origin)| *c == web && origin == "watch")
+            .map(|(_, veth, _)| veth)
+            .collect::<Vec<u64>>()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || !watched(&world).is_empty()),
+        "the watch did not expose {web}: {:?}",
+        exposures(&world)
+    );
+    let first_veth = watched(&world)[0];
+    assert_carried(&world, &out, world.pid(&web), port, "watch-1");
+    assert!(exposures(&world).iter().all(|(c, ..)| *c != plain));
+
+    world.docker_ok(&["restart", "-t", "1", &web]);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let veths = watched(&world);
+            !veths.is_empty() && !veths.contains(&first_veth)
+        }),
+        "the exposure did not follow the restart: {:?}",
+        exposures(&world)
+    );
+    assert_carried(&world, &out, world.pid(&web), port, "watch-2");
+
+    world.docker_ok(&["rm", "-f", &web]);
+    assert!(
+        wait_until(Duration::from_secs(10), || watched(&world).is_empty()),
+        "the exposure outlived its container: {:?}",
+        exposures(&world)
+    );
+}

@@ -106,7 +106,8 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
     })
     .await??;
     let mut engine = Engine::new(
-        RealHost::new(pin_dir.clone(), capacity, args.expedite_rcu),
+        RealHost::new(pin_dir.clone(), capacity, args.expedite_rcu)
+            .with_ingress_nics(args.ingress_nics.clone()),
         Arc::clone(&stats),
     );
     let mut notify = if args.once {

@@ -6,8 +6,9 @@ use anyhow::Result;
 
 use super::{LinkStore, LinkTable};
 use crate::{
-    datapath::{Datapath, Kind, LinkRecord, LinkRequest, Origin},
+    datapath::{Datapath, ExposedPort, Exposure, Kind, LinkRecord, LinkRequest, Origin},
     endpoint::Endpoint,
+    engine::PortStore,
     netlink::Interface,
 };
 
@@ -74,5 +75,19 @@ impl LinkStore for Live {
 
     fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>> {
         self.datapath.recorded_addresses(ifindex)
+    }
+}
+
+impl PortStore for Live {
+    fn exposed(&mut self) -> Result<Vec<ExposedPort>> {
+        self.datapath.exposed()
+    }
+
+    fn expose(&mut self, exposure: &Exposure<'_>) -> Result<usize> {
+        self.datapath.expose(exposure)
+    }
+
+    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()> {
+        self.datapath.unexpose(veth_ifindex).map(drop)
     }
 }

@@ -10,21 +10,25 @@ use std::{
 use anyhow::{Result, anyhow, bail};
 
 use crate::{
-    datapath::{Kind, LinkRecord, Origin},
-    docker::{Container, ContainerSource, NetworkAttachment, NetworkCache},
+    datapath::{ExposedPort, Exposure, Kind, LinkRecord, Origin, Traffic},
+    docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
     endpoint::Endpoint,
     engine::{
-        Host,
+        Host, Ingress, PortStore,
         links::{LinkStore, LinkTable, Resolved},
     },
     firewall::{RulesSource, Ruleset, RulesetCache, TcState},
     netlink::Interface,
     netns::NetnsPath,
     plan::{ContainerView, NetworkView},
+    ports::Nic,
 };
 
 pub(super) const BRIDGE: u32 = 2;
 const BRIDGE_NAME: &str = "br-test";
+/// The NIC published ports are taken from, and its address.
+pub(super) const NIC: u32 = 3;
+pub(super) const NIC_ADDR: [u8; 4] = [192, 0, 2, 1];
 
 /// Everything the fakes answer from, and what they counted.
 #[derive(Default)]
@@ -35,6 +39,8 @@ pub(super) struct World {
     pub(super) addrs: HashMap<String, IpAddr>,
     /// The pinned links.
     pub(super) links: Vec<LinkRecord>,
+    /// The exposed ports.
+    pub(super) exposed: Vec<ExposedPort>,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
     /// `iptables-save` text of the rules, and the nf_tables generation.
@@ -69,6 +75,7 @@ impl World {
                 index: BRIDGE,
                 name: BRIDGE_NAME.to_owned(),
                 kind: Some("bridge".to_owned()),
+                mac: Some([2, 0, 0, 0, 0, 0xbb]),
                 up: true,
                 ..Interface::default()
             }],
@@ -87,6 +94,7 @@ impl World {
             icc: true,
         };
         self.containers.push(Container {
+            ports: Vec::new(),
             view: ContainerView {
                 id: format!("id-{name}"),
                 name: name.to_owned(),
@@ -130,6 +138,39 @@ impl World {
             up: true,
             ..Interface::default()
         });
+    }
+
+    /// Publishes a started container's port 80 on `host_port` of every IPv4 address.
+    pub(super) fn publish(&mut self, name: &str, host_port: u16) {
+        let c = self
+            .containers
+            .iter_mut()
+            .find(|c| c.view.name == name)
+            .expect("a started container");
+        c.ports.push(PublishedPort {
+            container: name.to_owned(),
+            id: c.view.id.clone(),
+            host_ip: IpAddr::from([0, 0, 0, 0]),
+            host_port,
+            container_port: 80,
+            udp: false,
+        });
+    }
+
+    /// The exposed ports as `VETH:HOSTPORT->CONTAINER_ADDR:PORT ORIGIN`, sorted.
+    pub(super) fn exposures(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .exposed
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}:{}->{}:{} {:?}",
+                    p.veth_ifindex, p.host_port, p.container_addr, p.container_port, p.origin
+                )
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// Stops a container: it leaves the engine's list and its veth goes.
@@ -261,6 +302,17 @@ impl Host for FakeHost {
         RulesetCache::of(Box::new(FakeRules(self.0.clone())))
     }
 
+    fn ingress(&self, _: &[Interface]) -> Result<Ingress> {
+        Ok(Ingress {
+            nics: vec![Nic {
+                index: NIC,
+                name: "nic0".to_owned(),
+                addrs: vec![IpAddr::from(NIC_ADDR)],
+            }],
+            outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
+        })
+    }
+
     fn lock_links(&self, _: Option<()>, _: &[Interface]) -> Result<FakeLinks> {
         Ok(FakeLinks(self.0.clone()))
     }
@@ -338,6 +390,45 @@ impl LinkTable for FakeLinks {
             .links
             .retain(|l| (l.low_ifindex, l.high_ifindex) != (x.min(y), x.max(y)));
         world.links.push(record(x, y, kind, Origin::Watch));
+        Ok(())
+    }
+}
+
+impl PortStore for FakeLinks {
+    fn exposed(&mut self) -> Result<Vec<ExposedPort>> {
+        Ok(self.0.world().exposed.clone())
+    }
+
+    fn expose(&mut self, e: &Exposure<'_>) -> Result<usize> {
+        let mut world = self.0.world();
+        let veth = e.endpoint.host_ifindex;
+        world.exposed.retain(|p| p.veth_ifindex != veth);
+        for m in e.ports {
+            world.exposed.push(ExposedPort {
+                container: e.container.to_owned(),
+                veth_ifindex: veth,
+                nic_ifindex: m.nic_ifindex,
+                host_addr: m.host_addr,
+                protocol: if m.udp { "udp" } else { "tcp" },
+                host_port: m.host_port,
+                container_addr: m.container_addr,
+                container_port: m.container_port,
+                origin: e.origin,
+                bypasses_firewall: e.bypass_firewall,
+                created_unix_secs: 0,
+                inbound: Traffic::default(),
+                outbound: Traffic::default(),
+                passed_packets: 0,
+            });
+        }
+        Ok(e.ports.len())
+    }
+
+    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()> {
+        self.0
+            .world()
+            .exposed
+            .retain(|p| p.veth_ifindex != veth_ifindex);
         Ok(())
     }
 }

@@ -223,3 +223,93 @@ fn a_failed_pass_changes_nothing_and_the_next_one_recovers() {
     assert!(rig.pass(Which::All).is_some());
     assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
 }
+
+const INGRESS: &str = "dxdp.ingress";
+const FIREWALL: &str = "dxdp.firewall";
+
+/// Docker's DNAT of host port 8080 to `container`:80, and a FORWARD chain that `extra` adds to.
+fn published_rules(container: &str, extra: &str) -> String {
+    format!(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n\
+         -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
+         -A DOCKER ! -i br-test -p tcp -m tcp --dport 8080 -j DNAT --to-destination {container}:80\n\
+         COMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n{extra}COMMIT\n"
+    )
+}
+
+#[test]
+fn a_labeled_containers_published_ports_are_exposed_and_follow_it() {
+    let mut world = World::new();
+    // The rules are another test's: here, the walk is skipped on purpose.
+    let asks = [(INGRESS, "true"), (FIREWALL, "bypass")];
+    world.start("web", 21, &asks);
+    world.publish("web", 8080);
+    // Publishes too, without the label: never exposed.
+    world.start("plain", 22, &[]);
+    world.publish("plain", 8081);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"]
+    );
+    // A restart: a new veth and address; the event's pass follows it.
+    {
+        let mut world = rig.shared.world();
+        world.stop("web");
+        world.start("web", 23, &asks);
+        world.publish("web", 8080);
+    }
+    rig.about(&["web"]);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["23:8080->10.0.0.23:80 Watch"]
+    );
+    // Stopped: its exposure goes with the event.
+    rig.shared.world().stop("web");
+    rig.about(&["web"]);
+    assert!(rig.shared.world().exposures().is_empty());
+}
+
+#[test]
+fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firewall() {
+    let mut world = World::new();
+    world.start("web", 21, &[(INGRESS, "true")]);
+    world.publish("web", 8080);
+    let drop_some = "-A FORWARD -s 198.51.100.0/24 -j DROP\n";
+    world.rules = published_rules("10.0.0.21", drop_some);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert!(rig.shared.world().exposures().is_empty());
+    // The rule goes (a new generation): the next pass exposes.
+    {
+        let mut world = rig.shared.world();
+        world.rules = published_rules("10.0.0.21", "");
+        world.generation += 1;
+    }
+    rig.pass(Which::Known);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"]
+    );
+    // It comes back: the exposure goes, as a link would.
+    {
+        let mut world = rig.shared.world();
+        world.rules = published_rules("10.0.0.21", drop_some);
+        world.generation += 1;
+    }
+    rig.pass(Which::Known);
+    assert!(rig.shared.world().exposures().is_empty());
+    // Labeled to bypass the rules: exposed despite the rule.
+    {
+        let mut world = rig.shared.world();
+        world.stop("web");
+        world.start("web", 24, &[(INGRESS, "true"), (FIREWALL, "bypass")]);
+        world.publish("web", 8080);
+    }
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["24:8080->10.0.0.24:80 Watch"]
+    );
+}

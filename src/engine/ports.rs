@@ -1,0 +1,264 @@
+//! The second kind of fast path, published ports straight from the NIC (issue 24): the
+//! containers labeled `dxdp.ingress=true`, each with its published ports as entries on the
+//! watch's ingress NICs, held to the firewall walk unless the container says
+//! `dxdp.firewall=bypass`, and taken to the pinned table within the pass's scope. Exposures made
+//! by hand (`dxdp expose`) are left alone, as hand-made links are.
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::Result;
+use tracing::{info, warn};
+
+use super::{Which, links::Scope, pass::Shared};
+use crate::{
+    datapath::{ExposedPort, Exposure, Origin, PortMapping},
+    docker::Container,
+    endpoint::Endpoint,
+    labels,
+    netlink::MacAddr,
+    ports::{self, Nic},
+};
+
+/// What the exposure table must do for the engine; the pinned datapath in the product, a fake
+/// in the unit tests.
+pub trait PortStore {
+    fn exposed(&mut self) -> Result<Vec<ExposedPort>>;
+    fn expose(&mut self, exposure: &Exposure<'_>) -> Result<usize>;
+    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()>;
+}
+
+/// Where clients come in and which prefixes none is on: what the kind needs of the host.
+pub struct Ingress {
+    pub nics: Vec<Nic>,
+    /// The host's container networks ([`ports::container_prefixes`]).
+    pub outside: Vec<(std::net::IpAddr, u8)>,
+}
+
+/// One container's ports as the labels want them.
+pub(super) struct WantedPorts {
+    container: String,
+    endpoint: Endpoint,
+    gateway_mac: MacAddr,
+    ports: Vec<PortMapping>,
+    bypass_firewall: bool,
+}
+
+/// The exposures a pass wants, by host veth, and the refusals, by container name.
+#[derive(Default)]
+pub(super) struct PortPlan {
+    pub(super) wanted: BTreeMap<u32, WantedPorts>,
+    pub(super) refused: BTreeMap<String, String>,
+    /// Each labeled container's veth, for the scope of an event's pass.
+    pub(super) veths: BTreeMap<String, u32>,
+}
+
+/// The labeled containers' published ports on `ingress`'s NICs, judged by the rules.
+pub(super) fn plan(
+    shared: &mut Shared<'_>,
+    containers: &[Container],
+    ingress: &Ingress,
+) -> Result<PortPlan> {
+    let mut plan = PortPlan::default();
+    for c in containers {
+        if !c.view.running || c.ports.is_empty() || !labels::wants_ingress(&c.view.labels) {
+            continue;
+        }
+        let name = &c.view.name;
+        let mut found = Vec::new();
+        for a in c.attachments.iter().filter(|a| a.bridge.is_some()) {
+            match shared.endpoint(c, &a.network.id) {
+                Ok(e) => found.push(e),
+                Err(err) => warn!(container = %name, "cannot expose: {err:#}"),
+            }
+        }
+        let mappings = ports::mappings(&c.ports, &ingress.nics, |host_ip| {
+            Ok(found
+                .iter()
+                .find(|e| e.addrs.iter().any(|a| ports::routable_of(a, host_ip)))
+                .cloned())
+        })?;
+        let Some((_, endpoint)) = mappings.first() else {
+            continue;
+        };
+        let endpoint = endpoint.clone();
+        if mappings
+            .iter()
+            .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
+        {
+            plan.refused.insert(
+                name.clone(),
+                "its published ports lead to more than one of its networks; dxdp exposes a \
+                 container on one network"
+                    .to_owned(),
+            );
+            continue;
+        }
+        plan.veths.insert(c.view.id.clone(), endpoint.host_ifindex);
+        let bypass_firewall = labels::bypasses_firewall(&c.view.labels);
+        if !bypass_firewall {
+            let rules = shared.rules()?;
+            let refusal = mappings.iter().find_map(|(m, e)| {
+                let port = ports::published_port(m, e, &ingress.outside);
+                ports::named(&rules.published_port_blockers(&port).ok()?)
+                    .map(|rule| format!("port {}: {rule}", ports::describe(m)))
+            });
+            if let Some(refusal) = refusal {
+                plan.refused.insert(
+                    name.clone(),
+                    format!(
+                        "{refusal}; label it dxdp.firewall=bypass to skip such rules on purpose"
+                    ),
+                );
+                continue;
+            }
+        }
+        let Some(gateway_mac) = shared
+            .host
+            .iter()
+            .find(|i| i.index == endpoint.bridge_ifindex)
+            .and_then(|i| i.mac)
+        else {
+            continue;
+        };
+        plan.wanted.insert(
+            endpoint.host_ifindex,
+            WantedPorts {
+                container: name.clone(),
+                endpoint,
+                gateway_mac,
+                ports: mappings.into_iter().map(|(m, _)| m).collect(),
+                bypass_firewall,
+            },
+        );
+    }
+    Ok(plan)
+}
+
+/// What the engine holds between passes about this kind: each labeled container's veth (so
+/// that an event about one that died or lost its label still reaches its exposure) and the
+/// refusals as last logged (said once, not at every resync).
+#[derive(Default)]
+pub(super) struct Seen {
+    veths: BTreeMap<String, u32>,
+    refused: BTreeMap<String, String>,
+}
+
+impl Seen {
+    /// Logs the refusals that are new, takes in what `plan` saw, and returns the scope the pass
+    /// may change: everything in a whole pass, else the veths the event's containers have and
+    /// had.
+    pub(super) fn update(&mut self, plan: &PortPlan, which: &Which) -> Scope {
+        for (name, why) in &plan.refused {
+            if self.refused.get(name) != Some(why) {
+                warn!(container = %name, "cannot expose its published ports: {why}");
+            }
+        }
+        match which {
+            Which::All | Which::Known => {
+                self.refused = plan.refused.clone();
+                self.veths = plan.veths.clone();
+                Scope::Whole
+            }
+            Which::Containers(ids) => {
+                self.refused.extend(plan.refused.clone());
+                let mut veths = BTreeSet::new();
+                for id in ids {
+                    veths.extend(self.veths.remove(id));
+                    veths.extend(plan.veths.get(id).copied());
+                }
+                self.veths
+                    .extend(plan.veths.iter().map(|(id, v)| (id.clone(), *v)));
+                Scope::Touching(veths)
+            }
+        }
+    }
+}
+
+/// What applying did: exposures made or changed, and removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct PortsApplied {
+    pub(super) exposed: usize,
+    pub(super) unexposed: usize,
+}
+
+/// Takes the watch's exposures within `scope` to `wanted`: those no longer wanted (label gone,
+/// container gone, a rule now refusing) go, wanted ones whose entries differ are written. A
+/// veth exposed by hand is not touched. One that fails does not stop the others.
+pub(super) fn apply(
+    table: &mut impl PortStore,
+    wanted: &BTreeMap<u32, WantedPorts>,
+    scope: &Scope,
+) -> Result<PortsApplied> {
+    let mut have: BTreeMap<u32, (Origin, BTreeSet<Key>)> = BTreeMap::new();
+    for p in table.exposed()? {
+        let entry = have
+            .entry(p.veth_ifindex)
+            .or_insert_with(|| (p.origin, BTreeSet::new()));
+        entry.1.insert(Key::of_exposed(&p));
+    }
+    let mut done = PortsApplied::default();
+    for (&veth, (origin, _)) in &have {
+        if *origin == Origin::Watch && scope.covers(veth, veth) && !wanted.contains_key(&veth) {
+            table.unexpose(veth)?;
+            done.unexposed += 1;
+        }
+    }
+    for (&veth, w) in wanted.iter().filter(|(v, _)| scope.covers(**v, **v)) {
+        let keys: BTreeSet<Key> = w.ports.iter().map(Key::of_mapping).collect();
+        match have.get(&veth) {
+            Some((Origin::Manual, _)) => continue,
+            Some((_, present)) if *present == keys => continue,
+            _ => {}
+        }
+        let exposure = Exposure {
+            container: &w.container,
+            endpoint: &w.endpoint,
+            gateway_mac: w.gateway_mac,
+            ports: &w.ports,
+            origin: Origin::Watch,
+            bypass_firewall: w.bypass_firewall,
+        };
+        match table.expose(&exposure) {
+            Ok(_) => {
+                info!(container = %w.container, ports = w.ports.len(), "published ports exposed");
+                done.exposed += 1;
+            }
+            Err(err) => warn!(container = %w.container, "cannot expose: {err:#}"),
+        }
+    }
+    Ok(done)
+}
+
+/// What identifies an entry and where it leads, for comparing the pinned with the wanted.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Key {
+    nic_ifindex: u32,
+    host_addr: std::net::IpAddr,
+    udp: bool,
+    host_port: u16,
+    container_addr: std::net::IpAddr,
+    container_port: u16,
+}
+
+impl Key {
+    fn of_mapping(m: &PortMapping) -> Self {
+        Self {
+            nic_ifindex: m.nic_ifindex,
+            host_addr: m.host_addr,
+            udp: m.udp,
+            host_port: m.host_port,
+            container_addr: m.container_addr,
+            container_port: m.container_port,
+        }
+    }
+
+    fn of_exposed(p: &ExposedPort) -> Self {
+        Self {
+            nic_ifindex: p.nic_ifindex,
+            host_addr: p.host_addr,
+            udp: p.protocol == "udp",
+            host_port: p.host_port,
+            container_addr: p.container_addr,
+            container_port: p.container_port,
+        }
+    }
+}

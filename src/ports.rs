@@ -1,0 +1,293 @@
+//! Published ports as the fast path from the NIC takes them (issue 24, `dxdp expose` and the
+//! watch's `dxdp.ingress` label): the NICs clients come in on, each published port as an entry
+//! per NIC address, and the rules that keep one on Docker's path.
+use std::net::IpAddr;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{
+    datapath::PortMapping,
+    docker::{self, PublishedPort},
+    endpoint::Endpoint,
+    firewall::{self, Transport},
+    netlink::{self, Interface},
+    netns::NetnsPath,
+};
+
+/// A NIC clients come in on, with its addresses.
+pub struct Nic {
+    pub index: u32,
+    pub name: String,
+    pub addrs: Vec<IpAddr>,
+}
+
+/// The NICs named, or the default route's; each must exist and hold an address.
+pub fn nics(names: &[String], host: &[Interface]) -> Result<Vec<Nic>> {
+    let names = if names.is_empty() {
+        vec![default_route_interface().context(
+            "no default route to take the NIC from; name the interface clients come in on \
+             with --nic IFACE",
+        )?]
+    } else {
+        names.to_vec()
+    };
+    names
+        .into_iter()
+        .map(|name| {
+            let Some(iface) = host.iter().find(|i| i.name == name) else {
+                bail!("--nic {name}: no such interface in the host namespace");
+            };
+            if iface.is_veth() && iface.master.is_some() || iface.is_bridge() {
+                bail!(
+                    "--nic {name}: that is a bridge or a bridge port; name the interface \
+                     clients come in on"
+                );
+            }
+            let addrs: Vec<IpAddr> = netlink::addresses(&NetnsPath::host(), iface.index)?
+                .into_iter()
+                .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local()))
+                .collect();
+            Ok(Nic {
+                index: iface.index,
+                name,
+                addrs,
+            })
+        })
+        .collect()
+}
+
+/// The prefixes no client of a published port is on: those of the host's bridges (the
+/// container networks, whose gateway address the bridge holds with the subnet's length). The
+/// fast path leaves packets from them to the stack (it answers only clients routed back through
+/// the NIC), so the firewall walk need not consider them.
+pub fn container_prefixes(host: &[Interface]) -> Result<Vec<(IpAddr, u8)>> {
+    let bridges: Vec<u32> = host
+        .iter()
+        .filter(|i| i.is_bridge())
+        .map(|i| i.index)
+        .collect();
+    Ok(netlink::prefixes(&NetnsPath::host())?
+        .into_iter()
+        .filter(|(index, addr, _)| {
+            bridges.contains(index) && !matches!(addr, IpAddr::V6(a) if a.is_unicast_link_local())
+        })
+        .map(|(_, addr, len)| (addr, len))
+        .collect())
+}
+
+/// The container's published ports as fast-path entries on `nics`, with the endpoint of each
+/// family; bindings of a family the container lacks (Docker's `::` beside `0.0.0.0` for an
+/// IPv4-only container, served by docker-proxy) and addresses not on these NICs are left out.
+pub fn mappings(
+    published: &[PublishedPort],
+    nics: &[Nic],
+    mut endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
+) -> Result<Vec<(PortMapping, Endpoint)>> {
+    let mut out = Vec::new();
+    for p in published {
+        let Some(endpoint) = endpoint_for(p.host_ip)? else {
+            continue;
+        };
+        let Some(&container_addr) = endpoint.addrs.iter().find(|a| routable_of(a, p.host_ip))
+        else {
+            continue;
+        };
+        for nic in nics {
+            let same_family = |a: &&IpAddr| a.is_ipv4() == p.host_ip.is_ipv4();
+            let host_addrs: Vec<IpAddr> = if p.host_ip.is_unspecified() {
+                nic.addrs.iter().filter(same_family).copied().collect()
+            } else {
+                nic.addrs
+                    .iter()
+                    .filter(|a| **a == p.host_ip)
+                    .copied()
+                    .collect()
+            };
+            for host_addr in host_addrs {
+                out.push((
+                    PortMapping {
+                        nic_ifindex: nic.index,
+                        nic: nic.name.clone(),
+                        host_addr,
+                        udp: p.udp,
+                        host_port: p.host_port,
+                        container_addr,
+                        container_port: p.container_port,
+                    },
+                    endpoint.clone(),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `PORT/PROTO on NIC (ADDR) → CONTAINER_ADDR:PORT`, as the output and refusals name a port.
+pub fn describe(m: &PortMapping) -> String {
+    let transport = if m.udp { "udp" } else { "tcp" };
+    let to = match m.container_addr {
+        IpAddr::V4(a) => format!("{a}:{}", m.container_port),
+        IpAddr::V6(a) => format!("[{a}]:{}", m.container_port),
+    };
+    format!(
+        "{}/{transport} on {} ({}) → {to}",
+        m.host_port, m.nic, m.host_addr
+    )
+}
+
+/// `m` as the firewall walk takes it (`firewall::Ruleset::published_port_blockers`).
+pub fn published_port<'a>(
+    m: &'a PortMapping,
+    endpoint: &'a Endpoint,
+    outside: &'a [(IpAddr, u8)],
+) -> firewall::PublishedPort<'a> {
+    firewall::PublishedPort {
+        nic: &m.nic,
+        host_addrs: std::slice::from_ref(&m.host_addr),
+        transport: if m.udp {
+            Transport::Udp
+        } else {
+            Transport::Tcp
+        },
+        host_port: m.host_port,
+        container_addr: m.container_addr,
+        container_port: m.container_port,
+        bridge: &endpoint.bridge_name,
+        veth: &endpoint.host_ifname,
+        clients_outside: outside,
+    }
+}
+
+/// Every rule that keeps a port on Docker's path, in one line; `None` if there is none. All of
+/// them: the operator has to deal with each before the port can be exposed.
+pub fn named(blockers: &[firewall::Blocker]) -> Option<String> {
+    if blockers.is_empty() {
+        return None;
+    }
+    let named: Vec<String> = blockers.iter().map(|b| format!("[{b}]")).collect();
+    Some(named.join("; "))
+}
+
+/// The container's endpoint on a bridge network with an address of `host_ip`'s family.
+pub fn endpoint_of(
+    container: &docker::Container,
+    host_ip: IpAddr,
+    host: &[Interface],
+) -> Result<Option<Endpoint>, String> {
+    let mut last_error = None;
+    for attachment in container.attachments.iter().filter(|a| a.bridge.is_some()) {
+        match docker::endpoint_on(container, &attachment.network.id, host) {
+            Ok(e) if e.addrs.iter().any(|a| routable_of(a, host_ip)) => return Ok(Some(e)),
+            Ok(_) => {}
+            Err(e) => last_error = Some(format!("{e:#}")),
+        }
+    }
+    last_error.map_or(Ok(None), Err)
+}
+
+pub fn routable_of(addr: &IpAddr, family_of: IpAddr) -> bool {
+    match (addr, family_of) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => true,
+        (IpAddr::V6(a), IpAddr::V6(_)) => !a.is_unicast_link_local(),
+        _ => false,
+    }
+}
+
+/// The interface of the host's default route, IPv4's first: where clients come from.
+pub fn default_route_interface() -> Option<String> {
+    let v4 = std::fs::read_to_string("/proc/net/route").ok()?;
+    let from_v4 = v4.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&"00000000") && f.get(7) == Some(&"00000000")).then(|| f[0].to_owned())
+    });
+    from_v4.or_else(|| {
+        let v6 = std::fs::read_to_string("/proc/net/ipv6_route").ok()?;
+        v6.lines().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let default =
+                f.first().is_some_and(|d| d.chars().all(|c| c == '0')) && f.get(1) == Some(&"00");
+            (default && f.get(9).is_some_and(|d| *d != "lo")).then(|| f[9].to_owned())
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn published(host_ip: &str, udp: bool) -> PublishedPort {
+        PublishedPort {
+            container: "web".into(),
+            id: "abc".into(),
+            host_ip: host_ip.parse().unwrap(),
+            host_port: 8080,
+            container_port: 80,
+            udp,
+        }
+    }
+
+    fn endpoint(addrs: &[&str]) -> Endpoint {
+        Endpoint {
+            label: "web".into(),
+            netns: NetnsPath::host(),
+            netns_ino: 1,
+            ifname: "eth0".into(),
+            ifindex: 2,
+            mac: [2, 0, 0, 0, 0, 1],
+            host_ifname: "veth1".into(),
+            host_ifindex: 9,
+            bridge_ifindex: 3,
+            bridge_name: "docker0".into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        }
+    }
+
+    fn nic(addrs: &[&str]) -> Nic {
+        Nic {
+            index: 4,
+            name: "eth1".into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_unspecified_binding_takes_every_address_of_its_family_on_the_nic() {
+        let ep = endpoint(&["172.17.0.2", "fe80::1"]);
+        let nics = [nic(&["192.0.2.1", "198.51.100.1", "2001:db8::1"])];
+        let got = mappings(
+            &[published("0.0.0.0", false), published("::", false)],
+            &nics,
+            |ip| Ok(ip.is_ipv4().then(|| ep.clone())),
+        )
+        .unwrap();
+        let hosts: Vec<String> = got.iter().map(|(m, _)| m.host_addr.to_string()).collect();
+        // `::` is docker-proxy's for an IPv4-only container: left out.
+        assert_eq!(hosts, ["192.0.2.1", "198.51.100.1"]);
+        assert_eq!(got[0].0.container_addr.to_string(), "172.17.0.2");
+        assert_eq!(
+            describe(&got[0].0),
+            "8080/tcp on eth1 (192.0.2.1) → 172.17.0.2:80"
+        );
+    }
+
+    #[test]
+    fn a_binding_to_one_address_takes_only_that_address_if_the_nic_has_it() {
+        let ep = endpoint(&["172.17.0.2"]);
+        let on_nic = mappings(
+            &[published("198.51.100.1", true)],
+            &[nic(&["192.0.2.1", "198.51.100.1"])],
+            |_| Ok(Some(ep.clone())),
+        )
+        .unwrap();
+        assert_eq!(on_nic.len(), 1);
+        assert!(on_nic[0].0.udp);
+        assert_eq!(on_nic[0].0.host_addr.to_string(), "198.51.100.1");
+        let elsewhere = mappings(
+            &[published("203.0.113.9", false)],
+            &[nic(&["192.0.2.1"])],
+            |_| Ok(Some(ep.clone())),
+        )
+        .unwrap();
+        assert!(elsewhere.is_empty());
+    }
+}
