@@ -91,6 +91,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
         .with_context(|| format!("bridge {} has no MAC address", endpoint.bridge_name))?;
     let ports: Vec<PortMapping> = mappings.into_iter().map(|(m, _)| m).collect();
     let mut datapath = Datapath::open(pin_dir, capacity)?;
+    datapath.upgrade_programs()?;
     datapath.collect_garbage(&host)?;
     datapath.expose(&Exposure {
         container: &name,

@@ -65,19 +65,12 @@ impl<'p> Programs<'p> {
             return Ok(replaced);
         }
         let links = pins::link_pins(pins)?;
-        let fresh: &mut SchedClassifier = program(ebpf, names::TC_PROGRAM)?.try_into()?;
-        fresh
-            .load()
-            .context("the kernel refused dxdp's tc program")?;
-        let pinned = SchedClassifier::from_pin(pins.prog(Kind::Tc))?;
-        if fresh.info()?.tag() != pinned.info()?.tag() {
-            for (_, _, path) in links.iter().filter(|(k, ..)| *k == Kind::Tc) {
-                let link = FdLink::from(PinnedLink::from_pin(path)?);
-                let id = fresh.attach_to_link(SchedClassifierLink::try_from(link)?)?;
-                // The pin keeps the link attached; our handle may go.
-                drop(fresh.take_link(id)?);
-            }
-            repin(pins.prog(Kind::Tc), |path| Ok(fresh.pin(path)?))?;
+        let tc_links: Vec<std::path::PathBuf> = links
+            .iter()
+            .filter(|(k, ..)| *k == Kind::Tc)
+            .map(|(_, _, path)| path.clone())
+            .collect();
+        if upgrade_classifier(ebpf, names::TC_PROGRAM, &pins.prog(Kind::Tc), &tc_links)? {
             replaced.push(Kind::Tc);
         }
         let fresh: &mut Xdp = program(ebpf, choice::xdp_program())?.try_into()?;
@@ -261,6 +254,33 @@ pub(super) fn describe_program(id: u32) -> String {
         Some(name) if !name.is_empty() => format!("id {id} \"{name}\""),
         _ => format!("id {id}"),
     }
+}
+
+/// Replaces the classifier pinned at `prog_pin` with this binary's `name` if they differ, in
+/// each attachment pinned at `link_pins` at once (bpf_link_update: no packet meets a detached
+/// hook). Returns whether it replaced it.
+pub(super) fn upgrade_classifier(
+    ebpf: &mut Ebpf,
+    name: &str,
+    prog_pin: &std::path::Path,
+    link_pins: &[std::path::PathBuf],
+) -> Result<bool> {
+    let fresh: &mut SchedClassifier = program(ebpf, name)?.try_into()?;
+    fresh
+        .load()
+        .with_context(|| format!("the kernel refused dxdp's {name}"))?;
+    let pinned = SchedClassifier::from_pin(prog_pin)?;
+    if fresh.info()?.tag() == pinned.info()?.tag() {
+        return Ok(false);
+    }
+    for path in link_pins {
+        let link = FdLink::from(PinnedLink::from_pin(path)?);
+        let id = fresh.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+        // The pin keeps the link attached; our handle may go.
+        drop(fresh.take_link(id)?);
+    }
+    repin(prog_pin.to_path_buf(), |path| Ok(fresh.pin(path)?))?;
+    Ok(true)
 }
 
 /// Swaps a program pin: the old program stays loaded while attachments still use it.

@@ -342,6 +342,9 @@ impl Datapath {
         for kind in &replaced {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
+        for name in ports::upgrade(&mut self.ebpf, &self.pins)? {
+            info!(program = name, "replaced the pinned program with this binary's, in place");
+        }
         Ok(replaced)
     }
 

@@ -350,6 +350,26 @@ fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// Replaces the pinned port programs that differ from this binary's (after an upgrade), in
+/// every attachment at once; returns the names of those replaced.
+pub(super) fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<&'static str>> {
+    let mut replaced = Vec::new();
+    for role in [Role::Ingress, Role::Reply] {
+        let prog_pin = pins.progs().join(role.program());
+        if !prog_pin.exists() {
+            continue;
+        }
+        let links: Vec<PathBuf> = attachment_pins(pins, role)?
+            .into_iter()
+            .map(|ifindex| role.pin(pins, ifindex))
+            .collect();
+        if attach::upgrade_classifier(ebpf, role.program(), &prog_pin, &links)? {
+            replaced.push(role.program());
+        }
+    }
+    Ok(replaced)
+}
+
 impl Datapath {
     /// Makes `e.ports` the container's exposed ports: entries first, then the reply program on
     /// its veth, then the NIC's program, so that no packet is translated in before its replies

@@ -19,6 +19,8 @@ struct Outside {
     nic: String,
     host_addr: String,
     client_addr: String,
+    /// fd00:236:<k>::1 and ::2, the same pair's IPv6 addresses.
+    host_addr6: String,
     // Dropped before the namespace, which takes the pair's other end with it.
     _link: LinkGuard,
     ns: NetnsGuard,
@@ -44,11 +46,16 @@ impl Outside {
             must(&argv);
         };
         ip_ns(&["addr", "add", &format!("{client_addr}/24"), "dev", &peer]);
+        let host_addr6 = format!("fd00:236:{k:x}::1");
+        let client6 = format!("fd00:236:{k:x}::2/64");
+        must(&["ip", "-6", "addr", "add", &format!("{host_addr6}/64"), "dev", &nic, "nodad"]);
+        ip_ns(&["-6", "addr", "add", &client6, "dev", &peer, "nodad"]);
         ip_ns(&["link", "set", &peer, "up"]);
         Self {
             nic,
             host_addr,
             client_addr,
+            host_addr6,
             ns,
             _link: link,
         }
@@ -115,11 +122,22 @@ const PEER: &str = concat!(
 
 /// The container's counters for one exposed port, from `dxdp status --json`.
 fn port_counters(world: &World, host_port: u16, protocol: &str) -> Option<(u64, u64, u64)> {
+    counters_at(world, None, host_port, protocol)
+}
+
+/// [`port_counters`] of the entry for one host address (`None`: the first of any).
+fn counters_at(
+    world: &World,
+    addr: Option<&str>,
+    host_port: u16,
+    protocol: &str,
+) -> Option<(u64, u64, u64)> {
     let run = world.dxdp.run(&["status", "--json"]);
     run.assert_success();
     let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
     status["exposed"].as_array()?.iter().find_map(|p| {
-        (p["host_port"] == host_port && p["protocol"] == protocol).then(|| {
+        let at = addr.is_none_or(|a| p["host_addr"] == a);
+        (at && p["host_port"] == host_port && p["protocol"] == protocol).then(|| {
             (
                 p["inbound"]["packets"].as_u64().unwrap_or(0),
                 p["outbound"]["packets"].as_u64().unwrap_or(0),
@@ -484,4 +502,61 @@ fn the_watch_exposes_a_labeled_container_and_follows_its_restart_and_removal() {
         "the exposure outlived its container: {:?}",
         exposures(&world)
     );
+}
+
+/// IPv4 and IPv6 bindings of a port range, a second container exposing another port, and a
+/// link to a peer on the exposed container's veth: every binding is carried by the fast path,
+/// each to its own container, and the link keeps redirecting beside the exposure.
+#[test]
+fn ipv6_port_ranges_two_containers_and_a_linked_one() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network_v6("dual", true, &[]);
+    let (v4, v6) = (&out.host_addr, format!("[{}]", out.host_addr6));
+    let range4 = format!("{v4}:17030-17031:7000-7001");
+    let range6 = format!("{v6}:17030-17031:7000-7001");
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &range4, "-p", &range6],
+        &["iperf3", "-s"],
+    );
+    let api_port = format!("{v4}:17032:7000");
+    let api = world.run("api", &["--network", &net, "-p", &api_port], &["iperf3", "-s"]);
+    let peer = world.run("peer", &["--network", &net], &["iperf3", "-s"]);
+    world
+        .dxdp
+        .run(&["link", &web, &peer, "--bypass-firewall"])
+        .assert_success();
+    for c in [&web, &api] {
+        world
+            .dxdp
+            .run(&["expose", c, "--nic", &out.nic, "--bypass-firewall"])
+            .assert_success();
+    }
+    let entries = exposures(&world);
+    assert_eq!(
+        entries.iter().filter(|(c, ..)| *c == web).count(),
+        4,
+        "two ports, two families: {entries:?}"
+    );
+    assert_eq!(entries.iter().filter(|(c, ..)| *c == api).count(), 1);
+
+    let (web_pid, api_pid) = (world.pid(&web), world.pid(&api));
+    carried_to(&world, &out, v4, web_pid, (17030, 7000), "v4-first");
+    carried_to(&world, &out, v4, web_pid, (17031, 7001), "v4-second");
+    carried_to(&world, &out, &out.host_addr6, web_pid, (17030, 7000), "v6-first");
+    carried_to(&world, &out, &out.host_addr6, web_pid, (17031, 7001), "v6-second");
+    carried_to(&world, &out, v4, api_pid, (17032, 7000), "api");
+
+    // The link beside the exposure on web's veth still redirects.
+    let peer_ip = world.ip(&peer, &net);
+    let before = world.dxdp.status().links[0].low_to_high.packets
+        + world.dxdp.status().links[0].high_to_low.packets;
+    world.docker_ok(&["exec", &web, "ping", "-c", "3", "-i", "0.2", "-W", "1", &peer_ip]);
+    let status = world.dxdp.status();
+    let after = status.links[0].low_to_high.packets + status.links[0].high_to_low.packets;
+    assert!(after >= before + 6, "the link redirected {before} -> {after}");
 }
