@@ -361,3 +361,81 @@ impl Drop for Files {
         }
     }
 }
+
+/// `dxdp bench-ingress` for one round of 1 s tests through a veth "NIC": every row has a figure
+/// for Docker's path and for the fast path, the JSON has its schema, and the container is left
+/// unexposed as it was found. Host ports differ from the container ports on purpose.
+#[test]
+fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("bench", &[]);
+    let mut args = vec!["--network".to_owned(), net];
+    for (host, container) in [
+        (17020, "6379"),
+        (17021, "80"),
+        (17022, "5201"),
+        (17022, "5201/udp"),
+        (17023, "11111"),
+    ] {
+        args.push("-p".to_owned());
+        args.push(format!("{}:{host}:{container}", out.host_addr));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let web = world.run("bweb", &args, &["sleep", "infinity"]);
+    let json = std::env::temp_dir().join(format!("dxt-bench-ingress-{}.json", next_id()));
+    let _cleanup = Files(vec![json.clone()]);
+    let pin_dir = world.dxdp.pin_dir.display().to_string();
+    let client = format!("netns:{}", out.ns.name);
+    let json_arg = json.display().to_string();
+    let bench = run_for(
+        &[
+            crate::support::DXDP,
+            "--pin-dir",
+            &pin_dir,
+            "bench-ingress",
+            &web,
+            "--client",
+            &client,
+            "--nic",
+            &out.nic,
+            "--rounds",
+            "1",
+            "--seconds",
+            "1",
+            "--bypass-firewall",
+            "--json",
+            &json_arg,
+        ],
+        Duration::from_secs(90),
+    );
+    bench.assert_success();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
+            .expect("bench JSON");
+    assert_eq!(report["schema"], "dxdp.bench-ingress/1");
+    let metrics = report["metrics"].as_array().expect("metrics");
+    assert_eq!(metrics.len(), 8, "{report}");
+    for m in metrics {
+        for route in ["docker", "fast"] {
+            let samples = m[route]["samples"].as_array().expect("samples");
+            assert!(
+                samples.len() == 1 && samples[0].as_f64().is_some_and(|v| v > 0.0),
+                "{} on {route}: {samples:?}",
+                m["id"]
+            );
+        }
+        assert!(m["fast_over_docker"].as_f64().is_some(), "{m}");
+        let row = m["label"].as_str().expect("label");
+        assert!(bench.stdout.contains(row), "the table lacks {row}: {bench}");
+    }
+    let carried = report["fast_path_packets_per_round"][0].as_u64();
+    assert!(carried.is_some_and(|p| p > 0), "{report}");
+    assert!(
+        !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
+        "the bench left {web} exposed"
+    );
+}
