@@ -42,6 +42,11 @@ apt_packages=(
     runc
     # The probe image of scripts/engine-check.sh, which proves each engine runs a container.
     busybox-static
+    # `dxdp bench --ingress` (src/bench/ingress.rs) runs these servers inside a container's
+    # namespace and their clients in a client namespace: redis-benchmark, wrk against nginx,
+    # sockperf's ping-pong; socat is the fixture's and the tests' generic TCP/UDP tool. Only the
+    # binaries are used; services the packages may start on a systemd host are not.
+    redis-server redis-tools wrk nginx-light sockperf socat
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)

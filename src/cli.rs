@@ -109,6 +109,16 @@ pub enum Command {
     /// the start (or its absence) is restored afterwards, also after an error or Ctrl-C.
     /// Refuses a pair that carries other traffic or whose endpoints are on different bridges.
     Bench(BenchArgs),
+    /// Measure a container's published ports from outside over Docker's path and the fast path.
+    ///
+    /// Clients in a client namespace reach the container through a NIC at its published
+    /// addresses; the servers are the host's redis-server, nginx, iperf3 and sockperf run in
+    /// the container's namespace, so the container must publish 6379/tcp, 80/tcp, 5201/tcp,
+    /// 5201/udp (on the same host port as 5201/tcp) and 11111/tcp on an address of the NIC.
+    /// Docker's path (unexposed) and `dxdp expose CONTAINER --nic IFACE` alternate round by
+    /// round; the table shows `median (min–max)` of each and their ratio. The exposure found at
+    /// the start (or its absence) is restored afterwards, also after an error or Ctrl-C.
+    BenchIngress(BenchIngressArgs),
     /// Check the dxdp labels of compose files without Docker: every problem, one per line.
     ComposeCheck(ComposeCheckArgs),
     /// Check that this host can run dxdp, with a fix for each problem.
@@ -302,6 +312,33 @@ pub struct BenchArgs {
     pub plot: Option<PathBuf>,
     /// Measure the datapaths even if a firewall rule could drop the pair's traffic on the
     /// bridge (see `dxdp link --bypass-firewall`).
+    #[arg(long)]
+    pub bypass_firewall: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchIngressArgs {
+    /// The container whose published ports are measured: name or ID prefix.
+    pub container: String,
+    /// Where the clients run: netns:NAME or pid:PID, a namespace that reaches the container's
+    /// published addresses through --nic.
+    #[arg(long, value_parser = EndpointParser, value_name = "NETNS")]
+    pub client: EndpointSpec,
+    /// The interface the clients come in on.
+    #[arg(long = "nic", value_name = "IFACE")]
+    pub nic: String,
+    /// Rounds, each Docker's path then the fast path; the table shows the median and range.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=600))]
+    pub seconds: u32,
+    /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
+    /// table then to stderr; shape: docs/json.md, `dxdp.bench-ingress/1`).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Expose even if a firewall rule could drop or change the ports' packets on Docker's path
+    /// (see `dxdp expose --bypass-firewall`).
     #[arg(long)]
     pub bypass_firewall: bool,
 }

@@ -61,14 +61,16 @@ pub(crate) const TOOLS: &[(&str, &str)] = &[
 
 /// The first tool missing from `PATH`, with its install hint.
 pub fn missing_tool() -> Option<(&'static str, &'static str)> {
+    TOOLS.iter().copied().find(|(tool, _)| !on_path(tool))
+}
+
+/// Whether an executable file named `tool` is in a directory of `PATH`.
+pub(crate) fn on_path(tool: &str) -> bool {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    TOOLS.iter().copied().find(|(tool, _)| {
-        !std::env::split_paths(&path).any(|dir| {
-            let candidate = dir.join(tool);
-            candidate.metadata().is_ok_and(|m| {
-                use std::os::unix::fs::PermissionsExt;
-                m.is_file() && m.permissions().mode() & 0o111 != 0
-            })
+    std::env::split_paths(&path).any(|dir| {
+        dir.join(tool).metadata().is_ok_and(|m| {
+            use std::os::unix::fs::PermissionsExt;
+            m.is_file() && m.permissions().mode() & 0o111 != 0
         })
     })
 }
@@ -92,7 +94,7 @@ impl KillOnDrop {
         ))
     }
 
-    fn exited(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.0.try_wait().ok().flatten()
     }
 
@@ -320,13 +322,18 @@ impl Runner {
         Ok(rtts)
     }
 
-    /// One client run against a fresh one-off server (`-s -1` exits after one test, so none is
-    /// left listening between measurements).
     fn iperf(&self, extra: &[&str]) -> Result<Value> {
+        self.iperf_via(self.port, extra)
+    }
+
+    /// One client run to `target:port` against a fresh one-off server on `server_port` (another
+    /// port where a NAT between them translates it; `-s -1` exits after one test, so none is
+    /// left listening between measurements).
+    pub(crate) fn iperf_via(&self, server_port: u16, extra: &[&str]) -> Result<Value> {
         let port = self.port.to_string();
         let mut server = in_netns(&self.server_ns, "iperf3");
         server
-            .args(["-s", "-1", "-p", &port])
+            .args(["-s", "-1", "-p", &server_port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -340,7 +347,7 @@ impl Runner {
                     let _ = err.read_to_string(&mut why);
                 }
                 bail!(
-                    "{}: the iperf3 server on port {port} exited ({status}) before the test: {}",
+                    "{}: the iperf3 server on port {server_port} exited ({status}) before the test: {}",
                     self.label,
                     why.trim()
                 );

@@ -68,7 +68,25 @@ pub fn render(results: &Results, rounds: u32) -> String {
             rows.push(row);
         }
     }
-    let columns = Metric::ALL.len() + 1;
+    let mut out = layout(&rows);
+    if let Some(base) = baseline {
+        let spread = if rounds > 1 {
+            format!("; ranges are min–max over {rounds} rounds")
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "\nmedians{spread}; ratios are median / {base} median: higher is better for \
+             throughput, lower for RTT\n"
+        ));
+    }
+    out
+}
+
+/// Rows as lines: the first column aligned left, the others right under their header, three
+/// spaces apart; an empty row is an empty line.
+pub(crate) fn layout(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
             rows.iter()
@@ -79,7 +97,7 @@ pub fn render(results: &Results, rounds: u32) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, cell) in row.iter().enumerate() {
             let pad = widths[i].saturating_sub(cell.chars().count());
@@ -95,17 +113,6 @@ pub fn render(results: &Results, rounds: u32) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
-    }
-    if let Some(base) = baseline {
-        let spread = if rounds > 1 {
-            format!("; ranges are min–max over {rounds} rounds")
-        } else {
-            String::new()
-        };
-        out.push_str(&format!(
-            "\nmedians{spread}; ratios are median / {base} median: higher is better for \
-             throughput, lower for RTT\n"
-        ));
     }
     out
 }

@@ -235,13 +235,13 @@ fn on_bridge(network: &str, bridge: &str) -> String {
     }
 }
 
-fn cpus() -> usize {
+pub(super) fn cpus() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// The 1-minute load average, recorded with the results because a loaded host explains both
 /// wide ranges and ratios that do not reproduce.
-fn load_average() -> Option<f64> {
+pub(super) fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
         .ok()?
         .split_whitespace()
@@ -334,11 +334,11 @@ struct JsonReport {
 }
 
 #[derive(Clone, Copy, Serialize)]
-struct HostLoad {
-    cpus: usize,
+pub(super) struct HostLoad {
+    pub cpus: usize,
     /// 1-minute load averages when the measurement started and ended.
-    before: Option<f64>,
-    after: Option<f64>,
+    pub before: Option<f64>,
+    pub after: Option<f64>,
 }
 
 /// What the report says about the run besides the samples.

@@ -6,10 +6,10 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExposedPort, Exposure, Origin, PortMapping},
+    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, Origin},
     docker::{Container, Docker, PublishedPort},
     firewall::Ruleset,
-    netlink,
+    netlink::{self, Interface},
     netns::NetnsPath,
     ports::{container_prefixes, describe, endpoint_of, mappings, named, nics, published_port},
 };
@@ -37,10 +37,17 @@ async fn find(reference: &str) -> Result<Found> {
     })
 }
 
-pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitCode> {
-    let host = netlink::interfaces(&NetnsPath::host())?;
-    let nics = nics(&args.nics, &host)?;
-    let found = super::runtime()?.block_on(find(&args.container))?;
+/// The container's published ports on `nic_names` (the default route's if empty) as fast-path
+/// entries, refused with the rule named where one could drop or change their packets on
+/// Docker's path (unless `bypass_firewall`). Changes nothing.
+pub(super) fn prepare(
+    reference: &str,
+    nic_names: &[String],
+    bypass_firewall: bool,
+    host: &[Interface],
+) -> Result<ExposurePlan> {
+    let nics = nics(nic_names, host)?;
+    let found = super::runtime()?.block_on(find(reference))?;
     let name = found.container.view.name.clone();
     if found.published.is_empty() {
         bail!(
@@ -49,7 +56,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
         );
     }
     let mappings = mappings(&found.published, &nics, |ip| {
-        endpoint_of(&found.container, ip, &host).map_err(anyhow::Error::msg)
+        endpoint_of(&found.container, ip, host).map_err(anyhow::Error::msg)
     })?;
     if mappings.is_empty() {
         let on: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
@@ -69,9 +76,9 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
              container on one network"
         );
     }
-    if !args.bypass_firewall {
+    if !bypass_firewall {
         let rules = Ruleset::read()?;
-        let outside = container_prefixes(&host)?;
+        let outside = container_prefixes(host)?;
         for (m, e) in &mappings {
             let port = published_port(m, e, &outside);
             if let Some(rule) = named(&rules.published_port_blockers(&port)) {
@@ -89,20 +96,25 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
         .find(|i| i.index == endpoint.bridge_ifindex)
         .and_then(|i| i.mac)
         .with_context(|| format!("bridge {} has no MAC address", endpoint.bridge_name))?;
-    let ports: Vec<PortMapping> = mappings.into_iter().map(|(m, _)| m).collect();
+    Ok(ExposurePlan {
+        container: name,
+        endpoint,
+        gateway_mac,
+        ports: mappings.into_iter().map(|(m, _)| m).collect(),
+        origin: Origin::Manual,
+        bypass_firewall,
+    })
+}
+
+pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitCode> {
+    let host = netlink::interfaces(&NetnsPath::host())?;
+    let plan = prepare(&args.container, &args.nics, args.bypass_firewall, &host)?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.upgrade_programs()?;
     datapath.collect_garbage(&host)?;
-    datapath.expose(&Exposure {
-        container: &name,
-        endpoint: &endpoint,
-        gateway_mac,
-        ports: &ports,
-        origin: Origin::Manual,
-        bypass_firewall: args.bypass_firewall,
-    })?;
-    for m in &ports {
-        println!("exposed {name} {}", describe(m));
+    datapath.expose(&plan.exposure())?;
+    for m in &plan.ports {
+        println!("exposed {} {}", plan.container, describe(m));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 mod bench;
+mod bench_ingress;
 mod cleanup;
 mod compose_check;
 mod docs;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Cleanup => cleanup::run(&cli.pin_dir, capacity),
         Command::Watch(args) => watch::run(&cli.pin_dir, capacity, args),
         Command::Bench(args) => bench::run(&cli.pin_dir, capacity, args),
+        Command::BenchIngress(args) => bench_ingress::run(&cli.pin_dir, capacity, args),
         Command::ComposeCheck(args) => compose_check::run(args),
         Command::Doctor(args) => doctor::run(&cli.pin_dir, capacity, args),
         Command::Completions { shell } => docs::completions(shell),
@@ -56,6 +58,7 @@ fn privileged(command: &Command) -> Option<&'static str> {
         Command::Cleanup => Some("cleanup"),
         Command::Watch(_) => Some("watch"),
         Command::Bench(_) => Some("bench"),
+        Command::BenchIngress(_) => Some("bench-ingress"),
         Command::ComposeCheck(_)
         | Command::Doctor(_)
         | Command::Completions { .. }

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, check_ancestors, on_bpffs};
-pub use ports::{ExposedPort, Exposure, PortMapping};
+pub use ports::{ExposedPort, Exposure, ExposurePlan, PortMapping};
 pub use state::Capacity;
 
 use crate::{endpoint::Endpoint, netlink::Interface};
@@ -343,7 +343,10 @@ impl Datapath {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
         for name in ports::upgrade(&mut self.ebpf, &self.pins)? {
-            info!(program = name, "replaced the pinned program with this binary's, in place");
+            info!(
+                program = name,
+                "replaced the pinned program with this binary's, in place"
+            );
         }
         Ok(replaced)
     }

@@ -53,6 +53,31 @@ pub struct Exposure<'a> {
     pub bypass_firewall: bool,
 }
 
+/// An [`Exposure`] that owns its parts: what `expose` writes for a container, kept to write it
+/// again (`dxdp bench-ingress` switches it on and off round by round).
+#[derive(Clone, Debug)]
+pub struct ExposurePlan {
+    pub container: String,
+    pub endpoint: Endpoint,
+    pub gateway_mac: MacAddr,
+    pub ports: Vec<PortMapping>,
+    pub origin: Origin,
+    pub bypass_firewall: bool,
+}
+
+impl ExposurePlan {
+    pub fn exposure(&self) -> Exposure<'_> {
+        Exposure {
+            container: &self.container,
+            endpoint: &self.endpoint,
+            gateway_mac: self.gateway_mac,
+            ports: &self.ports,
+            origin: self.origin,
+            bypass_firewall: self.bypass_firewall,
+        }
+    }
+}
+
 /// An exposed port as the pinned state records it, with what it carried.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ExposedPort {
@@ -149,9 +174,19 @@ impl<'a> PortMaps<'a> {
     /// Forgets the veth's connections idle for `idle` or longer (all with zero); returns how
     /// many are left.
     fn drop_flows(&mut self, veth_ifindex: u32, idle: Duration) -> Result<usize> {
+        self.drop_flows_where(veth_ifindex, |_, quiet| quiet >= idle)
+    }
+
+    /// Forgets the veth's connections `gone` picks (given the key and how long it has been
+    /// quiet); returns how many are left.
+    fn drop_flows_where(
+        &mut self,
+        veth_ifindex: u32,
+        gone: impl Fn(&FlowKey, Duration) -> bool,
+    ) -> Result<usize> {
         let mut left = 0;
         for (key, quiet) in self.flows_of(veth_ifindex) {
-            if quiet >= idle {
+            if gone(&key, quiet) {
                 ignore_absent(self.flows.remove(&key))?;
             } else {
                 left += 1;
@@ -484,6 +519,25 @@ impl Datapath {
             info!(container = %first.container, ports = had.len(), "published ports unexposed");
         }
         Ok(had)
+    }
+
+    /// Forgets at once, instead of when quiet, the connections from `client` through the veth
+    /// of a container that is not exposed any more, and lets the reply program go if none is
+    /// left. For a caller that knows they all ended: `dxdp bench-ingress` between rounds, so
+    /// that a round on Docker's path has no program of ours on the container's veth. Returns
+    /// how many it forgot.
+    pub fn forget_connections(&mut self, veth_ifindex: u32, client: IpAddr) -> Result<usize> {
+        let mut maps = PortMaps::new(&mut self.ebpf)?;
+        if absent_is_none(maps.owners.get(&veth_ifindex, 0))?.is_some() {
+            bail!("veth ifindex {veth_ifindex} is exposed; unexpose it first");
+        }
+        let client = sixteen(client);
+        let before = maps.flows_of(veth_ifindex).len();
+        let left = maps.drop_flows_where(veth_ifindex, |k, _| k.client_addr == client)?;
+        if left == 0 {
+            detach(&self.pins, Role::Reply, veth_ifindex)?;
+        }
+        Ok(before.saturating_sub(left))
     }
 
     /// Every exposed port, with what it carried.

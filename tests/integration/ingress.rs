@@ -48,7 +48,16 @@ impl Outside {
         ip_ns(&["addr", "add", &format!("{client_addr}/24"), "dev", &peer]);
         let host_addr6 = format!("fd00:236:{k:x}::1");
         let client6 = format!("fd00:236:{k:x}::2/64");
-        must(&["ip", "-6", "addr", "add", &format!("{host_addr6}/64"), "dev", &nic, "nodad"]);
+        must(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{host_addr6}/64"),
+            "dev",
+            &nic,
+            "nodad",
+        ]);
         ip_ns(&["-6", "addr", "add", &client6, "dev", &peer, "nodad"]);
         ip_ns(&["link", "set", &peer, "up"]);
         Self {
@@ -404,33 +413,33 @@ fn exposures(world: &World) -> Vec<(String, u64, String)> {
 /// A file sent from the client to the container's published port arrives whole, over the
 /// fast path (the port's inbound counter moves).
 fn assert_carried(world: &World, out: &Outside, pid: u32, host_port: u16, tag: &str) {
+    carried_to(world, out, &out.host_addr, pid, (host_port, 7000), tag);
+}
+
+/// [`assert_carried`] to `addr`:`ports.0`, which the container publishes from `ports.1`.
+fn carried_to(world: &World, out: &Outside, addr: &str, pid: u32, ports: (u16, u16), tag: &str) {
+    let (host_port, container_port) = ports;
     let payload = Payload::new(tag, 4);
     let got = PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
     let _cleanup = Files(vec![got.clone()]);
-    let before = port_counters(world, host_port, "tcp").map_or(0, |c| c.0);
+    let inbound = || counters_at(world, Some(addr), host_port, "tcp").map_or(0, |c| c.0);
+    let before = inbound();
     let target = got.display().to_string();
+    let listen = container_port.to_string();
     let mut server = Background::spawn(&in_container(
         pid,
-        &["python3", PEER, "receive", "7000", &target],
+        &["python3", PEER, "receive", &listen, &target],
     ));
     std::thread::sleep(Duration::from_millis(300));
     let file = payload.path.display().to_string();
     let sent = out.run(
-        &[
-            "python3",
-            PEER,
-            "send",
-            &file,
-            &out.host_addr,
-            &host_port.to_string(),
-        ],
+        &["python3", PEER, "send", &file, addr, &host_port.to_string()],
         Duration::from_secs(30),
     );
     sent.assert_success();
     assert!(server.wait_timeout(Duration::from_secs(10)).is_some());
     assert_eq!(sha256(&got), payload.sha, "{tag}: bytes lost");
-    let after = port_counters(world, host_port, "tcp").map_or(0, |c| c.0);
-    assert!(after > before, "{tag}: the fast path carried nothing");
+    assert!(inbound() > before, "{tag}: the fast path carried nothing");
 }
 
 /// `dxdp watch --ingress-nic` exposes a container labeled `dxdp.ingress=true`, follows it
@@ -524,7 +533,11 @@ fn ipv6_port_ranges_two_containers_and_a_linked_one() {
         &["iperf3", "-s"],
     );
     let api_port = format!("{v4}:17032:7000");
-    let api = world.run("api", &["--network", &net, "-p", &api_port], &["iperf3", "-s"]);
+    let api = world.run(
+        "api",
+        &["--network", &net, "-p", &api_port],
+        &["iperf3", "-s"],
+    );
     let peer = world.run("peer", &["--network", &net], &["iperf3", "-s"]);
     world
         .dxdp
@@ -547,16 +560,113 @@ fn ipv6_port_ranges_two_containers_and_a_linked_one() {
     let (web_pid, api_pid) = (world.pid(&web), world.pid(&api));
     carried_to(&world, &out, v4, web_pid, (17030, 7000), "v4-first");
     carried_to(&world, &out, v4, web_pid, (17031, 7001), "v4-second");
-    carried_to(&world, &out, &out.host_addr6, web_pid, (17030, 7000), "v6-first");
-    carried_to(&world, &out, &out.host_addr6, web_pid, (17031, 7001), "v6-second");
+    carried_to(
+        &world,
+        &out,
+        &out.host_addr6,
+        web_pid,
+        (17030, 7000),
+        "v6-first",
+    );
+    carried_to(
+        &world,
+        &out,
+        &out.host_addr6,
+        web_pid,
+        (17031, 7001),
+        "v6-second",
+    );
     carried_to(&world, &out, v4, api_pid, (17032, 7000), "api");
 
     // The link beside the exposure on web's veth still redirects.
     let peer_ip = world.ip(&peer, &net);
     let before = world.dxdp.status().links[0].low_to_high.packets
         + world.dxdp.status().links[0].high_to_low.packets;
-    world.docker_ok(&["exec", &web, "ping", "-c", "3", "-i", "0.2", "-W", "1", &peer_ip]);
+    world.docker_ok(&[
+        "exec", &web, "ping", "-c", "3", "-i", "0.2", "-W", "1", &peer_ip,
+    ]);
     let status = world.dxdp.status();
     let after = status.links[0].low_to_high.packets + status.links[0].high_to_low.packets;
-    assert!(after >= before + 6, "the link redirected {before} -> {after}");
+    assert!(
+        after >= before + 6,
+        "the link redirected {before} -> {after}"
+    );
+}
+
+/// `dxdp bench-ingress` for one round of 1 s tests through a veth "NIC": every row has a figure
+/// for Docker's path and for the fast path, the JSON has its schema, and the container is left
+/// unexposed as it was found. Host ports differ from the container ports on purpose.
+#[test]
+fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("bench", &[]);
+    let mut args = vec!["--network".to_owned(), net];
+    for (host, container) in [
+        (17020, "6379"),
+        (17021, "80"),
+        (17022, "5201"),
+        (17022, "5201/udp"),
+        (17023, "11111"),
+    ] {
+        args.push("-p".to_owned());
+        args.push(format!("{}:{host}:{container}", out.host_addr));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let web = world.run("bweb", &args, &["sleep", "infinity"]);
+    let json = std::env::temp_dir().join(format!("dxt-bench-ingress-{}.json", next_id()));
+    let _cleanup = Files(vec![json.clone()]);
+    let pin_dir = world.dxdp.pin_dir.display().to_string();
+    let client = format!("netns:{}", out.ns.name);
+    let json_arg = json.display().to_string();
+    let bench = run_for(
+        &[
+            crate::support::DXDP,
+            "--pin-dir",
+            &pin_dir,
+            "bench-ingress",
+            &web,
+            "--client",
+            &client,
+            "--nic",
+            &out.nic,
+            "--rounds",
+            "1",
+            "--seconds",
+            "1",
+            "--bypass-firewall",
+            "--json",
+            &json_arg,
+        ],
+        Duration::from_secs(90),
+    );
+    bench.assert_success();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
+            .expect("bench JSON");
+    assert_eq!(report["schema"], "dxdp.bench-ingress/1");
+    let metrics = report["metrics"].as_array().expect("metrics");
+    assert_eq!(metrics.len(), 8, "{report}");
+    for m in metrics {
+        for route in ["docker", "fast"] {
+            let samples = m[route]["samples"].as_array().expect("samples");
+            assert!(
+                samples.len() == 1 && samples[0].as_f64().is_some_and(|v| v > 0.0),
+                "{} on {route}: {samples:?}",
+                m["id"]
+            );
+        }
+        assert!(m["fast_over_docker"].as_f64().is_some(), "{m}");
+        let row = m["label"].as_str().expect("label");
+        assert!(bench.stdout.contains(row), "the table lacks {row}: {bench}");
+    }
+    let carried = report["fast_path_packets_per_round"][0].as_u64();
+    assert!(carried.is_some_and(|p| p > 0), "{report}");
+    assert!(
+        !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
+        "the bench left {web} exposed"
+    );
 }

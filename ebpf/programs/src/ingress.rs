@@ -54,6 +54,8 @@ struct Packet {
     /// A connection's first packet: a TCP SYN without ACK, or any UDP datagram (UDP has no
     /// state conntrack could find stale).
     opens: bool,
+    /// A TCP SYN with ACK: the answer to a connection's first packet.
+    accepts: bool,
     /// Offset of the IP header and of the layer-4 checksum.
     l3: usize,
     l4_csum: usize,
@@ -115,10 +117,11 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 _ => return None,
             };
             let l4 = &ip[IPV4_HLEN..];
-            let opens = opens(proto, l3 + IPV4_HLEN, end)?;
+            let (opens, accepts) = handshake(proto, l3 + IPV4_HLEN, end)?;
             Some(Packet {
                 v6: false,
                 opens,
+                accepts,
                 proto,
                 src: v4_mapped(&ip[12..16]),
                 dst: v4_mapped(&ip[16..20]),
@@ -149,10 +152,11 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
             let mut dst = [0u8; 16];
             dst.copy_from_slice(&ip[24..40]);
             let l4 = &ip[IPV6_HLEN..];
-            let opens = opens(proto, l3 + IPV6_HLEN, end)?;
+            let (opens, accepts) = handshake(proto, l3 + IPV6_HLEN, end)?;
             Some(Packet {
                 v6: true,
                 opens,
+                accepts,
                 proto,
                 src,
                 dst,
@@ -166,18 +170,19 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
     }
 }
 
-/// Whether the layer-4 header at `l4` opens a connection; `None` for a truncated TCP header.
+/// Whether the layer-4 header at `l4` opens a connection ([`Packet::opens`]) and whether it
+/// accepts one ([`Packet::accepts`]); `None` for a truncated TCP header.
 #[inline(always)]
-fn opens(proto: u8, l4: usize, end: usize) -> Option<bool> {
+fn handshake(proto: u8, l4: usize, end: usize) -> Option<(bool, bool)> {
     if proto != PROTO_TCP {
-        return Some(true);
+        return Some((true, false));
     }
     if l4 + TCP_FLAGS_OFF + 1 > end {
         return None;
     }
     // SAFETY: bounds-checked just above.
-    let flags = unsafe { *((l4 + TCP_FLAGS_OFF) as *const u8) };
-    Some(flags & (TCP_SYN | TCP_ACK) == TCP_SYN)
+    let flags = unsafe { *((l4 + TCP_FLAGS_OFF) as *const u8) } & (TCP_SYN | TCP_ACK);
+    Some((flags == TCP_SYN, flags == TCP_SYN | TCP_ACK))
 }
 
 /// TCX ingress on a NIC: an exposed port's packets go straight into their container.
@@ -280,21 +285,32 @@ pub fn reply(ctx: &TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     };
     // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
-    let port = unsafe {
-        (*known).last_seen_ns = now();
-        (*known).port
-    };
+    let port = unsafe { (*known).port };
+    let target = PORTS.get_ptr_mut(port);
+    // A SYN-ACK answers a connection's first packet: if the port no longer leads here, that
+    // packet came over Docker's path (a client reusing its address and port after an
+    // unexpose), and so must this answer, for conntrack to see the connection it tracks.
+    // SAFETY (the read): this CPU's copy of a map value, valid for this invocation.
+    if packet.accepts && target.is_none_or(|t| unsafe { (*t).veth_ifindex } != veth_ifindex) {
+        let _ = FLOWS.remove(flow);
+        return TC_ACT_UNSPEC;
+    }
+    // SAFETY: a map value pointer, valid for this invocation; a plain store.
+    unsafe { (*known).last_seen_ns = now() };
     // The flow alone decides, also after the port was unexposed: only this veth's container,
     // from the address and port the connection was let in to, to that very client, is
     // answered as the published port, which is what it is.
     if translate(ctx, &packet, true, &port.addr, port.port).is_err() {
         return TC_ACT_SHOT;
     }
-    if let Some(target) = PORTS.get_ptr_mut(port) {
-        // SAFETY: this CPU's copy of the value.
+    if let Some(target) = target {
+        // SAFETY: this CPU's copy of the value; nothing else writes it now.
         let target = unsafe { &mut *target };
-        target.out_packets += 1;
-        target.out_bytes += ctx.len() as u64;
+        // Counted where the port still leads here (not while its connections drain).
+        if target.veth_ifindex == veth_ifindex {
+            target.out_packets += 1;
+            target.out_bytes += ctx.len() as u64;
+        }
     }
     // SAFETY: a plain helper call; a null neighbour means "look the next hop up in the FIB".
     unsafe { bpf_redirect_neigh(port.nic_ifindex, core::ptr::null_mut(), 0, 0) as i32 }
