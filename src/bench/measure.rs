@@ -49,7 +49,7 @@ pub fn check_interrupted() -> Result<()> {
 }
 
 /// The host tools the bench runs, each with what to tell a user who lacks it.
-pub(crate) const TOOLS: &[(&str, &str)] = &[
+pub const TOOLS: &[(&str, &str)] = &[
     (
         "iperf3",
         "install iperf3 (apt-get install iperf3, dnf install iperf3)",
@@ -59,10 +59,19 @@ pub(crate) const TOOLS: &[(&str, &str)] = &[
     ("ip", "install iproute2"),
 ];
 
-/// The first tool missing from `PATH`, with its install hint.
-pub fn missing_tool() -> Option<(&'static str, &'static str)> {
+/// The host tools `--pps` runs: no iperf3 nor ping, but ethtool for the XDP receiver's counters.
+pub const PPS_TOOLS: &[(&str, &str)] = &[
+    ("ethtool", "install ethtool"),
+    ("nsenter", "install util-linux"),
+    ("ip", "install iproute2"),
+];
+
+/// The first of `tools` missing from `PATH`, with its install hint.
+pub fn missing_tool(
+    tools: &[(&'static str, &'static str)],
+) -> Option<(&'static str, &'static str)> {
     let path = std::env::var_os("PATH").unwrap_or_default();
-    TOOLS.iter().copied().find(|(tool, _)| {
+    tools.iter().copied().find(|(tool, _)| {
         !std::env::split_paths(&path).any(|dir| {
             let candidate = dir.join(tool);
             candidate.metadata().is_ok_and(|m| {

@@ -5,6 +5,7 @@
 //! neighbour, page cache) spreads over every configuration instead of biasing the last one.
 pub mod measure;
 pub mod pair;
+pub mod pps;
 pub mod stats;
 pub mod svg;
 pub mod table;

@@ -41,6 +41,40 @@ pub(crate) fn ratio(r: Option<f64>) -> String {
         .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}x"))
 }
 
+/// Rows as columns: the first left-aligned, the rest right-aligned under their headers; an empty
+/// row is a blank line.
+pub(crate) fn align(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i == 0 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                // Numbers align right, under their header.
+                line.push_str("   ");
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 pub fn render(results: &Results, rounds: u32) -> String {
     let baseline = results.baseline();
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -68,34 +102,7 @@ pub fn render(results: &Results, rounds: u32) -> String {
             rows.push(row);
         }
     }
-    let columns = Metric::ALL.len() + 1;
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            let pad = widths[i].saturating_sub(cell.chars().count());
-            if i == 0 {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
-            } else {
-                // Numbers align right, under their header.
-                line.push_str("   ");
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = align(&rows);
     if let Some(base) = baseline {
         let spread = if rounds > 1 {
             format!("; ranges are min–max over {rounds} rounds")
