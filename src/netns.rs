@@ -52,26 +52,29 @@ impl NetnsPath {
         }
     }
 
-    /// Runs `work` on a dedicated thread inside this namespace and returns its result.
+    /// Runs `work` on a dedicated thread inside this namespace and returns its result. The
+    /// thread is scoped: `work` may borrow from the caller.
     pub(crate) fn run<T, F>(&self, work: F) -> Result<T>
     where
-        T: Send + 'static,
-        F: FnOnce() -> Result<T> + Send + 'static,
+        T: Send,
+        F: FnOnce() -> Result<T> + Send,
     {
         let path = self.0.clone();
         let ns = File::open(&path)
             .with_context(|| format!("cannot open network namespace {}", path.display()))?;
-        std::thread::Builder::new()
-            .name("dxdp-netns".into())
-            .spawn(move || {
-                setns(&ns, CloneFlags::CLONE_NEWNET).with_context(|| {
-                    format!("cannot enter network namespace {}", path.display())
-                })?;
-                work()
-            })
-            .context("cannot spawn a thread to enter a network namespace")?
-            .join()
-            .map_err(|_| anyhow!("thread inside network namespace panicked"))?
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("dxdp-netns".into())
+                .spawn_scoped(scope, move || {
+                    setns(&ns, CloneFlags::CLONE_NEWNET).with_context(|| {
+                        format!("cannot enter network namespace {}", path.display())
+                    })?;
+                    work()
+                })
+                .context("cannot spawn a thread to enter a network namespace")?
+                .join()
+                .map_err(|_| anyhow!("thread inside network namespace panicked"))?
+        })
     }
 }
 

@@ -459,7 +459,7 @@ pub fn render(results: &Results, rounds: u32) -> String {
     format!(
         "{}\nmedians{ranges}; FAST/DOCKER is the fast path's median over Docker's: higher is \
          better for rates, lower for latency\n",
-        table::layout(&rows)
+        table::align(&rows)
     )
 }
 

@@ -49,7 +49,7 @@ pub fn check_interrupted() -> Result<()> {
 }
 
 /// The host tools the bench runs, each with what to tell a user who lacks it.
-pub(crate) const TOOLS: &[(&str, &str)] = &[
+pub const TOOLS: &[(&str, &str)] = &[
     (
         "iperf3",
         "install iperf3 (apt-get install iperf3, dnf install iperf3)",
@@ -59,9 +59,18 @@ pub(crate) const TOOLS: &[(&str, &str)] = &[
     ("ip", "install iproute2"),
 ];
 
-/// The first tool missing from `PATH`, with its install hint.
-pub fn missing_tool() -> Option<(&'static str, &'static str)> {
-    TOOLS.iter().copied().find(|(tool, _)| !on_path(tool))
+/// The host tools `--pps` runs: no iperf3 nor ping, but ethtool for the XDP receiver's counters.
+pub const PPS_TOOLS: &[(&str, &str)] = &[
+    ("ethtool", "install ethtool"),
+    ("nsenter", "install util-linux"),
+    ("ip", "install iproute2"),
+];
+
+/// The first of `tools` missing from `PATH`, with its install hint.
+pub fn missing_tool(
+    tools: &[(&'static str, &'static str)],
+) -> Option<(&'static str, &'static str)> {
+    tools.iter().copied().find(|(tool, _)| !on_path(tool))
 }
 
 /// Whether an executable file named `tool` is in a directory of `PATH`.

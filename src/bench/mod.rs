@@ -6,6 +6,7 @@
 pub mod ingress;
 pub mod measure;
 pub mod pair;
+pub mod pps;
 pub mod stats;
 pub mod svg;
 pub mod table;

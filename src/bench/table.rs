@@ -41,51 +41,9 @@ pub(crate) fn ratio(r: Option<f64>) -> String {
         .map_or_else(|| "n/a".to_owned(), |r| format!("{r:.2}x"))
 }
 
-pub fn render(results: &Results, rounds: u32) -> String {
-    let baseline = results.baseline();
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut header = vec!["CONFIG".to_owned()];
-    header.extend(Metric::ALL.iter().map(|m| m.header().to_owned()));
-    rows.push(header);
-    for (config, _) in &results.configs {
-        let mut row = vec![config.name().to_owned()];
-        row.extend(
-            Metric::ALL
-                .iter()
-                .map(|m| cell(results.spread(*config, *m))),
-        );
-        rows.push(row);
-    }
-    if let Some(base) = baseline {
-        rows.push(Vec::new());
-        for (config, _) in results.configs.iter().filter(|(c, _)| *c != base) {
-            let mut row = vec![format!("{config} vs {base}")];
-            row.extend(
-                Metric::ALL
-                    .iter()
-                    .map(|m| ratio(results.ratio(*config, *m))),
-            );
-            rows.push(row);
-        }
-    }
-    let mut out = layout(&rows);
-    if let Some(base) = baseline {
-        let spread = if rounds > 1 {
-            format!("; ranges are min–max over {rounds} rounds")
-        } else {
-            String::new()
-        };
-        out.push_str(&format!(
-            "\nmedians{spread}; ratios are median / {base} median: higher is better for \
-             throughput, lower for RTT\n"
-        ));
-    }
-    out
-}
-
-/// Rows as lines: the first column aligned left, the others right under their header, three
-/// spaces apart; an empty row is an empty line.
-pub(crate) fn layout(rows: &[Vec<String>]) -> String {
+/// Rows as columns: the first left-aligned, the rest right-aligned under their headers; an empty
+/// row is a blank line.
+pub(crate) fn align(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|i| {
@@ -113,6 +71,48 @@ pub(crate) fn layout(rows: &[Vec<String>]) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
+    }
+    out
+}
+
+pub fn render(results: &Results, rounds: u32) -> String {
+    let baseline = results.baseline();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["CONFIG".to_owned()];
+    header.extend(Metric::ALL.iter().map(|m| m.header().to_owned()));
+    rows.push(header);
+    for (config, _) in &results.configs {
+        let mut row = vec![config.name().to_owned()];
+        row.extend(
+            Metric::ALL
+                .iter()
+                .map(|m| cell(results.spread(*config, *m))),
+        );
+        rows.push(row);
+    }
+    if let Some(base) = baseline {
+        rows.push(Vec::new());
+        for (config, _) in results.configs.iter().filter(|(c, _)| *c != base) {
+            let mut row = vec![format!("{config} vs {base}")];
+            row.extend(
+                Metric::ALL
+                    .iter()
+                    .map(|m| ratio(results.ratio(*config, *m))),
+            );
+            rows.push(row);
+        }
+    }
+    let mut out = align(&rows);
+    if let Some(base) = baseline {
+        let spread = if rounds > 1 {
+            format!("; ranges are min–max over {rounds} rounds")
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "\nmedians{spread}; ratios are median / {base} median: higher is better for \
+             throughput, lower for RTT\n"
+        ));
     }
     out
 }

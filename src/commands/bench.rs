@@ -20,6 +20,7 @@ use crate::{
         self, Config, Metric, Plan, Results, Step,
         measure::{self, Runner},
         pair::PairState,
+        pps,
         stats::Spread,
         svg, table,
     },
@@ -35,14 +36,19 @@ const MAX_BACKGROUND_PPS: u64 = 1000;
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCode> {
     let plan = Plan {
-        configs: Config::selection(&args.only),
+        configs: configs(&args)?,
         rounds: if args.quick { 1 } else { args.rounds },
         seconds: if args.quick { 1 } else { args.seconds },
     };
     if !nix::unistd::geteuid().is_root() {
         bail!("dxdp bench must run as root: it enters network namespaces and links the pair");
     }
-    if let Some((tool, hint)) = measure::missing_tool() {
+    let tools = if args.pps {
+        measure::PPS_TOOLS
+    } else {
+        measure::TOOLS
+    };
+    if let Some((tool, hint)) = measure::missing_tool(tools) {
         bail!(
             "{tool} is not installed on the host: {hint}; the bench runs the host's tools inside \
              the endpoints' namespaces, so containers need none of their own"
@@ -88,6 +94,22 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
     }
     check_ports(&plan, &a, &b, args.port)?;
     check_quiet(&pair, &a, &b)?;
+    let found = match pair.found() {
+        Some(f) => format!("linked with {}", f.datapath),
+        None => "not linked".to_owned(),
+    };
+    let run = Run {
+        plan: &plan,
+        args: &args,
+        a: &a,
+        b: &b,
+        server_ip,
+        network: &network,
+        found: &found,
+    };
+    if args.pps {
+        return run.pps(&mut pair);
+    }
 
     let over_pair = Runner {
         client_ns: a.netns.path().to_path_buf(),
@@ -104,38 +126,61 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         label: format!("loopback in {}", a.label),
         ..over_pair.clone()
     };
-    let found = match pair.found() {
-        Some(f) => format!("linked with {}", f.datapath),
-        None => "not linked".to_owned(),
-    };
-    eprintln!(
-        "benchmarking {} -> {} ({server_ip}) on {}, {found}: {} × {} round(s) of {}s tests, \
-         about {}s",
-        a.label,
-        b.label,
-        on_bridge(&network, &a.bridge_name),
-        plan.configs
-            .iter()
-            .map(|c| c.name())
-            .collect::<Vec<_>>()
-            .join(","),
+    run.announce("tests", bench::estimate(&plan));
+    let load_before = load_average();
+    let started = Instant::now();
+    let results = show_steps(|tell| bench::run(&plan, &mut pair, &over_pair, &loopback, tell));
+    let results = results?;
+    run.restored(&mut pair, started)?;
+
+    let load = HostLoad::since(load_before);
+    let mtu = pair_mtu(&a, &b);
+    run.emit(&table::render(&results, plan.rounds), || {
+        Ok(serde_json::to_string_pretty(&JsonReport {
+            schema: "dxdp.bench/1",
+            pair: run.pair_info(load, mtu),
+            seconds_per_test: plan.seconds,
+            pings_per_round: plan.pings(),
+            baseline: results.baseline(),
+            configs: json_configs(&results),
+        })?)
+    })?;
+    let title = format!("dxdp bench: {} -> {}", a.label, b.label);
+    let subtitle = format!(
+        "{} round(s) × {}s per test on {}; medians relative to {}",
         plan.rounds,
         plan.seconds,
-        bench::estimate(&plan).as_secs()
+        on_bridge(&network, &a.bridge_name),
+        results.baseline().map_or("-", |c| c.name())
     );
-    let load_before = load_average();
-    if let Some(load) = load_before
-        && load > cpus() as f64
-    {
-        eprintln!(
-            "warning: load average {load:.1} on {} CPUs: other work competes with the \
-             measurement, so expect wide ranges and ratios that mean little",
-            cpus()
-        );
+    if let Some(path) = &args.plot {
+        std::fs::write(path, svg::render(&svg::chart(&results, title, subtitle)))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
-    let started = Instant::now();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configurations to measure: `--only`'s, and for `--pps` all but loopback, whose traffic
+/// never touches the pair.
+fn configs(args: &BenchArgs) -> Result<Vec<Config>> {
+    let configs = Config::selection(&args.only);
+    if !args.pps {
+        return Ok(configs);
+    }
+    if args.only.contains(&Config::Loopback) {
+        bail!("--pps measures the pair's path, and loopback has none: leave it out of --only");
+    }
+    Ok(configs
+        .into_iter()
+        .filter(|c| *c != Config::Loopback)
+        .collect())
+}
+
+/// Shows the measurement's progress on stderr, a line per step, while `work` runs.
+fn show_steps<T>(work: impl FnOnce(&mut dyn FnMut(Step<'_>)) -> Result<T>) -> Result<T> {
     let mut midline = false;
-    let results = bench::run(&plan, &mut pair, &over_pair, &loopback, |step| {
+    let result = work(&mut |step| {
         match step {
             Step::Begin(what) => eprint!("{what} ... "),
             Step::End(result) => eprintln!("{result}"),
@@ -147,62 +192,141 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         // The error that ended the run gets a line of its own.
         eprintln!("failed");
     }
-    let results = results?;
-    pair.restore()
-        .context("measured, but could not put the pair back as it was")?;
-    eprintln!(
-        "done in {}s; the pair is {found} again",
-        started.elapsed().as_secs()
-    );
+    result
+}
 
-    let load = HostLoad {
-        cpus: cpus(),
-        before: load_before,
-        after: load_average(),
-    };
-    // `--json -` makes stdout the JSON's: the table goes to stderr then.
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if json_to_stdout {
-        eprint!("{}", table::render(&results, plan.rounds));
-    } else {
-        print!("{}", table::render(&results, plan.rounds));
-    }
-    let mtu = pair_mtu(&a, &b);
-    eprintln!("{}", mtu_note(mtu));
-    let title = format!("dxdp bench: {} -> {}", a.label, b.label);
-    let subtitle = format!(
-        "{} round(s) × {}s per test on {}; medians relative to {}",
-        plan.rounds,
-        plan.seconds,
-        on_bridge(&network, &a.bridge_name),
-        results.baseline().map_or("-", |c| c.name())
-    );
-    if let Some(path) = &args.json {
-        let info = RunInfo {
-            plan: &plan,
-            a: &a,
-            b: &b,
-            server_ip,
-            port: args.port,
-            network: &network,
-            load,
-            mtu,
-        };
-        let report = serde_json::to_string_pretty(&JsonReport::new(&results, &info))? + "\n";
-        if json_to_stdout {
-            print!("{report}");
-        } else {
-            std::fs::write(path, report)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("wrote {}", path.display());
+/// One bench run's pair and plan, for what both kinds of measurement print and write alike.
+struct Run<'a> {
+    plan: &'a Plan,
+    args: &'a BenchArgs,
+    a: &'a Endpoint,
+    b: &'a Endpoint,
+    server_ip: Ipv4Addr,
+    network: &'a str,
+    /// How the pair was linked when the bench started, in words.
+    found: &'a str,
+}
+
+impl Run<'_> {
+    /// What is about to be measured and for how long, and a warning on a loaded host.
+    fn announce(&self, what: &str, estimate: Duration) {
+        eprintln!(
+            "benchmarking {} -> {} ({}) on {}, {}: {} × {} round(s) of {}s {what}, about {}s",
+            self.a.label,
+            self.b.label,
+            self.server_ip,
+            on_bridge(self.network, &self.a.bridge_name),
+            self.found,
+            self.plan
+                .configs
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(","),
+            self.plan.rounds,
+            self.plan.seconds,
+            estimate.as_secs()
+        );
+        if let Some(load) = load_average()
+            && load > cpus() as f64
+        {
+            eprintln!(
+                "warning: load average {load:.1} on {} CPUs: other work competes with the \
+                 measurement, so expect wide ranges and ratios that mean little",
+                cpus()
+            );
         }
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, svg::render(&svg::chart(&results, title, subtitle)))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+
+    fn restored(&self, pair: &mut PairState, started: Instant) -> Result<()> {
+        pair.restore()
+            .context("measured, but could not put the pair back as it was")?;
+        eprintln!(
+            "done in {}s; the pair is {} again",
+            started.elapsed().as_secs(),
+            self.found
+        );
+        Ok(())
     }
-    Ok(ExitCode::SUCCESS)
+
+    /// Prints the table and the pair's MTU, and writes the JSON `--json` asks for. `--json -`
+    /// makes stdout the JSON's: the table goes to stderr then.
+    fn emit(&self, table: &str, json: impl FnOnce() -> Result<String>) -> Result<()> {
+        let json_to_stdout = self.args.json.as_deref() == Some(Path::new("-"));
+        if json_to_stdout {
+            eprint!("{table}");
+        } else {
+            print!("{table}");
+        }
+        eprintln!("{}", mtu_note(pair_mtu(self.a, self.b)));
+        if let Some(path) = &self.args.json {
+            let report = json()? + "\n";
+            if json_to_stdout {
+                print!("{report}");
+            } else {
+                std::fs::write(path, report)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        Ok(())
+    }
+
+    fn pair_info(&self, load: HostLoad, mtu: Option<u32>) -> PairInfo {
+        PairInfo {
+            a: self.a.label.clone(),
+            b: self.b.label.clone(),
+            a_host_veth: self.a.host_ifname.clone(),
+            b_host_veth: self.b.host_ifname.clone(),
+            network: self.network.to_owned(),
+            bridge: self.a.bridge_name.clone(),
+            server_ip: self.server_ip.to_string(),
+            port: self.args.port,
+            rounds: self.plan.rounds,
+            host_load: load,
+            mtu,
+        }
+    }
+
+    /// `--pps`: live frames from A, counted at B's XDP receiver and B's stack.
+    fn pps(&self, pair: &mut PairState) -> Result<ExitCode> {
+        let (a, b) = (self.a, self.b);
+        let src_ip = measure::ipv4_of(a.netns.path(), &a.ifname)
+            .with_context(|| format!("cannot find the IPv4 address of {}", a.label))?;
+        let setup = pps::Setup {
+            a,
+            b,
+            flow: pps::Flow {
+                src_mac: a.mac,
+                dst_mac: b.mac,
+                src_ip,
+                dst_ip: self.server_ip,
+                port: self.args.port,
+            },
+            seconds: self.plan.seconds,
+        };
+        let (configs, rounds) = (&self.plan.configs, self.plan.rounds);
+        self.announce(
+            "live frames per run",
+            pps::estimate(configs, rounds, self.plan.seconds),
+        );
+        let load_before = load_average();
+        let started = Instant::now();
+        let results = show_steps(|tell| pps::run(configs, rounds, pair, &setup, tell))?;
+        self.restored(pair, started)?;
+        let load = HostLoad::since(load_before);
+        let mtu = pair_mtu(a, b);
+        self.emit(&pps::render(&results, rounds), || {
+            Ok(serde_json::to_string_pretty(&PpsReport {
+                schema: "dxdp.bench-pps/1",
+                pair: self.pair_info(load, mtu),
+                seconds_per_run: self.plan.seconds,
+                src_ip: src_ip.to_string(),
+                configs: pps::json_configs(&results),
+            })?)
+        })?;
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 /// The pair's MTU, the smaller of its two host veths' (Docker gives both ends of a veth the
@@ -311,10 +435,9 @@ fn check_quiet(pair: &PairState, a: &Endpoint, b: &Endpoint) -> Result<()> {
     Ok(())
 }
 
+/// What both reports say about the pair and the run.
 #[derive(Serialize)]
-struct JsonReport {
-    /// `dxdp.bench/1`: the shape docs/json.md documents.
-    schema: &'static str,
+struct PairInfo {
     a: String,
     b: String,
     a_host_veth: String,
@@ -324,13 +447,32 @@ struct JsonReport {
     server_ip: String,
     port: u16,
     rounds: u32,
-    seconds_per_test: u32,
-    pings_per_round: u32,
     host_load: HostLoad,
     /// The pair's MTU (`null` if it could not be read).
     mtu: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct JsonReport {
+    /// `dxdp.bench/1`: the shape docs/json.md documents.
+    schema: &'static str,
+    #[serde(flatten)]
+    pair: PairInfo,
+    seconds_per_test: u32,
+    pings_per_round: u32,
     baseline: Option<Config>,
     configs: Vec<JsonConfig>,
+}
+
+/// `dxdp.bench-pps/1` (docs/json.md).
+#[derive(Serialize)]
+struct PpsReport {
+    schema: &'static str,
+    #[serde(flatten)]
+    pair: PairInfo,
+    seconds_per_run: u32,
+    src_ip: String,
+    configs: Vec<pps::JsonConfig>,
 }
 
 #[derive(Clone, Copy, Serialize)]
@@ -341,16 +483,14 @@ pub(super) struct HostLoad {
     pub after: Option<f64>,
 }
 
-/// What the report says about the run besides the samples.
-struct RunInfo<'a> {
-    plan: &'a Plan,
-    a: &'a Endpoint,
-    b: &'a Endpoint,
-    server_ip: Ipv4Addr,
-    port: u16,
-    network: &'a str,
-    load: HostLoad,
-    mtu: Option<u32>,
+impl HostLoad {
+    fn since(before: Option<f64>) -> Self {
+        Self {
+            cpus: cpus(),
+            before,
+            after: load_average(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -372,45 +512,26 @@ struct JsonMetric {
     ratio_to_baseline: Option<f64>,
 }
 
-impl JsonReport {
-    fn new(results: &Results, cx: &RunInfo<'_>) -> Self {
-        Self {
-            schema: "dxdp.bench/1",
-            a: cx.a.label.clone(),
-            b: cx.b.label.clone(),
-            a_host_veth: cx.a.host_ifname.clone(),
-            b_host_veth: cx.b.host_ifname.clone(),
-            network: cx.network.to_owned(),
-            bridge: cx.a.bridge_name.clone(),
-            server_ip: cx.server_ip.to_string(),
-            port: cx.port,
-            rounds: cx.plan.rounds,
-            seconds_per_test: cx.plan.seconds,
-            pings_per_round: cx.plan.pings(),
-            host_load: cx.load,
-            mtu: cx.mtu,
-            baseline: results.baseline(),
-            configs: results
-                .configs
+fn json_configs(results: &Results) -> Vec<JsonConfig> {
+    results
+        .configs
+        .iter()
+        .map(|(config, samples)| JsonConfig {
+            name: *config,
+            metrics: Metric::ALL
                 .iter()
-                .map(|(config, samples)| JsonConfig {
-                    name: *config,
-                    metrics: Metric::ALL
-                        .iter()
-                        .map(|m| JsonMetric {
-                            id: m.id(),
-                            unit: m.unit(),
-                            samples: samples.of(*m).to_vec(),
-                            spread: Spread::of(samples.of(*m)),
-                            ratio_to_baseline: results.ratio(*config, *m),
-                        })
-                        .collect(),
-                    rtt_us_per_round: samples.rtt_us_per_round.clone(),
-                    redirected_packets: samples.redirected_packets,
+                .map(|m| JsonMetric {
+                    id: m.id(),
+                    unit: m.unit(),
+                    samples: samples.of(*m).to_vec(),
+                    spread: Spread::of(samples.of(*m)),
+                    ratio_to_baseline: results.ratio(*config, *m),
                 })
                 .collect(),
-        }
-    }
+            rtt_us_per_round: samples.rtt_us_per_round.clone(),
+            redirected_packets: samples.redirected_packets,
+        })
+        .collect()
 }
 
 #[cfg(test)]

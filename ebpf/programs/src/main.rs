@@ -108,16 +108,4 @@ pub struct Frame {
     end: usize,
 }
 
-#[cfg(target_arch = "bpf")]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-/// The host build exists for the linters; the programs run only in the kernel.
-#[cfg(not(target_arch = "bpf"))]
-fn main() {}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+dxdp_ebpf::object_boilerplate!();

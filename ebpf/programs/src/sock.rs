@@ -409,16 +409,4 @@ fn peer_queue_full(sk: *const u8) -> bool {
     queued >= DXDP_SOCK_QUEUE_FLOOR.load()
 }
 
-#[cfg(target_arch = "bpf")]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    loop {}
-}
-
-/// The host build exists for the linters; the programs run only in the kernel.
-#[cfg(not(target_arch = "bpf"))]
-fn main() {}
-
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+dxdp_ebpf::object_boilerplate!();
