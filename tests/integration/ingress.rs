@@ -670,3 +670,66 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         "the bench left {web} exposed"
     );
 }
+
+/// A client that connects again from the same address and port soon after `unexpose` takes
+/// Docker's path whole: the container's answer to its SYN must not take the fast path of the
+/// earlier connection with the same addresses, which still drains, or conntrack would see only
+/// the SYN and the connection would break.
+#[test]
+fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("pub", &[]);
+    let port = 17040u16;
+    let publish = format!("{}:{port}:7001", out.host_addr);
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &publish],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    let payload = Payload::new("reuse", 2);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-reuse", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    let file = payload.path.display().to_string();
+    let target = got.display().to_string();
+    // The container closes first, so the client's port is free again at once.
+    let download = |tag: &str| {
+        let _ = std::fs::remove_file(&got);
+        let mut server = Background::spawn(&in_container(
+            pid,
+            &["python3", PEER, "serve", &file, "7001"],
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        let run = out.run(
+            &[
+                "python3",
+                PEER,
+                "receive-from",
+                &out.host_addr,
+                &port.to_string(),
+                &target,
+                "41000",
+            ],
+            Duration::from_secs(20),
+        );
+        assert!(run.success(), "{tag}: {run}");
+        assert!(server.wait_timeout(Duration::from_secs(10)).is_some());
+        assert_eq!(sha256(&got), payload.sha, "{tag}: bytes lost");
+    };
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    download("over the fast path");
+    let (_, out_packets, _) = port_counters(&world, port, "tcp").expect("exposed");
+    assert!(
+        out_packets > 0,
+        "the first download did not take the fast path"
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    download("again from the same port, on Docker's path");
+}

@@ -3,7 +3,7 @@
 
   send FILE HOST PORT          connect, send FILE paced over ~4 s, close
   serve FILE PORT              accept one connection, send FILE paced over ~4 s, close
-  receive-from HOST PORT OUT   connect, write everything received to OUT
+  receive-from HOST PORT OUT [SPORT]   connect (from SPORT), write everything received to OUT
   receive PORT OUT             accept one connection, write everything received to OUT
   udp-echo PORT                answer each datagram with the sender's address as "ip:port"
   udp-ask HOST PORT            send one datagram, print the answer (2 s at most)
@@ -53,8 +53,10 @@ def listener(port):
     return conn
 
 
-def connect(host, port):
-    s = socket.create_connection((host, port), timeout=TIMEOUT)
+def connect(host, port, sport=0):
+    s = socket.create_connection(
+        (host, port), timeout=TIMEOUT, source_address=("", sport) if sport else None
+    )
     s.settimeout(TIMEOUT)
     return s
 
@@ -70,7 +72,8 @@ def main(argv):
         paced(conn, argv[2])
         conn.close()
     elif mode == "receive-from":
-        drain(connect(argv[2], int(argv[3])), argv[4])
+        sport = int(argv[5]) if len(argv) > 5 else 0
+        drain(connect(argv[2], int(argv[3]), sport), argv[4])
     elif mode == "receive":
         drain(listener(int(argv[2])), argv[3])
     elif mode == "udp-echo":
