@@ -224,7 +224,8 @@ pub struct WatchArgs {
     /// Seconds between full resyncs, which heal any missed event.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub resync: u64,
-    /// On exit, remove the links this watch made (by default they stay and keep working).
+    /// On exit, remove the links and exposed ports this watch made (by default they stay and
+    /// keep working).
     #[arg(long)]
     pub cleanup: bool,
     /// Reconcile once and exit.

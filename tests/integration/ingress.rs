@@ -477,7 +477,7 @@ fn the_watch_exposes_a_labeled_container_and_follows_its_restart_and_removal() {
         &["--network", &net, "-p", &other],
         &["iperf3", "-s"],
     );
-    let _watch = world.watch(&["--resync", "30", "--ingress-nic", &out.nic]);
+    let mut watch = world.watch(&["--resync", "30", "--ingress-nic", &out.nic, "--cleanup"]);
     let watched = |world: &World| {
         exposures(world)
             .into_iter()
@@ -505,12 +505,39 @@ fn the_watch_exposes_a_labeled_container_and_follows_its_restart_and_removal() {
     );
     assert_carried(&world, &out, world.pid(&web), port, "watch-2");
 
+    // A second labeled container, then the first one removed: only its exposure goes.
+    let api_port = format!("{}:{}:7000", out.host_addr, port + 2);
+    let api = world.run(
+        "api",
+        &[
+            "--network",
+            &net,
+            "-p",
+            &api_port,
+            "-l",
+            "dxdp.ingress=true",
+            "-l",
+            "dxdp.firewall=bypass",
+        ],
+        &["iperf3", "-s"],
+    );
+    let of =
+        |world: &World, name: &str| exposures(world).iter().filter(|(c, ..)| c == name).count();
+    assert!(
+        wait_until(Duration::from_secs(10), || of(&world, &api) == 1),
+        "the watch did not expose {api}: {:?}",
+        exposures(&world)
+    );
     world.docker_ok(&["rm", "-f", &web]);
     assert!(
         wait_until(Duration::from_secs(10), || watched(&world).is_empty()),
         "the exposure outlived its container: {:?}",
         exposures(&world)
     );
+    assert_eq!(of(&world, &api), 1, "{api} lost its exposure");
+    // `--cleanup`: the watch takes its exposures with it when it stops.
+    assert_eq!(watch.terminate(), Some(0));
+    assert!(exposures(&world).is_empty(), "{:?}", exposures(&world));
 }
 
 /// IPv4 and IPv6 bindings of a port range, a second container exposing another port, and a

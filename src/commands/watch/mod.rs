@@ -307,9 +307,9 @@ async fn finish(
         info!("dxdp watch stopping; links stay in place");
         return Ok(ExitCode::SUCCESS);
     }
-    notify.stopping("stopping; removing the links the watch made");
+    notify.stopping("stopping; removing the links and exposures the watch made");
     let pin_dir = pin_dir.to_path_buf();
-    let removed = tokio::task::spawn_blocking(move || -> Result<usize> {
+    let (removed, unexposed) = tokio::task::spawn_blocking(move || -> Result<(usize, usize)> {
         let mut datapath = Datapath::open(&pin_dir, capacity)?;
         let ours: Vec<(u32, u32)> = datapath
             .links()?
@@ -317,10 +317,24 @@ async fn finish(
             .filter(|l| l.origin == Origin::Watch)
             .map(|l| (l.low_ifindex, l.high_ifindex))
             .collect();
-        Ok(datapath.remove_links(&ours)?.len())
+        let removed = datapath.remove_links(&ours)?.len();
+        let mut exposed: Vec<u32> = datapath
+            .exposed()?
+            .iter()
+            .filter(|p| p.origin == Origin::Watch)
+            .map(|p| p.veth_ifindex)
+            .collect();
+        exposed.dedup();
+        for &veth in &exposed {
+            datapath.unexpose(veth)?;
+        }
+        Ok((removed, exposed.len()))
     })
     .await??;
-    info!(removed, "dxdp watch stopping; removed the links it made");
+    info!(
+        removed,
+        unexposed, "dxdp watch stopping; removed the links and exposures it made"
+    );
     Ok(ExitCode::SUCCESS)
 }
 
