@@ -22,7 +22,8 @@ pub struct Nic {
 }
 
 /// The NICs named, or the default route's; each must exist and hold an address.
-pub fn nics(names: &[String], host: &[Interface]) -> Result<Vec<Nic>> {
+/// `addrs` is the host's addresses as [`host_addresses`] reads them.
+pub fn nics(names: &[String], host: &[Interface], addrs: &HostAddresses) -> Result<Vec<Nic>> {
     let names = if names.is_empty() {
         vec![default_route_interface().context(
             "no default route to take the NIC from; name the interface clients come in on \
@@ -43,10 +44,16 @@ pub fn nics(names: &[String], host: &[Interface]) -> Result<Vec<Nic>> {
                      clients come in on"
                 );
             }
-            let addrs: Vec<IpAddr> = netlink::addresses(&NetnsPath::host(), iface.index)?
-                .into_iter()
-                .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local()))
+            let mut addrs: Vec<IpAddr> = addrs
+                .iter()
+                .filter(|(index, a, _)| {
+                    *index == iface.index
+                        && !matches!(a, IpAddr::V6(v6) if v6.is_unicast_link_local())
+                })
+                .map(|(_, a, _)| *a)
                 .collect();
+            addrs.sort();
+            addrs.dedup();
             Ok(Nic {
                 index: iface.index,
                 name,
@@ -60,19 +67,28 @@ pub fn nics(names: &[String], host: &[Interface]) -> Result<Vec<Nic>> {
 /// container networks, whose gateway address the bridge holds with the subnet's length). The
 /// fast path leaves packets from them to the stack (it answers only clients routed back through
 /// the NIC), so the firewall walk need not consider them.
-pub fn container_prefixes(host: &[Interface]) -> Result<Vec<(IpAddr, u8)>> {
+pub fn container_prefixes(host: &[Interface], addrs: &HostAddresses) -> Vec<(IpAddr, u8)> {
     let bridges: Vec<u32> = host
         .iter()
         .filter(|i| i.is_bridge())
         .map(|i| i.index)
         .collect();
-    Ok(netlink::prefixes(&NetnsPath::host())?
-        .into_iter()
+    addrs
+        .iter()
+        .copied()
         .filter(|(index, addr, _)| {
             bridges.contains(index) && !matches!(addr, IpAddr::V6(a) if a.is_unicast_link_local())
         })
         .map(|(_, addr, len)| (addr, len))
-        .collect())
+        .collect()
+}
+
+/// Every address of the host namespace with its interface and prefix length: one read serves
+/// [`nics`] and [`container_prefixes`].
+pub type HostAddresses = Vec<(u32, IpAddr, u8)>;
+
+pub fn host_addresses() -> Result<HostAddresses> {
+    netlink::prefixes(&NetnsPath::host())
 }
 
 /// The container's published ports as fast-path entries on `nics`, with the endpoint of each

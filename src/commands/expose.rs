@@ -11,7 +11,10 @@ use crate::{
     firewall::Ruleset,
     netlink::{self, Interface},
     netns::NetnsPath,
-    ports::{container_prefixes, describe, endpoint_of, mappings, named, nics, published_port},
+    ports::{
+        container_prefixes, describe, endpoint_of, host_addresses, mappings, named, nics,
+        published_port,
+    },
 };
 
 struct Found {
@@ -46,7 +49,8 @@ pub(super) fn prepare(
     bypass_firewall: bool,
     host: &[Interface],
 ) -> Result<ExposurePlan> {
-    let nics = nics(nic_names, host)?;
+    let addrs = host_addresses()?;
+    let nics = nics(nic_names, host, &addrs)?;
     let found = super::runtime()?.block_on(find(reference))?;
     let name = found.container.view.name.clone();
     if found.published.is_empty() {
@@ -78,7 +82,7 @@ pub(super) fn prepare(
     }
     if !bypass_firewall {
         let rules = Ruleset::read()?;
-        let outside = container_prefixes(host)?;
+        let outside = container_prefixes(host, &addrs);
         for (m, e) in &mappings {
             let port = published_port(m, e, &outside);
             if let Some(rule) = named(&rules.published_port_blockers(&port)) {

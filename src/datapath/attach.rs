@@ -31,19 +31,13 @@ pub(super) struct Programs<'p> {
 impl<'p> Programs<'p> {
     /// Adopts the pinned programs, loading and pinning them first if this is the first run.
     pub(super) fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
-        if !pins.prog(Kind::Tc).exists() {
-            let prog: &mut SchedClassifier = program(ebpf, names::TC_PROGRAM)?.try_into()?;
-            prog.load()
-                .context("the kernel refused dxdp's tc program")?;
-            prog.pin(pins.prog(Kind::Tc))?;
-        }
+        let tc = pinned_classifier(ebpf, names::TC_PROGRAM, &pins.prog(Kind::Tc))?;
         if !pins.prog(Kind::Xdp).exists() {
             let prog: &mut Xdp = program(ebpf, choice::xdp_program())?.try_into()?;
             prog.load()
                 .context("the kernel refused dxdp's xdp program")?;
             prog.pin(pins.prog(Kind::Xdp))?;
         }
-        let tc = SchedClassifier::from_pin(pins.prog(Kind::Tc))?;
         let xdp = Xdp::from_pin(pins.prog(Kind::Xdp), XdpAttachType::Interface)?;
         let tc_id = tc.info()?.id();
         let xdp_id = xdp.info()?.id();
@@ -114,25 +108,8 @@ impl<'p> Programs<'p> {
         }
         pins::remove_if_present(&path)?;
         let link: FdLink = match kind {
-            Kind::Tc => {
-                // Last in the TCX chain: another tool's policy programs see the frame first,
-                // and ours passes with TCX_NEXT so later ones still do too.
-                let id = self
-                    .tc
-                    .attach_with_options(
-                        &ep.host_ifname,
-                        TcAttachType::Ingress,
-                        TcAttachOptions::TcxOrder(LinkOrder::last()),
-                    )
-                    .with_context(|| format!("cannot attach tc program to {}", ep.host_ifname))?;
-                self.tc.take_link(id)?.try_into().map_err(|_| {
-                    anyhow!(
-                        "{}: the kernel attached through netlink, which cannot be pinned; \
-                         dxdp needs TCX (Linux 6.6+)",
-                        ep.host_ifname
-                    )
-                })?
-            }
+            Kind::Tc => attach_tcx_last(&mut self.tc, &ep.host_ifname)
+                .with_context(|| format!("cannot attach tc program to {}", ep.host_ifname))?,
             Kind::Xdp => {
                 let id = self
                     .xdp
@@ -169,21 +146,15 @@ impl<'p> Programs<'p> {
     /// attachment was unpinned a moment ago (its last link removed, then linked again) may
     /// still carry our program, and attaching it again would fail with EEXIST.
     fn wait_detached(&self, kind: Kind, ep: &Endpoint) -> Result<()> {
-        let started = std::time::Instant::now();
-        loop {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            if !self.attached_now(kind, ep)? {
-                return Ok(());
-            }
-            if started.elapsed() > std::time::Duration::from_secs(2) {
-                bail!(
-                    "{}: dxdp's {kind} program is attached without its pin {}; another process \
-                     holds that attachment. Stop it, or delete and recreate the veth",
-                    ep.host_ifname,
-                    self.pins.link(kind, ep.host_ifindex).display()
-                );
-            }
+        if !wait_released(|| self.attached_now(kind, ep))? {
+            bail!(
+                "{}: dxdp's {kind} program is attached without its pin {}; another process \
+                 holds that attachment. Stop it, or delete and recreate the veth",
+                ep.host_ifname,
+                self.pins.link(kind, ep.host_ifindex).display()
+            );
         }
+        Ok(())
     }
 
     /// Programs of other tools on a veth: TCX ingress ones beside ours, or an XDP program.
@@ -253,6 +224,53 @@ pub(super) fn describe_program(id: u32) -> String {
     match name {
         Some(name) if !name.is_empty() => format!("id {id} \"{name}\""),
         _ => format!("id {id}"),
+    }
+}
+
+/// The classifier `name` as pinned at `path`, loaded and pinned there first if it is not yet.
+pub(super) fn pinned_classifier(
+    ebpf: &mut Ebpf,
+    name: &str,
+    path: &std::path::Path,
+) -> Result<SchedClassifier> {
+    if !path.exists() {
+        let prog: &mut SchedClassifier = program(ebpf, name)?.try_into()?;
+        prog.load()
+            .with_context(|| format!("the kernel refused dxdp's {name}"))?;
+        prog.pin(path)?;
+    }
+    Ok(SchedClassifier::from_pin(path)?)
+}
+
+/// Attaches `prog` last in the device's TCX ingress chain, through a link that can be pinned:
+/// another tool's policy programs see the packet first, and ours passes with TCX_NEXT so later
+/// ones still do too.
+pub(super) fn attach_tcx_last(prog: &mut SchedClassifier, ifname: &str) -> Result<FdLink> {
+    let id = prog.attach_with_options(
+        ifname,
+        TcAttachType::Ingress,
+        TcAttachOptions::TcxOrder(LinkOrder::last()),
+    )?;
+    prog.take_link(id)?.try_into().map_err(|_| {
+        anyhow!(
+            "{ifname}: the kernel attached through netlink, which cannot be pinned; dxdp needs \
+             TCX (Linux 6.6+)"
+        )
+    })
+}
+
+/// Unpinning a bpf_link releases it from a kernel workqueue, not at once: waits up to 2 s for
+/// `attached` to say the program is gone; `false` if it is still there.
+pub(super) fn wait_released(attached: impl Fn() -> Result<bool>) -> Result<bool> {
+    let started = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        if !attached()? {
+            return Ok(true);
+        }
+        if started.elapsed() > std::time::Duration::from_secs(2) {
+            return Ok(false);
+        }
     }
 }
 

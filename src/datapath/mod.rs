@@ -629,19 +629,29 @@ fn link_meta(req: &LinkRequest<'_>, key: &LinkMetaKey) -> LinkMeta {
     LinkMeta {
         datapath: req.kind.code(),
         origin: req.origin.code(),
-        firewall: if req.bypass_firewall {
-            dxdp_common::FIREWALL_BYPASSED
-        } else {
-            dxdp_common::FIREWALL_CHECKED
-        },
+        firewall: firewall_code(req.bypass_firewall),
         _pad: [0; 5],
-        created_unix_secs: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        created_unix_secs: now_unix_secs(),
         low_name: fixed_name(&low.label),
         high_name: fixed_name(&high.label),
         network: fixed_name(req.network),
     }
+}
+
+/// What the pinned records say about the firewall: held to the rules, or bypassing them.
+fn firewall_code(bypass: bool) -> u8 {
+    if bypass {
+        dxdp_common::FIREWALL_BYPASSED
+    } else {
+        dxdp_common::FIREWALL_CHECKED
+    }
+}
+
+/// When a record is made, as the pinned records keep it.
+fn now_unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn to_record(key: &LinkMetaKey, meta: &LinkMeta) -> LinkRecord {

@@ -6,25 +6,25 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
     path::PathBuf,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
-    programs::{LinkOrder, SchedClassifier, TcAttachType, links::FdLink, tc::TcAttachOptions},
+    programs::SchedClassifier,
 };
 use dxdp_common::{
-    FIREWALL_BYPASSED, FIREWALL_CHECKED, MacAddr,
+    FIREWALL_BYPASSED, MacAddr,
     ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names},
 };
 use tracing::info;
 
 use super::{
-    Datapath, Origin, Traffic, attach, fixed_name,
+    Datapath, Origin, Traffic, attach, firewall_code, fixed_name, now_unix_secs,
     pins::{self, Pins},
-    state::{absent_is_none, ignore_absent},
+    state::{absent_is_none, ignore_absent, missing},
     unfixed_name,
 };
 use crate::{endpoint::Endpoint, netlink::Interface};
@@ -111,7 +111,6 @@ impl<'a> PortMaps<'a> {
     fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
         let [ports, flows, veths, owners] =
             ebpf.maps_disjoint_mut([names::PORTS, names::FLOWS, names::VETHS, names::OWNERS]);
-        let missing = |name: &str| anyhow!("eBPF object lacks map {name}");
         Ok(Self {
             ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
             flows: HashMap::try_from(flows.ok_or_else(|| missing(names::FLOWS))?)?,
@@ -277,30 +276,24 @@ impl Role {
         }
     }
 
-    /// `links/ingress-IFINDEX` on a NIC, `links/reply-IFINDEX` on a veth.
-    fn pin(self, pins: &Pins, ifindex: u32) -> PathBuf {
-        let role = match self {
+    /// What its attachment pins are named after.
+    fn name(self) -> &'static str {
+        match self {
             Role::Ingress => "ingress",
             Role::Reply => "reply",
-        };
-        pins.links().join(format!("{role}-{ifindex}"))
+        }
+    }
+
+    /// `links/ingress-IFINDEX` on a NIC, `links/reply-IFINDEX` on a veth.
+    fn pin(self, pins: &Pins, ifindex: u32) -> PathBuf {
+        pins.links().join(format!("{}-{ifindex}", self.name()))
     }
 }
 
 impl<'p> PortPrograms<'p> {
     fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
-        let mut load = |role: Role| -> Result<SchedClassifier> {
-            let path = pins.progs().join(role.program());
-            if !path.exists() {
-                let prog: &mut SchedClassifier = ebpf
-                    .program_mut(role.program())
-                    .ok_or_else(|| anyhow!("eBPF object lacks program {}", role.program()))?
-                    .try_into()?;
-                prog.load()
-                    .with_context(|| format!("the kernel refused dxdp's {}", role.program()))?;
-                prog.pin(&path)?;
-            }
-            Ok(SchedClassifier::from_pin(&path)?)
+        let mut load = |role: Role| {
+            attach::pinned_classifier(ebpf, role.program(), &pins.progs().join(role.program()))
         };
         let ingress = load(Role::Ingress)?;
         let reply = load(Role::Reply)?;
@@ -325,31 +318,17 @@ impl<'p> PortPrograms<'p> {
             if path.exists() {
                 return Ok(false);
             }
-            // An attachment unpinned a moment ago is released from a kernel workqueue.
-            let started = Instant::now();
-            while attached()? {
-                if started.elapsed() > Duration::from_secs(2) {
-                    bail!(
-                        "{ifname}: dxdp's {} is attached without its pin {}; another process \
-                         holds that attachment",
-                        role.program(),
-                        path.display()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(2));
+            if !attach::wait_released(attached)? {
+                bail!(
+                    "{ifname}: dxdp's {} is attached without its pin {}; another process \
+                     holds that attachment",
+                    role.program(),
+                    path.display()
+                );
             }
         }
-        // Last in the TCX chain, as for links: another tool's programs see the packet first.
-        let link_id = prog
-            .attach_with_options(
-                ifname,
-                TcAttachType::Ingress,
-                TcAttachOptions::TcxOrder(LinkOrder::last()),
-            )
+        let link = attach::attach_tcx_last(prog, ifname)
             .with_context(|| format!("cannot attach {} to {ifname}", role.program()))?;
-        let link: FdLink = prog.take_link(link_id)?.try_into().map_err(|_| {
-            anyhow!("{ifname}: the kernel attached through netlink, which cannot be pinned; dxdp needs TCX (Linux 6.6+)")
-        })?;
         link.pin(&path)
             .with_context(|| format!("cannot pin {}", path.display()))?;
         Ok(true)
@@ -363,10 +342,7 @@ fn detach(pins: &Pins, role: Role, ifindex: u32) -> Result<()> {
 
 /// Attachment pins of `role`, by ifindex.
 fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
-    let prefix = match role {
-        Role::Ingress => "ingress-",
-        Role::Reply => "reply-",
-    };
+    let prefix = format!("{}-", role.name());
     let dir = pins.links();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -378,7 +354,7 @@ fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
         .filter_map(|e| {
             e.file_name()
                 .to_str()?
-                .strip_prefix(prefix)?
+                .strip_prefix(prefix.as_str())?
                 .parse::<u32>()
                 .ok()
         })
@@ -458,24 +434,15 @@ impl Datapath {
             })?;
             added += 1;
         }
+        // Exposed again (ports changed): it keeps the time it was first exposed.
+        let created_unix_secs = absent_is_none(maps.owners.get(&veth, 0))?
+            .map_or_else(now_unix_secs, |o| o.created_unix_secs);
         let owner = PortOwner {
-            created_unix_secs: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            created_unix_secs,
             origin: e.origin.code(),
-            firewall: if e.bypass_firewall {
-                FIREWALL_BYPASSED
-            } else {
-                FIREWALL_CHECKED
-            },
+            firewall: firewall_code(e.bypass_firewall),
             _pad: [0; 6],
             name: fixed_name(e.container),
-        };
-        let keep_created = absent_is_none(maps.owners.get(&veth, 0))?;
-        let owner = PortOwner {
-            created_unix_secs: keep_created
-                .map_or(owner.created_unix_secs, |o| o.created_unix_secs),
-            ..owner
         };
         maps.owners.insert(veth, owner, 0)?;
         let mut programs = PortPrograms::open(&mut self.ebpf, &self.pins)?;

@@ -141,7 +141,7 @@ pub(super) struct Maps<'a> {
     sources: HashMap<&'a mut MapData, u32, Sources>,
 }
 
-fn missing(name: &str) -> anyhow::Error {
+pub(super) fn missing(name: &str) -> anyhow::Error {
     anyhow!("eBPF object lacks map {name}")
 }
 

@@ -100,9 +100,10 @@ impl Host for RealHost {
     }
 
     fn ingress(&self, host: &[Interface]) -> Result<Ingress> {
+        let addrs = crate::ports::host_addresses()?;
         Ok(Ingress {
-            nics: crate::ports::nics(&self.ingress_nics, host)?,
-            outside: crate::ports::container_prefixes(host)?,
+            nics: crate::ports::nics(&self.ingress_nics, host, &addrs)?,
+            outside: crate::ports::container_prefixes(host, &addrs),
         })
     }
 
