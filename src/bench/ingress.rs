@@ -236,7 +236,7 @@ pub fn client_source(client_ns: &Path, to: IpAddr) -> Result<IpAddr> {
 /// The busiest of `ifaces` (host interfaces) over a second, in packets per second both ways:
 /// other traffic through the NIC or the container's veth would be measured with the bench's.
 pub fn busiest(ifaces: &[&str]) -> Result<(u64, String)> {
-    let sample = || -> Result<Vec<u64>> {
+    let rates = measure::per_second(|| {
         let mut out = Vec::new();
         for iface in ifaces {
             let mut sum = 0;
@@ -249,18 +249,11 @@ pub fn busiest(ifaces: &[&str]) -> Result<(u64, String)> {
             out.push(sum);
         }
         Ok(out)
-    };
-    let before = sample()?;
-    let started = Instant::now();
-    thread::sleep(Duration::from_secs(1));
-    check_interrupted()?;
-    let after = sample()?;
-    let secs = started.elapsed().as_secs_f64();
-    Ok(before
+    })?;
+    Ok(rates
         .iter()
-        .zip(&after)
         .zip(ifaces)
-        .map(|((b, a), i)| ((a.saturating_sub(*b) as f64 / secs) as u64, (*i).to_owned()))
+        .map(|(rate, i)| (*rate as u64, (*i).to_owned()))
         .max()
         .unwrap_or_default())
 }

@@ -84,6 +84,25 @@ pub(crate) fn on_path(tool: &str) -> bool {
     })
 }
 
+/// Above this, other traffic on what a bench measures would be measured along with its own.
+pub const MAX_BACKGROUND_PPS: u64 = 1000;
+
+/// The rate of each counter `sample` reads, per second, over one second: how busy what a bench
+/// is about to measure is already. An interrupt meanwhile stops it.
+pub fn per_second(sample: impl Fn() -> Result<Vec<u64>>) -> Result<Vec<f64>> {
+    let before = sample()?;
+    let started = Instant::now();
+    thread::sleep(Duration::from_secs(1));
+    check_interrupted()?;
+    let after = sample()?;
+    let secs = started.elapsed().as_secs_f64();
+    Ok(before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.saturating_sub(*b) as f64 / secs)
+        .collect())
+}
+
 /// `program args…` inside the network namespace at `netns`.
 pub(crate) fn in_netns(netns: &Path, program: &str) -> Command {
     let mut cmd = Command::new("nsenter");

@@ -31,9 +31,6 @@ use crate::{
     netns::NetnsPath,
 };
 
-/// Above this, other traffic on the pair would be measured along with ours.
-const MAX_BACKGROUND_PPS: u64 = 1000;
-
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCode> {
     let plan = Plan {
         configs: configs(&args)?,
@@ -403,33 +400,29 @@ fn rx_packets(ifname: &str) -> Result<u64> {
 /// ours and make every configuration look slower, the bridge by a different amount than the
 /// datapaths. Counts what reaches the host veths, and what the datapath saw if linked.
 fn check_quiet(pair: &PairState, a: &Endpoint, b: &Endpoint) -> Result<()> {
-    let sample = || -> Result<(u64, u64, u64)> {
-        Ok((
+    let rates = measure::per_second(|| {
+        Ok(vec![
             rx_packets(&a.host_ifname)?,
             rx_packets(&b.host_ifname)?,
             pair.seen()?,
-        ))
-    };
-    let before = sample()?;
-    let started = Instant::now();
-    thread::sleep(Duration::from_secs(1));
-    measure::check_interrupted()?;
-    let after = sample()?;
-    let secs = started.elapsed().as_secs_f64();
-    let pps = |x: u64, y: u64| (y.saturating_sub(x) as f64 / secs).round() as u64;
-    let busiest = [
-        (pps(before.0, after.0), a.host_ifname.as_str()),
-        (pps(before.1, after.1), b.host_ifname.as_str()),
-        (pps(before.2, after.2), "the pair's link"),
-    ]
-    .into_iter()
-    .max_by_key(|(rate, _)| *rate);
+        ])
+    })?;
+    let busiest = rates
+        .iter()
+        .map(|r| r.round() as u64)
+        .zip([
+            a.host_ifname.as_str(),
+            b.host_ifname.as_str(),
+            "the pair's link",
+        ])
+        .max_by_key(|(rate, _)| *rate);
     if let Some((rate, on)) = busiest
-        && rate > MAX_BACKGROUND_PPS
+        && rate > measure::MAX_BACKGROUND_PPS
     {
         bail!(
             "busy: {rate} pps of other traffic on {on}; the bench would measure it too, so run \
-             it on a quiet pair (limit {MAX_BACKGROUND_PPS} pps)"
+             it on a quiet pair (limit {} pps)",
+            measure::MAX_BACKGROUND_PPS
         );
     }
     Ok(())

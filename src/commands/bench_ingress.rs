@@ -31,9 +31,6 @@ use crate::{
     netns::NetnsPath,
 };
 
-/// Above this, other traffic through the NIC or the container's veth would be measured too.
-const MAX_BACKGROUND_PPS: u64 = 1000;
-
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result<ExitCode> {
     let plan = Plan {
         rounds: args.rounds,
@@ -101,10 +98,11 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         None => "not exposed".to_owned(),
     };
     let (rate, on) = ingress::busiest(&[&args.nic, &veth])?;
-    if rate > MAX_BACKGROUND_PPS {
+    if rate > measure::MAX_BACKGROUND_PPS {
         bail!(
             "busy: {rate} pps of other traffic on {on}; the bench would measure it too, so run \
-             it on a quiet container and NIC (limit {MAX_BACKGROUND_PPS} pps)"
+             it on a quiet container and NIC (limit {} pps)",
+            measure::MAX_BACKGROUND_PPS
         );
     }
     eprintln!(
