@@ -309,6 +309,29 @@ pub mod ingress {
         pub client_addr: [u8; 16],
     }
 
+    impl FlowKey {
+        /// The connection between the container's `addr`:`port` behind `veth_ifindex` and
+        /// the client's `client_addr`:`client_port`, padding zeroed (keys compare bytewise).
+        #[inline(always)]
+        pub const fn new(
+            veth_ifindex: u32,
+            proto: u8,
+            (addr, port): ([u8; 16], u16),
+            (client_addr, client_port): ([u8; 16], u16),
+        ) -> Self {
+            Self {
+                veth_ifindex,
+                proto,
+                _pad: 0,
+                port,
+                client_port,
+                _pad2: 0,
+                addr,
+                client_addr,
+            }
+        }
+    }
+
     /// Who exposed a container's ports (keyed by its host veth's ifindex). Never read by the
     /// programs.
     #[repr(C)]

@@ -205,16 +205,12 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     };
     // SAFETY: this CPU's copy of the value; nothing else writes it now.
     let target = unsafe { &mut *target };
-    let flow = FlowKey {
-        veth_ifindex: target.veth_ifindex,
-        proto: packet.proto,
-        _pad: 0,
-        port: target.port,
-        client_port: packet.sport,
-        _pad2: 0,
-        addr: target.addr,
-        client_addr: packet.src,
-    };
+    let flow = FlowKey::new(
+        target.veth_ifindex,
+        packet.proto,
+        (target.addr, target.port),
+        (packet.src, packet.sport),
+    );
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either.
     let admitted = PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
@@ -271,16 +267,13 @@ pub fn reply(ctx: &TcContext) -> i32 {
     };
     // SAFETY: as in `ingress`.
     let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let flow = FlowKey {
+    // The reply's source is the container, its destination the client.
+    let flow = FlowKey::new(
         veth_ifindex,
-        proto: packet.proto,
-        _pad: 0,
-        port: packet.sport,
-        client_port: packet.dport,
-        _pad2: 0,
-        addr: packet.src,
-        client_addr: packet.dst,
-    };
+        packet.proto,
+        (packet.src, packet.sport),
+        (packet.dst, packet.dport),
+    );
     let Some(known) = FLOWS.get_ptr_mut(flow) else {
         return TC_ACT_UNSPEC;
     };
