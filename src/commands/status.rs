@@ -220,14 +220,9 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
     )?;
     for e in &status.exposed {
         let p = &e.port;
-        let at = match p.host_addr {
-            std::net::IpAddr::V4(a) => format!("{a}:{}", p.host_port),
-            std::net::IpAddr::V6(a) => format!("[{a}]:{}", p.host_port),
-        };
-        let to = match p.container_addr {
-            std::net::IpAddr::V4(a) => format!("{a}:{}", p.container_port),
-            std::net::IpAddr::V6(a) => format!("[{a}]:{}", p.container_port),
-        };
+        // `[address]:port` for IPv6, as a URL writes it.
+        let at = std::net::SocketAddr::new(p.host_addr, p.host_port);
+        let to = std::net::SocketAddr::new(p.container_addr, p.container_port);
         writeln!(
             table,
             "{}\t{at}/{}\t{}\t{to}\t{}\t{}\t{}\t{}\t{}\t{}",

@@ -296,6 +296,27 @@ fn exposed_ports_carry_tcp_and_udp_and_connections_survive_expose_and_unexpose()
         }),
         "both transfers should run over the fast path"
     );
+    // `top` shows both transfers on their ports, each in its own direction.
+    let top = world
+        .dxdp
+        .run(&["top", "--json", "--once", "--interval", "0.5"]);
+    top.assert_success();
+    let sample: serde_json::Value = serde_json::from_str(&top.stdout).expect("top JSON");
+    let rate = |port: u16, direction: &str| {
+        sample["ports"]
+            .as_array()
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| p["host"] == format!("{}:{port}", out.host_addr))
+            })
+            .and_then(|p| p[direction]["bits_per_sec"].as_f64())
+            .unwrap_or_else(|| panic!("no {direction} rate for port {port} in top: {top}"))
+    };
+    assert!(
+        rate(tcp_up, "inbound") > 1e6 && rate(tcp_down, "outbound") > 1e6,
+        "top should show the upload coming in and the download going out: {top}"
+    );
     let unexposed = world.dxdp.run(&["unexpose", &web]);
     unexposed.assert_success();
     assert_eq!(exposed_count(&world), 0);

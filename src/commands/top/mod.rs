@@ -1,4 +1,4 @@
-//! `dxdp top`: live rates of every link and managed veth, computed from two successive reads of
+//! `dxdp top`: live rates of every link, managed veth and exposed port, computed from two successive reads of
 //! the pinned counters (no watch needed).
 //!
 //! On a terminal the view is redrawn in place (ANSI home and clear, no TUI crate) with the
@@ -42,7 +42,10 @@ fn read(pin_dir: &Path, capacity: Capacity) -> Result<Snapshot> {
         return Ok(Snapshot::default());
     }
     let mut datapath = Datapath::open(pin_dir, capacity)?;
-    let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+    let host = netlink::interfaces(&NetnsPath::host())?;
+    // A NIC is any kind of interface; a managed one is a veth.
+    let names: HashMap<u32, String> = host.iter().map(|i| (i.index, i.name.clone())).collect();
+    let veths: HashMap<u32, String> = host
         .into_iter()
         .filter(|i| i.is_veth())
         .map(|i| (i.index, i.name))
@@ -61,6 +64,12 @@ fn read(pin_dir: &Path, capacity: Capacity) -> Result<Snapshot> {
             low_ifname: veths.get(&record.low_ifindex).cloned(),
             high_ifname: veths.get(&record.high_ifindex).cloned(),
             record,
+        });
+    }
+    for port in datapath.exposed()? {
+        snap.ports.push(PortSnap {
+            nic: names.get(&port.nic_ifindex).cloned(),
+            port,
         });
     }
     Ok(snap)
@@ -109,6 +118,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: TopArgs) -> Result<ExitCode
             interval_secs: elapsed.as_secs_f64(),
             links,
             interfaces,
+            ports: port_rates(&prev, &cur, elapsed),
         };
         if args.json {
             serde_json::to_writer(&mut out, &sample)?;

@@ -1,4 +1,5 @@
-//! The text view of a sample: a header line and two tables aligned with tabwriter.
+//! The text view of a sample: a header line and up to three tables (links, veths, exposed ports)
+//! aligned with tabwriter.
 use std::{
     io::{self, Write},
     path::Path,
@@ -32,9 +33,14 @@ pub(super) fn render(sample: &Sample, pin_dir: &Path, out: &mut impl Write) -> i
             .unwrap_or(&sample.time)
             .replace('T', " ")
     );
+    // Exposed ports are counted only where there are some: most hosts have none.
+    let ports = match sample.ports.len() {
+        0 => String::new(),
+        n => format!(", {n} exposed ports"),
+    };
     writeln!(
         out,
-        "dxdp top  {time}  every {}  {} links, {} veths  redirected {}bit/s {} pkt/s  \
+        "dxdp top  {time}  every {}  {} links, {} veths{ports}  redirected {}bit/s {} pkt/s  \
          fallback {}/s  spoofed {}/s",
         seconds(sample.interval_secs),
         sample.links.len(),
@@ -92,6 +98,31 @@ pub(super) fn render(sample: &Sample, pin_dir: &Path, out: &mut impl Write) -> i
                 si(i.passed_packets_per_sec),
                 si(i.fallback_packets_per_sec),
                 si(i.spoofed_packets_per_sec),
+            )?;
+        }
+        table.flush()?;
+    }
+    if !sample.ports.is_empty() {
+        writeln!(out)?;
+        let mut table = TabWriter::new(&mut *out).padding(2);
+        writeln!(
+            table,
+            "CONTAINER\tPORT\tNIC\tTO\tIN BIT/S\tIN PKT/S\tOUT BIT/S\tOUT PKT/S\tPASSED/S"
+        )?;
+        for p in &sample.ports {
+            writeln!(
+                table,
+                "{}\t{}/{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                p.container,
+                p.host,
+                p.protocol,
+                p.nic.as_deref().unwrap_or("-"),
+                p.to,
+                si(p.inbound.bits_per_sec),
+                si(p.inbound.packets_per_sec),
+                si(p.outbound.bits_per_sec),
+                si(p.outbound.packets_per_sec),
+                si(p.passed_packets_per_sec),
             )?;
         }
         table.flush()?;

@@ -1,16 +1,17 @@
 //! One sample of `dxdp top`: the rates between two reads of the pinned counters, and its
 //! documented JSON shape (`dxdp.top/1`). Pure: unit-tested in `tests.rs`.
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
 use serde::Serialize;
 
-use crate::datapath::{InterfaceCounters, Kind, LinkRecord};
+use crate::datapath::{ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic};
 
 /// One read of the pinned state: cumulative counters, with the veths' current names.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Snapshot {
     pub(super) links: Vec<LinkSnap>,
     pub(super) interfaces: Vec<InterfaceSnap>,
+    pub(super) ports: Vec<PortSnap>,
 }
 
 #[derive(Clone, Debug)]
@@ -28,6 +29,13 @@ pub(super) struct InterfaceSnap {
     pub(super) counters: InterfaceCounters,
 }
 
+/// An exposed port, with the name of the NIC it is exposed on (`None` where that is gone).
+#[derive(Clone, Debug)]
+pub(super) struct PortSnap {
+    pub(super) port: ExposedPort,
+    pub(super) nic: Option<String>,
+}
+
 /// One sample: the rates between two snapshots. Serialized as the documented `dxdp.top/1` line.
 #[derive(Debug, Serialize)]
 pub(super) struct Sample {
@@ -38,6 +46,8 @@ pub(super) struct Sample {
     pub(super) interval_secs: f64,
     pub(super) links: Vec<LinkRate>,
     pub(super) interfaces: Vec<InterfaceRate>,
+    /// Exposed published ports (`dxdp expose`, the `dxdp.ingress` label), busiest first.
+    pub(super) ports: Vec<PortRate>,
 }
 
 /// A link's rates; `a` and `b` are its low and high endpoints, as `dxdp status` orders them.
@@ -71,6 +81,31 @@ pub(super) struct InterfaceRate {
     pub(super) spoofed_packets_per_sec: f64,
 }
 
+/// An exposed port's rates: `inbound` into the container from the NIC, `outbound` its replies
+/// out of the NIC, and the packets to the port left to Docker's path.
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct PortRate {
+    pub(super) container: String,
+    /// `null` where the NIC is gone.
+    pub(super) nic: Option<String>,
+    pub(super) protocol: &'static str,
+    /// `address:port` (`[address]:port` for IPv6) the clients connect to, and where it leads.
+    pub(super) host: String,
+    pub(super) to: String,
+    pub(super) inbound: Rate,
+    pub(super) outbound: Rate,
+    pub(super) passed_packets_per_sec: f64,
+}
+
+impl PortRate {
+    pub(super) fn bits_per_sec(&self) -> f64 {
+        self.inbound.bits_per_sec + self.outbound.bits_per_sec
+    }
+    pub(super) fn packets_per_sec(&self) -> f64 {
+        self.inbound.packets_per_sec + self.outbound.packets_per_sec
+    }
+}
+
 impl LinkRate {
     pub(super) fn bits_per_sec(&self) -> f64 {
         self.a_to_b.bits_per_sec + self.b_to_a.bits_per_sec
@@ -99,6 +134,14 @@ pub(super) fn per_sec(now: u64, then: Option<u64>, secs: f64) -> f64 {
     }
 }
 
+/// A traffic counter's packet and bit rates.
+fn traffic_rate(now: &Traffic, then: Option<Traffic>, secs: f64) -> Rate {
+    Rate {
+        packets_per_sec: per_sec(now.packets, then.map(|t| t.packets), secs),
+        bits_per_sec: 8.0 * per_sec(now.bytes, then.map(|t| t.bytes), secs),
+    }
+}
+
 /// The rates between two snapshots taken `elapsed` apart, busiest first. Pure: unit-tested.
 /// Links and veths that vanished between the reads are not shown; new ones show 0.
 pub(super) fn rates(
@@ -120,11 +163,7 @@ pub(super) fn rates(
         .map(|l| {
             let r = &l.record;
             let old = before.get(&key(r));
-            let rate =
-                |now: &crate::datapath::Traffic, then: Option<crate::datapath::Traffic>| Rate {
-                    packets_per_sec: per_sec(now.packets, then.map(|t| t.packets), secs),
-                    bits_per_sec: 8.0 * per_sec(now.bytes, then.map(|t| t.bytes), secs),
-                };
+            let rate = |now: &Traffic, then: Option<Traffic>| traffic_rate(now, then, secs);
             LinkRate {
                 a: r.low_name.clone(),
                 b: r.high_name.clone(),
@@ -174,4 +213,50 @@ pub(super) fn rates(
             .then(x.ifindex.cmp(&y.ifindex))
     });
     (links, interfaces)
+}
+
+/// The exposed ports' rates between two snapshots taken `elapsed` apart, busiest first. A port
+/// exposed again between the reads (new creation time, new counters) shows 0, as a new one does.
+pub(super) fn port_rates(prev: &Snapshot, cur: &Snapshot, elapsed: Duration) -> Vec<PortRate> {
+    let secs = elapsed.as_secs_f64();
+    let key = |p: &ExposedPort| {
+        (
+            p.nic_ifindex,
+            p.host_addr,
+            p.protocol,
+            p.host_port,
+            p.veth_ifindex,
+            p.created_unix_secs,
+        )
+    };
+    let before: HashMap<_, &ExposedPort> =
+        prev.ports.iter().map(|p| (key(&p.port), &p.port)).collect();
+    let mut ports: Vec<PortRate> = cur
+        .ports
+        .iter()
+        .map(|PortSnap { port: p, nic }| {
+            let old = before.get(&key(p));
+            PortRate {
+                container: p.container.clone(),
+                nic: nic.clone(),
+                protocol: p.protocol,
+                host: SocketAddr::new(p.host_addr, p.host_port).to_string(),
+                to: SocketAddr::new(p.container_addr, p.container_port).to_string(),
+                inbound: traffic_rate(&p.inbound, old.map(|o| o.inbound), secs),
+                outbound: traffic_rate(&p.outbound, old.map(|o| o.outbound), secs),
+                passed_packets_per_sec: per_sec(
+                    p.passed_packets,
+                    old.map(|o| o.passed_packets),
+                    secs,
+                ),
+            }
+        })
+        .collect();
+    ports.sort_by(|x, y| {
+        y.bits_per_sec()
+            .total_cmp(&x.bits_per_sec())
+            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
+            .then_with(|| (&x.container, &x.host).cmp(&(&y.container, &y.host)))
+    });
+    ports
 }

@@ -47,6 +47,7 @@ fn rates_are_deltas_over_elapsed_time_busiest_first() {
     let prev = Snapshot {
         links: vec![link(1, 2, (10, 1000), (0, 0)), link(3, 4, (0, 0), (0, 0))],
         interfaces: vec![iface(1, 10, 0), iface(2, 0, 5)],
+        ports: vec![],
     };
     let cur = Snapshot {
         links: vec![
@@ -54,6 +55,7 @@ fn rates_are_deltas_over_elapsed_time_busiest_first() {
             link(3, 4, (0, 0), (50, 500_000)),
         ],
         interfaces: vec![iface(1, 110, 0), iface(2, 0, 405)],
+        ..Default::default()
     };
     let (links, interfaces) = rates(&prev, &cur, Duration::from_millis(500));
     // 500,000 bytes in 0.5 s is 8 Mbit/s: the busiest link comes first.
@@ -79,6 +81,7 @@ fn resets_new_and_vanished_state_never_give_negative_rates() {
             link(5, 6, (1, 1), (1, 1)),
         ],
         interfaces: vec![iface(1, 1000, 7), iface(9, 3, 3)],
+        ..Default::default()
     };
     let mut recreated = link(7, 8, (40, 4000), (0, 0));
     recreated.record.created_unix_secs = 200;
@@ -88,6 +91,7 @@ fn resets_new_and_vanished_state_never_give_negative_rates() {
         // 1-2 reset, 5-6 vanished, 7-8 new.
         links: vec![relinked, recreated],
         interfaces: vec![iface(1, 2, 0), iface(3, 50, 50)],
+        ..Default::default()
     };
     let (links, interfaces) = rates(&prev, &cur, Duration::from_secs(1));
     assert_eq!(links.len(), 2);
@@ -110,10 +114,12 @@ fn json_sample_has_the_documented_shape() {
     let prev = Snapshot {
         links: vec![link(1, 2, (0, 0), (0, 0))],
         interfaces: vec![iface(1, 0, 0)],
+        ..Default::default()
     };
     let cur = Snapshot {
         links: vec![link(1, 2, (1, 125), (0, 0))],
         interfaces: vec![iface(1, 1, 0)],
+        ..Default::default()
     };
     let (links, interfaces) = rates(&prev, &cur, Duration::from_secs(1));
     let sample = Sample {
@@ -122,6 +128,7 @@ fn json_sample_has_the_documented_shape() {
         interval_secs: 1.0,
         links,
         interfaces,
+        ports: vec![],
     };
     let v = serde_json::to_value(&sample).expect("json");
     assert_eq!(v["schema"], "dxdp.top/1");
@@ -150,6 +157,7 @@ fn empty_state_renders_no_links() {
         interval_secs: 1.0,
         links: vec![],
         interfaces: vec![],
+        ports: vec![],
     };
     let mut text = Vec::new();
     render(&sample, Path::new("/x"), &mut text).expect("render");
@@ -174,4 +182,109 @@ fn si_prefixes() {
     ] {
         assert_eq!(si(v), s, "{v}");
     }
+}
+
+fn port(container: &str, host_port: u16, created: u64, inbound: (u64, u64)) -> PortSnap {
+    PortSnap {
+        port: crate::datapath::ExposedPort {
+            container: container.to_owned(),
+            veth_ifindex: 7,
+            nic_ifindex: 2,
+            host_addr: "fd00::1".parse().expect("address"),
+            protocol: "tcp",
+            host_port,
+            container_addr: "172.18.0.2".parse().expect("address"),
+            container_port: 80,
+            origin: Origin::Watch,
+            bypasses_firewall: false,
+            created_unix_secs: created,
+            inbound: Traffic {
+                packets: inbound.0,
+                bytes: inbound.1,
+            },
+            outbound: Traffic {
+                packets: inbound.0 / 2,
+                bytes: inbound.1 / 2,
+            },
+            passed_packets: 3,
+        },
+        nic: Some("eth0".to_owned()),
+    }
+}
+
+#[test]
+fn exposed_ports_show_their_rates_busiest_first_and_reexposed_ones_start_at_zero() {
+    let prev = Snapshot {
+        ports: vec![
+            port("web", 80, 100, (10, 1000)),
+            port("api", 81, 100, (0, 0)),
+        ],
+        ..Default::default()
+    };
+    let cur = Snapshot {
+        ports: vec![
+            port("web", 80, 100, (110, 2000)),
+            port("api", 81, 100, (20, 400_000)),
+            // New since the first read: nothing to compare with.
+            port("db", 82, 100, (5, 5)),
+        ],
+        ..Default::default()
+    };
+    let mut recreated = cur.clone();
+    recreated.ports[1].port.created_unix_secs = 200;
+    let ports = port_rates(&prev, &cur, Duration::from_millis(500));
+    assert_eq!(ports[0].container, "api", "{ports:?}");
+    assert_eq!(ports[0].host, "[fd00::1]:81");
+    assert_eq!(ports[0].to, "172.18.0.2:80");
+    assert_eq!(ports[0].inbound.bits_per_sec, 6_400_000.0);
+    assert_eq!(ports[0].outbound.packets_per_sec, 20.0);
+    assert_eq!(ports[1].inbound.packets_per_sec, 200.0);
+    assert_eq!(ports[1].passed_packets_per_sec, 0.0);
+    assert_eq!(ports[2].container, "db");
+    assert_eq!(ports[2].packets_per_sec(), 0.0);
+    let again = port_rates(&prev, &recreated, Duration::from_secs(1));
+    assert_eq!(
+        again
+            .iter()
+            .find(|p| p.container == "api")
+            .expect("api")
+            .bits_per_sec(),
+        0.0
+    );
+
+    let sample = Sample {
+        schema: SCHEMA,
+        time: clock(UNIX_EPOCH).0,
+        interval_secs: 0.5,
+        links: vec![],
+        interfaces: vec![],
+        ports,
+    };
+    let v = serde_json::to_value(&sample).expect("json");
+    assert_eq!(v["ports"][0]["nic"], "eth0");
+    assert_eq!(v["ports"][0]["protocol"], "tcp");
+    assert_eq!(v["ports"][0]["inbound"]["packets_per_sec"], 40.0);
+    let mut text = Vec::new();
+    render(&sample, Path::new("/x"), &mut text).expect("render");
+    let text = String::from_utf8(text).expect("utf-8");
+    assert!(text.contains("0 veths, 3 exposed ports"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("api "))
+        .unwrap_or_else(|| panic!("no api row: {text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            "api",
+            "[fd00::1]:81/tcp",
+            "eth0",
+            "172.18.0.2:80",
+            "6.40M",
+            "40",
+            "3.20M",
+            "20",
+            "0"
+        ]
+    );
 }
