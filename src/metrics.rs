@@ -50,6 +50,9 @@ struct Loop {
     refused: BTreeMap<&'static str, usize>,
     /// Containers whose dxdp labels do not parse, at the last reconcile.
     malformed: usize,
+    /// Containers labeled `dxdp.ingress` whose published ports the watch does not expose, at
+    /// the last reconcile.
+    refused_exposures: usize,
     /// When the last reconcile that succeeded ended, in Unix seconds (0: none yet).
     last_success_unix: f64,
 }
@@ -86,6 +89,12 @@ impl Metrics {
         if let Ok(mut m) = self.0.lock() {
             m.refused = by_reason.clone();
             m.malformed = malformed;
+        }
+    }
+
+    pub fn refused_exposures(&self, containers: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.refused_exposures = containers;
         }
     }
 
@@ -282,6 +291,11 @@ fn render(state: &State, watch: Loop) -> String {
         };
         let _ = writeln!(out, "dxdp_refused_pairs{{reason=\"{reason}\"}} {n}");
     }
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_refused_exposures Containers labeled dxdp.ingress whose published ports stay on Docker's path (a firewall rule on a port, ports on more than one network), at the last reconcile (see the watch log for why).\n# TYPE dxdp_refused_exposures gauge\ndxdp_refused_exposures {}",
+        watch.refused_exposures
+    );
     let _ = writeln!(
         out,
         "# HELP dxdp_label_errors Containers whose dxdp labels do not parse, left out of every link, at the last reconcile.\n# TYPE dxdp_label_errors gauge\ndxdp_label_errors {}",
@@ -679,6 +693,7 @@ mod tests {
                 last_duration: 0.25,
                 docker_connected: true,
                 firewall_refused: 3,
+                refused_exposures: 2,
                 removed_by_firewall: 4,
                 refused: BTreeMap::from([("icc_disabled", 2)]),
                 malformed: 1,
@@ -723,6 +738,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("dxdp_firewall_refused_pairs 3\n"), "{text}");
+        assert!(text.contains("dxdp_refused_exposures 2\n"), "{text}");
         assert!(text.contains(&format!(
             "dxdp_build_info{{version=\"{}\",abi=\"{}\"}} 1\n",
             env!("CARGO_PKG_VERSION"),

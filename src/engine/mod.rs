@@ -228,6 +228,7 @@ impl<H: Host> Engine<H> {
         report_new(&diagnostics, &mut self.reported);
         self.stats.firewall_refused(held.refused.len());
         self.stats.refused(&plan.refused, plan.malformed);
+        self.stats.refused_exposures(held.exposures.refused_now());
         give_back_freed_memory();
         Ok(Outcome {
             containers: running.len(),

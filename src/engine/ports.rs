@@ -140,13 +140,22 @@ pub(super) fn plan(
 pub(super) struct Seen {
     veths: BTreeMap<String, u32>,
     refused: BTreeMap<String, String>,
+    /// How many containers the last pass refused (it plans over every container, event or
+    /// not), for the metrics.
+    refused_now: usize,
 }
 
 impl Seen {
+    /// Containers the last pass refused to expose.
+    pub(super) fn refused_now(&self) -> usize {
+        self.refused_now
+    }
+
     /// Logs the refusals that are new, takes in what `plan` saw, and returns the scope the pass
     /// may change: everything in a whole pass, else the veths the event's containers have and
     /// had.
     pub(super) fn update(&mut self, plan: &PortPlan, which: &Which) -> Scope {
+        self.refused_now = plan.refused.len();
         for (name, why) in &plan.refused {
             if self.refused.get(name) != Some(why) {
                 warn!(container = %name, "cannot expose its published ports: {why}");

@@ -281,6 +281,8 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
     let mut rig = Rig::new(world);
     rig.pass(Which::All);
     assert!(rig.shared.world().exposures().is_empty());
+    let refused_now = |rig: &Rig| rig.engine.held.as_ref().map(|h| h.exposures.refused_now());
+    assert_eq!(refused_now(&rig), Some(1), "the metrics count the refusal");
     // The rule goes (a new generation): the next pass exposes.
     {
         let mut world = rig.shared.world();
@@ -292,6 +294,7 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
         rig.shared.world().exposures(),
         ["21:8080->10.0.0.21:80 Watch"]
     );
+    assert_eq!(refused_now(&rig), Some(0));
     // It comes back: the exposure goes, as a link would.
     {
         let mut world = rig.shared.world();
