@@ -46,6 +46,9 @@ struct Loop {
     firewall_refused: u64,
     /// Links a rule that appeared after them took away, since the watch started.
     removed_by_firewall: u64,
+    /// Exposures made by hand a rule that appeared after them took away, since the watch
+    /// started.
+    exposures_removed_by_firewall: u64,
     /// Pairs the rules refused at the last reconcile, by reason.
     refused: BTreeMap<&'static str, usize>,
     /// Containers whose dxdp labels do not parse, at the last reconcile.
@@ -79,6 +82,13 @@ impl Metrics {
         }
     }
 
+    /// Exposures made by hand a firewall rule took away (fail closed).
+    pub fn exposures_removed_by_firewall(&self, exposures: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.exposures_removed_by_firewall += exposures as u64;
+        }
+    }
+
     pub fn firewall_refused(&self, pairs: usize) {
         if let Ok(mut m) = self.0.lock() {
             m.firewall_refused = pairs as u64;
@@ -102,6 +112,12 @@ impl Metrics {
         if let Ok(mut m) = self.0.lock() {
             m.docker_connected = connected;
         }
+    }
+
+    /// What the engine's tests read back of the counter.
+    #[cfg(test)]
+    pub(crate) fn exposures_removed_by_firewall_total(&self) -> u64 {
+        self.snapshot().exposures_removed_by_firewall
     }
 
     fn snapshot(&self) -> Loop {
@@ -295,6 +311,11 @@ fn render(state: &State, watch: Loop) -> String {
         out,
         "# HELP dxdp_refused_exposures Containers labeled dxdp.ingress whose published ports stay on Docker's path (a firewall rule on a port, ports on more than one network), at the last reconcile (see the watch log for why).\n# TYPE dxdp_refused_exposures gauge\ndxdp_refused_exposures {}",
         watch.refused_exposures
+    );
+    let _ = writeln!(
+        out,
+        "# HELP dxdp_exposures_removed_by_firewall_total Containers exposed by hand (dxdp expose) whose fast path a firewall rule that appeared after it took away (fail closed).\n# TYPE dxdp_exposures_removed_by_firewall_total counter\ndxdp_exposures_removed_by_firewall_total {}",
+        watch.exposures_removed_by_firewall
     );
     let _ = writeln!(
         out,
@@ -694,6 +715,7 @@ mod tests {
                 docker_connected: true,
                 firewall_refused: 3,
                 refused_exposures: 2,
+                exposures_removed_by_firewall: 5,
                 removed_by_firewall: 4,
                 refused: BTreeMap::from([("icc_disabled", 2)]),
                 malformed: 1,
@@ -739,6 +761,10 @@ mod tests {
         );
         assert!(text.contains("dxdp_firewall_refused_pairs 3\n"), "{text}");
         assert!(text.contains("dxdp_refused_exposures 2\n"), "{text}");
+        assert!(
+            text.contains("dxdp_exposures_removed_by_firewall_total 5\n"),
+            "{text}"
+        );
         assert!(text.contains(&format!(
             "dxdp_build_info{{version=\"{}\",abi=\"{}\"}} 1\n",
             env!("CARGO_PKG_VERSION"),

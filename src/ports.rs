@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use anyhow::{Context, Result, bail};
 
 use crate::{
-    datapath::PortMapping,
+    datapath::{ExposedPort, PortMapping},
     docker::{self, PublishedPort},
     endpoint::Endpoint,
     firewall::{self, Transport},
@@ -19,6 +19,18 @@ pub struct Nic {
     pub index: u32,
     pub name: String,
     pub addrs: Vec<IpAddr>,
+    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]).
+    pub arriving_mark: Option<u32>,
+}
+
+/// The mark a packet from `nic` carries when netfilter first sees it, on Docker's path as on
+/// the fast path's: none (0), as the driver made it, unless something on the NIC's ingress
+/// before netfilter may set one (`None`: unknown). Netfilter's own mark-setting rules need no
+/// account here: the walk refuses any that a port's packets may meet. So a rule matching a mark
+/// (netavark's `-m mark --mark 0x2000/0x2000 -j MASQUERADE`, for its own ports) is judged
+/// against the mark the packets really have.
+pub fn arriving_mark(index: u32, name: &str) -> Option<u32> {
+    (!crate::datapath::Datapath::nic_ingress_may_mark(index, name)).then_some(0)
 }
 
 /// The NICs named, or the default route's; each must exist and hold an address.
@@ -56,6 +68,7 @@ pub fn nics(names: &[String], host: &[Interface], addrs: &HostAddresses) -> Resu
             addrs.dedup();
             Ok(Nic {
                 index: iface.index,
+                arriving_mark: arriving_mark(iface.index, &name),
                 name,
                 addrs,
             })
@@ -156,8 +169,13 @@ pub fn published_port<'a>(
     m: &'a PortMapping,
     endpoint: &'a Endpoint,
     outside: &'a [(IpAddr, u8)],
+    nics: &[Nic],
 ) -> firewall::PublishedPort<'a> {
     firewall::PublishedPort {
+        arriving_mark: nics
+            .iter()
+            .find(|n| n.index == m.nic_ifindex)
+            .and_then(|n| n.arriving_mark),
         nic: &m.nic,
         host_addrs: std::slice::from_ref(&m.host_addr),
         transport: if m.udp {
@@ -172,6 +190,46 @@ pub fn published_port<'a>(
         veth: &endpoint.host_ifname,
         clients_outside: outside,
     }
+}
+
+/// The rules that now keep a pinned exposed port on Docker's path, in one line (`None` if none
+/// does, or if its container's veth is gone: garbage collection takes such entries). The same
+/// walk as before exposing, on what the pinned record says: a rule added since, or Docker's
+/// DNAT for the port gone, is named.
+pub fn pinned_port_blockers(
+    rules: &firewall::RulesetCache,
+    port: &ExposedPort,
+    host: &[Interface],
+    outside: &[(IpAddr, u8)],
+) -> Result<Option<String>> {
+    let name = |index: u32| host.iter().find(|i| i.index == index);
+    let Some(veth) = name(port.veth_ifindex) else {
+        return Ok(None);
+    };
+    let bridge = veth.master.and_then(name).map_or("", |b| b.name.as_str());
+    let nic = name(port.nic_ifindex).map_or("", |n| n.name.as_str());
+    let walked = firewall::PublishedPort {
+        arriving_mark: arriving_mark(port.nic_ifindex, nic),
+        nic,
+        host_addrs: std::slice::from_ref(&port.host_addr),
+        transport: if port.protocol == "udp" {
+            Transport::Udp
+        } else {
+            Transport::Tcp
+        },
+        host_port: port.host_port,
+        container_addr: port.container_addr,
+        container_port: port.container_port,
+        bridge,
+        veth: &veth.name,
+        clients_outside: outside,
+    };
+    Ok(named(&rules.published_port_blockers(&walked)?).map(|rule| {
+        format!(
+            "port {}/{} on {nic} ({}): {rule}",
+            port.host_port, port.protocol, port.host_addr
+        )
+    }))
 }
 
 /// Every rule that keeps a port on Docker's path, in one line; `None` if there is none. All of
@@ -260,6 +318,7 @@ mod tests {
 
     fn nic(addrs: &[&str]) -> Nic {
         Nic {
+            arriving_mark: Some(0),
             index: 4,
             name: "eth1".into(),
             addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),

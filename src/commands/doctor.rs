@@ -18,7 +18,7 @@ use crate::{
     firewall::{self, Ruleset, RulesetCache},
     netlink::{self, Interface},
     netns::NetnsPath,
-    rcu,
+    ports, rcu,
     runtime::{self, CgroupLayout, OciRuntime},
 };
 
@@ -486,45 +486,108 @@ fn mtus(host: &[Interface], links: &[LinkRecord]) -> Vec<Check> {
 }
 
 /// Pinned links a rule added after them covers: each bypasses that rule until it goes, which a
-/// running watch does within a second; without one, nothing takes them away.
-fn covered_links(datapath: &mut Datapath, host: &[Interface], links: &[LinkRecord]) -> Vec<Check> {
-    let mut rules = RulesetCache::default();
-    let covered = rules.refresh().and_then(|()| {
-        firewall::covered(
-            &mut rules,
-            &mut |ifindex| datapath.recorded_addresses(ifindex),
-            host,
-            links,
-            "unlink them (a running `dxdp watch` removes such a link within a second), or \
-             link them again with --bypass-firewall",
-        )
-    });
-    match covered {
-        Ok(covered) => covered
-            .into_iter()
-            .map(|c| {
-                check(
+/// running watch does within a second; without one, nothing takes them away. `rules` is `None`
+/// when they cannot be read (the firewall check above says why).
+fn covered_links(
+    datapath: &mut Datapath,
+    rules: Option<&mut RulesetCache>,
+    host: &[Interface],
+    links: &[LinkRecord],
+) -> Vec<Check> {
+    let Some(rules) = rules else {
+        return vec![];
+    };
+    let covered = firewall::covered(
+        rules,
+        &mut |ifindex| datapath.recorded_addresses(ifindex),
+        host,
+        links,
+        "unlink them (a running `dxdp watch` removes such a link within a second), or \
+         link them again with --bypass-firewall",
+    );
+    let Ok(covered) = covered else {
+        return vec![];
+    };
+    covered
+        .into_iter()
+        .map(|c| {
+            check(
+                Verdict::Fail,
+                format!(
+                    "link {} - {} (made {}) bypasses a rule that came after it: {}",
+                    c.link.low_name,
+                    c.link.high_name,
+                    match c.link.origin {
+                        Origin::Manual => "by hand",
+                        Origin::Watch => "by the watch",
+                    },
+                    c.message
+                ),
+                Some(&format!(
+                    "dxdp unlink {} {}",
+                    c.link.low_name, c.link.high_name
+                )),
+            )
+        })
+        .collect()
+}
+
+/// The exposed published ports: how many, and each container whose ports a rule added after
+/// the exposure now keeps on Docker's path (the fast path bypasses that rule until a running
+/// watch takes it away at its next resync; without one, nothing does).
+fn exposures(
+    datapath: &mut Datapath,
+    rules: Option<&mut RulesetCache>,
+    host: &[Interface],
+) -> Vec<Check> {
+    let exposed = match datapath.exposed() {
+        Ok(e) => e,
+        Err(e) => {
+            return vec![check(
+                Verdict::Warn,
+                format!("cannot read the exposed ports: {e:#}"),
+                None,
+            )];
+        }
+    };
+    if exposed.is_empty() {
+        return vec![];
+    }
+    let mut out = vec![];
+    if let Some(rules) = rules {
+        let outside = ports::host_addresses()
+            .map(|addrs| ports::container_prefixes(host, &addrs))
+            .unwrap_or_default();
+        let mut reported = std::collections::BTreeSet::new();
+        for p in exposed.iter().filter(|p| !p.bypasses_firewall) {
+            if reported.contains(&p.veth_ifindex) {
+                continue;
+            }
+            if let Ok(Some(why)) = ports::pinned_port_blockers(rules, p, host, &outside) {
+                reported.insert(p.veth_ifindex);
+                out.push(check(
                     Verdict::Fail,
                     format!(
-                        "link {} - {} (made {}) bypasses a rule that came after it: {}",
-                        c.link.low_name,
-                        c.link.high_name,
-                        match c.link.origin {
-                            Origin::Manual => "by hand",
-                            Origin::Watch => "by the watch",
-                        },
-                        c.message
+                        "exposed container {} bypasses a rule that came after its exposure: {why}",
+                        p.container
                     ),
-                    Some(&format!(
-                        "dxdp unlink {} {}",
-                        c.link.low_name, c.link.high_name
-                    )),
-                )
-            })
-            .collect(),
-        // The firewall check above already says why the rules cannot be read.
-        Err(_) => vec![],
+                    Some(&format!("dxdp unexpose {}", p.container)),
+                ));
+            }
+        }
     }
+    let containers: std::collections::BTreeSet<&str> =
+        exposed.iter().map(|p| p.container.as_str()).collect();
+    out.push(check(
+        Verdict::Ok,
+        format!(
+            "{} published port(s) of {} container(s) exposed from the NIC (dxdp status lists them)",
+            exposed.len(),
+            containers.len()
+        ),
+        None,
+    ));
+    out
 }
 
 fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
@@ -557,7 +620,16 @@ fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
         ));
     }
     let records = datapath.links().unwrap_or_default();
-    out.extend(covered_links(&mut datapath, &host, &records));
+    // One read of the rules serves the links and the exposed ports.
+    let mut rules = RulesetCache::default();
+    let mut readable = rules.refresh().is_ok().then_some(&mut rules);
+    out.extend(covered_links(
+        &mut datapath,
+        readable.as_deref_mut(),
+        &host,
+        &records,
+    ));
+    out.extend(exposures(&mut datapath, readable, &host));
     out.extend(mtus(&host, &records));
     let links = records.len();
     let xdp = managed.iter().filter(|(_, k)| *k == Kind::Xdp).count();

@@ -84,7 +84,7 @@ pub(super) fn prepare(
         let rules = Ruleset::read()?;
         let outside = container_prefixes(host, &addrs);
         for (m, e) in &mappings {
-            let port = published_port(m, e, &outside);
+            let port = published_port(m, e, &outside, &nics);
             if let Some(rule) = named(&rules.published_port_blockers(&port)) {
                 bail!(
                     "cannot expose {name} port {}: a rule may drop or change its packets on \

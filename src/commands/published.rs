@@ -11,7 +11,7 @@ use crate::{
     firewall::{self, Ruleset, Transport},
     netlink,
     netns::NetnsPath,
-    ports::{default_route_interface, endpoint_of, routable_of},
+    ports::{arriving_mark, default_route_interface, endpoint_of, routable_of},
 };
 
 /// Beyond this many ports, the rest are summed up in one line.
@@ -71,9 +71,10 @@ pub(super) fn verdicts(
         .with_context(|| format!("the default route's interface {nic} is gone"))?;
     let nic_addrs = netlink::addresses(&NetnsPath::host(), index)?;
     let outside: Vec<(IpAddr, u8)> = networks.iter().flat_map(|n| n.subnets.clone()).collect();
+    let nic = (nic.as_str(), arriving_mark(index, &nic));
     let lines = ports
         .iter()
-        .map(|path| verdict(rules, &nic, &nic_addrs, &outside, path))
+        .map(|path| verdict(rules, nic, &nic_addrs, &outside, path))
         .collect();
     Ok(summed(lines))
 }
@@ -97,9 +98,10 @@ fn summed(mut lines: Vec<Result<String, String>>) -> Vec<Result<String, String>>
     lines
 }
 
+/// `nic` is the NIC's name and the mark its packets arrive with ([`arriving_mark`]).
 fn verdict(
     rules: &Ruleset,
-    nic: &str,
+    (nic, arriving_mark): (&str, Option<u32>),
     nic_addrs: &[IpAddr],
     outside: &[(IpAddr, u8)],
     path: &PortPath,
@@ -135,6 +137,7 @@ fn verdict(
     };
     let port = firewall::PublishedPort {
         nic,
+        arriving_mark,
         host_addrs: &host_addrs,
         transport,
         host_port: p.host_port,

@@ -547,6 +547,24 @@ impl Datapath {
     }
 
     /// Other tools' programs on managed veths, as (veth name, description).
+    /// Whether anything on `nic`'s ingress before netfilter may set a packet's mark: a TCX
+    /// program other than dxdp's own `dxdp_ingress` (which only ever redirects), or a classic tc
+    /// filter (`cls_bpf`, `action skbedit mark`, …). What cannot be read counts as "may".
+    pub fn nic_ingress_may_mark(index: u32, name: &str) -> bool {
+        let tcx_foreign = attach::tcx_ingress(name).map(|programs| {
+            programs
+                .iter()
+                .any(|p| p.name_as_str() != Some(dxdp_common::ingress::names::INGRESS_PROGRAM))
+        });
+        let classic = crate::netlink::host_qdiscs().and_then(|qdiscs| {
+            let hooked = qdiscs
+                .iter()
+                .any(|q| q.index == index && matches!(q.kind.as_str(), "clsact" | "ingress"));
+            Ok(hooked && !crate::netlink::host_filters(index, false)?.is_empty())
+        });
+        !matches!((tcx_foreign, classic), (Ok(false), Ok(false)))
+    }
+
     pub fn foreign_programs(&mut self, host: &[Interface]) -> Result<Vec<(String, String)>> {
         let managed = self.interfaces()?;
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;

@@ -37,9 +37,10 @@ pub trait Host: Send + Sync + 'static {
     ) -> Result<Endpoint>;
     /// A cache of the firewall rules, empty.
     fn rules(&self) -> RulesetCache;
-    /// The NICs published ports are taken from, with their addresses, and the container
-    /// networks' prefixes: asked only in a pass where a container wants its ports exposed.
-    fn ingress(&self, host: &[Interface]) -> Result<Ingress>;
+    /// The NICs published ports are taken from (looked up only if `find_nics`: a container
+    /// wants its ports exposed), with their addresses, and the container networks' prefixes:
+    /// asked only in a pass with such a container or with exposures made by hand to check.
+    fn ingress(&self, host: &[Interface], find_nics: bool) -> Result<Ingress>;
     /// Locks the links table: the one kept from the last pass if given, else opened afresh.
     fn lock_links(&self, idle: Option<Self::Idle>, host: &[Interface]) -> Result<Self::Links>;
     fn unlock_links(&self, links: Self::Links) -> Self::Idle;
@@ -99,10 +100,14 @@ impl Host for RealHost {
         RulesetCache::default()
     }
 
-    fn ingress(&self, host: &[Interface]) -> Result<Ingress> {
+    fn ingress(&self, host: &[Interface], find_nics: bool) -> Result<Ingress> {
         let addrs = crate::ports::host_addresses()?;
         Ok(Ingress {
-            nics: crate::ports::nics(&self.ingress_nics, host, &addrs)?,
+            nics: if find_nics {
+                crate::ports::nics(&self.ingress_nics, host, &addrs)?
+            } else {
+                vec![]
+            },
             outside: crate::ports::container_prefixes(host, &addrs),
         })
     }

@@ -220,6 +220,8 @@ impl<H: Host> Engine<H> {
             self.inventory.distrust(id);
         }
         self.stats.removed_by_firewall(applied.removed_by_rules);
+        self.stats
+            .exposures_removed_by_firewall(applied.exposures_removed_by_rules);
         held.veths.retain(|id, _| running.contains(id));
         held.endpoints.retain(|id| running.contains(id));
         // Label problems and firewall refusals are logged together, each once while it holds.

@@ -18,7 +18,7 @@ use super::{
     endpoints::{EndpointCache, Find},
     host::Host,
     links::{self, LinkStore, Resolved, Scope, Wanted},
-    ports,
+    ports::{self, PortStore},
 };
 use crate::{
     datapath::{LinkRecord, Origin},
@@ -66,6 +66,9 @@ pub(super) struct Applied {
     pub(super) unreadable: Vec<String>,
     /// Links a firewall rule took away in this pass, the watch's and hand-made ones.
     pub(super) removed_by_rules: usize,
+    /// Exposures made by hand a firewall rule took away in this pass (the watch's own are
+    /// refusals: see [`ports::Seen`]).
+    pub(super) exposures_removed_by_rules: usize,
 }
 
 /// What the kinds of fast path share in one pass.
@@ -182,6 +185,7 @@ pub(super) fn run<H: Host>(
             Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
         }
     }
+    let mut removed_exposures = 0;
     match expose_ports(
         &mut held.exposures,
         &mut shared,
@@ -190,7 +194,10 @@ pub(super) fn run<H: Host>(
         which,
         &mut table,
     ) {
-        Ok(done) => trace!(?done, "published ports"),
+        Ok(done) => {
+            trace!(?done, "published ports");
+            removed_exposures = done.removed_by_rules;
+        }
         Err(err) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
     }
     trace!(
@@ -241,12 +248,14 @@ pub(super) fn run<H: Host>(
         links: applied.links.saturating_sub(hand_made_removed),
         unreadable: plan.unreadable,
         removed_by_rules,
+        exposures_removed_by_rules: removed_exposures,
     })
 }
 
 /// The second kind: the labeled containers' published ports, planned over the pass's `Shared`
-/// and taken to the table within the pass's scope. The host's NICs are asked only when a
-/// container wants its ports exposed; without one, the watch's exposures (if any) go.
+/// and taken to the table within the pass's scope; in a whole pass, exposures made by hand are
+/// held to the rules too. The host's NICs are asked only when a container wants its ports
+/// exposed; without one, the watch's exposures (if any) go.
 fn expose_ports<H: Host>(
     seen: &mut ports::Seen,
     shared: &mut Shared<'_>,
@@ -258,13 +267,34 @@ fn expose_ports<H: Host>(
     let labeled = containers
         .iter()
         .any(|c| labels::wants_ingress(&c.view.labels));
+    let pinned = table.exposed()?;
+    let by_hand = which.is_whole()
+        && pinned
+            .iter()
+            .any(|p| p.origin == Origin::Manual && !p.bypasses_firewall);
+    if !labeled && !by_hand {
+        let scope = seen.update(&ports::PortPlan::default(), which);
+        return ports::apply(
+            table,
+            &pinned,
+            &Default::default(),
+            &Default::default(),
+            &scope,
+        );
+    }
+    let ingress = host.ingress(shared.host, labeled)?;
     let plan = if labeled {
-        ports::plan(shared, containers, &host.ingress(shared.host)?)?
+        ports::plan(shared, containers, &ingress)?
     } else {
         ports::PortPlan::default()
     };
+    let covered = if by_hand {
+        ports::covered_by_hand(shared, &pinned, &ingress)?
+    } else {
+        Default::default()
+    };
     let scope = seen.update(&plan, which);
-    ports::apply(table, &plan.wanted, &scope)
+    ports::apply(table, &pinned, &plan.wanted, &covered, &scope)
 }
 
 /// The links a pass wants, resolved and judged.

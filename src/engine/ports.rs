@@ -2,7 +2,8 @@
 //! containers labeled `dxdp.ingress=true`, each with its published ports as entries on the
 //! watch's ingress NICs, held to the firewall walk unless the container says
 //! `dxdp.firewall=bypass`, and taken to the pinned table within the pass's scope. Exposures made
-//! by hand (`dxdp expose`) are left alone, as hand-made links are.
+//! by hand (`dxdp expose`) are the operator's, as hand-made links are, but held to the rules as
+//! firmly: a rule that appears later takes them away (unless made with `--bypass-firewall`).
 use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::Result;
@@ -97,7 +98,7 @@ pub(super) fn plan(
         if !bypass_firewall {
             let rules = shared.rules()?;
             let refusal = mappings.iter().find_map(|(m, e)| {
-                let port = ports::published_port(m, e, &ingress.outside);
+                let port = ports::published_port(m, e, &ingress.outside, &ingress.nics);
                 ports::named(&rules.published_port_blockers(&port).ok()?)
                     .map(|rule| format!("port {}: {rule}", ports::describe(m)))
             });
@@ -182,33 +183,74 @@ impl Seen {
     }
 }
 
-/// What applying did: exposures made or changed, and removed.
+/// What applying did: exposures made or changed, and removed (of which, made by hand and
+/// removed because a rule now covers them).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct PortsApplied {
     pub(super) exposed: usize,
     pub(super) unexposed: usize,
+    pub(super) removed_by_rules: usize,
+}
+
+/// The veths exposed by hand (and not to bypass the rules) whose ports a rule now keeps on
+/// Docker's path, with the first such port and its rules: fail closed, as for hand-made links.
+pub(super) fn covered_by_hand(
+    shared: &mut Shared<'_>,
+    pinned: &[ExposedPort],
+    ingress: &Ingress,
+) -> Result<BTreeMap<u32, String>> {
+    let host = shared.host;
+    let rules = shared.rules()?;
+    let mut covered = BTreeMap::new();
+    for p in pinned
+        .iter()
+        .filter(|p| p.origin == Origin::Manual && !p.bypasses_firewall)
+    {
+        if covered.contains_key(&p.veth_ifindex) {
+            continue;
+        }
+        if let Some(why) = ports::pinned_port_blockers(rules, p, host, &ingress.outside)? {
+            covered.insert(p.veth_ifindex, format!("{}: {why}", p.container));
+        }
+    }
+    Ok(covered)
 }
 
 /// Takes the watch's exposures within `scope` to `wanted`: those no longer wanted (label gone,
 /// container gone, a rule now refusing) go, wanted ones whose entries differ are written. A
-/// veth exposed by hand is not touched. One that fails does not stop the others.
+/// veth exposed by hand is not touched unless `covered` (a rule now keeps its ports on Docker's
+/// path). `pinned` is the table's exposures as the pass read them. One that fails does not stop
+/// the others.
 pub(super) fn apply(
     table: &mut impl PortStore,
+    pinned: &[ExposedPort],
     wanted: &BTreeMap<u32, WantedPorts>,
+    covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {
     let mut have: BTreeMap<u32, (Origin, BTreeSet<Key>)> = BTreeMap::new();
-    for p in table.exposed()? {
+    for p in pinned {
         let entry = have
             .entry(p.veth_ifindex)
             .or_insert_with(|| (p.origin, BTreeSet::new()));
-        entry.1.insert(Key::of_exposed(&p));
+        entry.1.insert(Key::of_exposed(p));
     }
     let mut done = PortsApplied::default();
     for (&veth, (origin, _)) in &have {
-        if *origin == Origin::Watch && scope.covers(veth, veth) && !wanted.contains_key(&veth) {
+        if !scope.covers(veth, veth) {
+            continue;
+        }
+        if *origin == Origin::Watch && !wanted.contains_key(&veth) {
             table.unexpose(veth)?;
             done.unexposed += 1;
+        } else if let (Origin::Manual, Some(why)) = (origin, covered.get(&veth)) {
+            table.unexpose(veth)?;
+            warn!(
+                "removed an exposure made by hand: {why}; expose it again with \
+                 --bypass-firewall to skip such rules on purpose"
+            );
+            done.unexposed += 1;
+            done.removed_by_rules += 1;
         }
     }
     for (&veth, w) in wanted.iter().filter(|(v, _)| scope.covers(**v, **v)) {

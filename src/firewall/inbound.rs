@@ -48,6 +48,9 @@ impl fmt::Display for Transport {
 #[derive(Clone, Debug)]
 pub struct PublishedPort<'a> {
     pub nic: &'a str,
+    /// The mark the client's packets carry when netfilter first sees them; `None` if unknown
+    /// (something on the NIC's ingress may set one). See `ports::arriving_mark`.
+    pub arriving_mark: Option<u32>,
     /// The addresses the port is published on: the binding's own, or all of the NIC's.
     pub host_addrs: &'a [IpAddr],
     pub transport: Transport,
@@ -126,6 +129,7 @@ impl Ruleset {
             proto,
             dport: Some(port.host_port),
             dst_local: Some(true),
+            mark: port.arriving_mark,
             expected_dnat: Some(&to),
             ..Flow::default()
         };
@@ -321,6 +325,7 @@ mod tests {
     ) -> PublishedPort<'a> {
         PublishedPort {
             nic: "eth0",
+            arriving_mark: Some(0),
             host_addrs: host,
             transport,
             host_port: ports.0,
@@ -396,16 +401,59 @@ mod tests {
         assert!(!found.is_empty());
     }
 
+    /// Netavark masquerades by mark what its own port forwarding marked: the packets of a
+    /// Docker port arrive unmarked and meet no rule that marks them, so the rule cannot match.
     #[test]
-    fn netavarks_leftover_masquerade_by_mark_may_match_so_it_refuses() {
-        let found = blockers(PUBLISHED_V4, Transport::Tcp, (18081, 80));
+    fn netavarks_masquerade_by_mark_is_judged_on_the_mark_the_packets_arrive_with() {
+        let masq = "iptables nat chain NETAVARK-HOSTPORT-MASQ: -A NETAVARK-HOSTPORT-MASQ -m \
+                    comment --comment \"netavark portfw masq mark\" -m mark --mark \
+                    0x2000/0x2000 -j MASQUERADE";
         assert_eq!(
-            found,
-            [
-                "iptables nat chain NETAVARK-HOSTPORT-MASQ: -A NETAVARK-HOSTPORT-MASQ -m comment \
-              --comment \"netavark portfw masq mark\" -m mark --mark 0x2000/0x2000 -j MASQUERADE"
-            ]
+            blockers(PUBLISHED_V4, Transport::Tcp, (18081, 80)),
+            [] as [String; 0]
         );
+        // A live Podman port: its DNAT chain marks its own port's packets, not Docker's.
+        let podman = PUBLISHED_V4.replacen(
+            ":NETAVARK-HOSTPORT-SETMARK - [0:0]",
+            ":NETAVARK-HOSTPORT-SETMARK - [0:0]\n:NETAVARK-DN-1 - [0:0]\n\
+             -A NETAVARK-HOSTPORT-DNAT -p tcp -m tcp --dport 9090 -j NETAVARK-DN-1\n\
+             -A NETAVARK-DN-1 -s 10.88.0.0/16 -p tcp -m tcp --dport 9090 -j \
+             NETAVARK-HOSTPORT-SETMARK\n\
+             -A NETAVARK-DN-1 -p tcp -m tcp --dport 9090 -j DNAT --to-destination 10.88.0.2:80",
+            1,
+        );
+        assert!(podman.contains("NETAVARK-DN-1 -s"));
+        assert_eq!(
+            blockers(&podman, Transport::Tcp, (18081, 80)),
+            [] as [String; 0]
+        );
+        // A rule that may mark Docker's port is refused itself, whatever it marks.
+        let marking = PUBLISHED_V4.replacen(
+            "-A PREROUTING -m addrtype --dst-type LOCAL -j NETAVARK-HOSTPORT-DNAT",
+            "-A PREROUTING -p tcp -j NETAVARK-HOSTPORT-SETMARK\n\
+             -A PREROUTING -m addrtype --dst-type LOCAL -j NETAVARK-HOSTPORT-DNAT",
+            1,
+        );
+        let found = blockers(&marking, Transport::Tcp, (18081, 80));
+        assert!(
+            found
+                .iter()
+                .any(|b| b.contains("MARK --set-xmark 0x2000/0x2000")),
+            "{found:?}"
+        );
+        // Where something before netfilter may mark (another tool's tc program on the NIC),
+        // the mark is unknown and the rule may match.
+        let rs = Ruleset::saved(PUBLISHED_V4, PUBLISHED_V6, Some((true, true)));
+        let host = ["192.0.2.2".parse().unwrap()];
+        let outside = outside();
+        let mut unknown = port(&host, Transport::Tcp, (18081, 80), &outside);
+        unknown.arriving_mark = None;
+        let found: Vec<String> = rs
+            .published_port_blockers(&unknown)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found, [masq]);
     }
 
     #[test]

@@ -226,6 +226,14 @@ fn rule(words: &[String], text: &str) -> Rule {
             "--dst-type" if module == "addrtype" && value(i) == "LOCAL" => {
                 conds.push(Cond::DstLocal { negate });
             }
+            "--mark" if module == "mark" => conds.push(match mark(&value(i)) {
+                Some((value, mask)) => Cond::Mark {
+                    value,
+                    mask,
+                    negate,
+                },
+                None => Cond::Unknown,
+            }),
             "-m" | "--match" => module = value(i),
             "-j" | "--jump" => {
                 action = match value(i).as_str() {
@@ -272,6 +280,18 @@ fn dnat(options: &[String]) -> Action {
             Action::Dnat(to.clone())
         }
         _ => Action::Block,
+    }
+}
+
+/// `0x2000/0x2000` or `0x1` (all bits) as iptables-save prints a mark match: (value, mask).
+fn mark(text: &str) -> Option<(u32, u32)> {
+    let number = |s: &str| match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    };
+    match text.split_once('/') {
+        Some((value, mask)) => Some((number(value)?, number(mask)?)),
+        None => Some((number(text)?, u32::MAX)),
     }
 }
 
@@ -516,6 +536,23 @@ mod tests {
             r("-A X -m addrtype --dst-type LOCAL -j DOCKER").conds,
             [Cond::DstLocal { negate: false }]
         );
+        assert_eq!(
+            r("-A X -m mark --mark 0x2000/0x2000 -j MASQUERADE").conds,
+            [Cond::Mark {
+                value: 0x2000,
+                mask: 0x2000,
+                negate: false
+            }]
+        );
+        assert_eq!(
+            r("-A X -m mark ! --mark 7 -j DROP").conds,
+            [Cond::Mark {
+                value: 7,
+                mask: u32::MAX,
+                negate: true
+            }]
+        );
+        assert_eq!(r("-A X -m mark --mark 0xzz -j DROP").conds, [Cond::Unknown]);
     }
 
     #[test]

@@ -66,6 +66,8 @@ pub(super) enum Cond {
     },
     /// The destination is an address of this host (`-m addrtype --dst-type LOCAL`).
     DstLocal { negate: bool },
+    /// The packet's mark, masked, equals `value` (`-m mark --mark VALUE[/MASK]`).
+    Mark { value: u32, mask: u32, negate: bool },
     /// Holds for any bridged packet (`--physdev-is-bridged`).
     Always,
     /// Holds for none of the pair's packets (`meta protocol arp`).
@@ -184,6 +186,8 @@ pub(super) struct Flow<'a> {
     pub(crate) dport: Option<u16>,
     /// Whether the destination is one of the host's own addresses.
     pub(crate) dst_local: Option<bool>,
+    /// The packets' mark (`skb->mark`), where it is known.
+    pub(crate) mark: Option<u32>,
     /// Where `src` (or `dst`) is empty, the unknown addresses are none of these: a client of
     /// a published port is not on the host's container networks (the fast path leaves such
     /// packets to the stack).
@@ -281,6 +285,14 @@ impl Cond {
             Cond::DstLocal { negate } => match flow.dst_local {
                 None => Tri::Maybe,
                 Some(local) => Tri::from(local).negate(*negate),
+            },
+            Cond::Mark {
+                value,
+                mask,
+                negate,
+            } => match flow.mark {
+                None => Tri::Maybe,
+                Some(mark) => Tri::from(mark & mask == *value).negate(*negate),
             },
             Cond::Family { family, negate } => {
                 if *family == flow.family {

@@ -360,7 +360,9 @@ fn exposed_ports_carry_tcp_and_udp_and_connections_survive_expose_and_unexpose()
 }
 
 /// A rule on the port's path keeps it on Docker's path: `expose` fails naming it and changes
-/// nothing; without the rule it succeeds.
+/// nothing; without the rule it succeeds. The rule coming back after the exposure: `doctor`
+/// fails naming the container, and the watch's whole pass takes the exposure away (fail
+/// closed), but not one made with `--bypass-firewall`.
 #[test]
 fn a_rule_on_a_published_port_refuses_expose_and_names_it() {
     if !require_docker() {
@@ -396,6 +398,42 @@ fn a_rule_on_a_published_port_refuses_expose_and_names_it() {
         !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
         "a refused expose changed something"
     );
+    drop(rule);
+
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic])
+        .assert_success();
+    assert_eq!(exposed_count(&world), 1);
+    let rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &source, "-p", "tcp", "-j", "DROP"],
+    );
+    let doctor = world.dxdp.run(&["doctor"]);
+    doctor.assert_failure();
+    assert!(
+        doctor.stdout.contains(&format!(
+            "[FAIL] exposed container {web} bypasses a rule that came after its exposure"
+        )) && doctor.stdout.contains(&format!("fix: dxdp unexpose {web}")),
+        "doctor should name the exposure the rule covers: {doctor}"
+    );
+    let pass = world.dxdp.run(&["watch", "--once"]);
+    pass.assert_success();
+    assert!(
+        pass.stderr.contains("removed an exposure made by hand") && pass.stderr.contains(&source),
+        "the watch should say which rule took the exposure away: {pass}"
+    );
+    assert_eq!(exposed_count(&world), 0, "fail closed: {pass}");
+
+    // Made to bypass the rules on purpose: the watch leaves it.
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    world.dxdp.run(&["watch", "--once"]).assert_success();
+    assert_eq!(exposed_count(&world), 1);
+    world.dxdp.run(&["unexpose", &web]).assert_success();
     drop(rule);
 }
 

@@ -71,14 +71,22 @@ pub(super) const ACCEPT_ALL: &str = "*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n";
 impl World {
     pub(super) fn new() -> Self {
         Self {
-            interfaces: vec![Interface {
-                index: BRIDGE,
-                name: BRIDGE_NAME.to_owned(),
-                kind: Some("bridge".to_owned()),
-                mac: Some([2, 0, 0, 0, 0, 0xbb]),
-                up: true,
-                ..Interface::default()
-            }],
+            interfaces: vec![
+                Interface {
+                    index: BRIDGE,
+                    name: BRIDGE_NAME.to_owned(),
+                    kind: Some("bridge".to_owned()),
+                    mac: Some([2, 0, 0, 0, 0, 0xbb]),
+                    up: true,
+                    ..Interface::default()
+                },
+                Interface {
+                    index: NIC,
+                    name: "nic0".to_owned(),
+                    up: true,
+                    ..Interface::default()
+                },
+            ],
             rules: ACCEPT_ALL.to_owned(),
             ..Self::default()
         }
@@ -302,9 +310,10 @@ impl Host for FakeHost {
         RulesetCache::of(Box::new(FakeRules(self.0.clone())))
     }
 
-    fn ingress(&self, _: &[Interface]) -> Result<Ingress> {
+    fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
         Ok(Ingress {
             nics: vec![Nic {
+                arriving_mark: Some(0),
                 index: NIC,
                 name: "nic0".to_owned(),
                 addrs: vec![IpAddr::from(NIC_ADDR)],

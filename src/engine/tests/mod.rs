@@ -316,3 +316,64 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
         ["24:8080->10.0.0.24:80 Watch"]
     );
 }
+
+/// `web` (veth 21, port 8080) exposed by hand, as `dxdp expose` pins it.
+fn exposed_by_hand(world: &mut World, bypass_firewall: bool) {
+    world.exposed.push(crate::datapath::ExposedPort {
+        container: "web".to_owned(),
+        veth_ifindex: 21,
+        nic_ifindex: fakes::NIC,
+        host_addr: std::net::IpAddr::from(fakes::NIC_ADDR),
+        protocol: "tcp",
+        host_port: 8080,
+        container_addr: std::net::IpAddr::from([10, 0, 0, 21]),
+        container_port: 80,
+        origin: crate::datapath::Origin::Manual,
+        bypasses_firewall: bypass_firewall,
+        created_unix_secs: 0,
+        inbound: Default::default(),
+        outbound: Default::default(),
+        passed_packets: 0,
+    });
+}
+
+#[test]
+fn a_rule_that_comes_after_an_exposure_by_hand_takes_it_away_unless_it_bypasses_the_rules() {
+    let mut world = World::new();
+    world.start("web", 21, &[]);
+    world.publish("web", 8080);
+    world.rules = published_rules("10.0.0.21", "");
+    exposed_by_hand(&mut world, false);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Manual"],
+        "no rule covers it: the watch leaves the operator's exposure alone"
+    );
+    let drop_some = "-A FORWARD -s 198.51.100.0/24 -j DROP\n";
+    {
+        let mut world = rig.shared.world();
+        world.rules = published_rules("10.0.0.21", drop_some);
+        world.generation += 1;
+    }
+    // An event's pass does not judge hand-made exposures; the whole pass a rule change brings does.
+    rig.about(&["web"]);
+    assert_eq!(rig.shared.world().exposures().len(), 1);
+    rig.pass(Which::Known);
+    assert!(
+        rig.shared.world().exposures().is_empty(),
+        "fail closed: {:?}",
+        rig.shared.world().exposures()
+    );
+    let removed = |rig: &Rig| rig.engine.stats.exposures_removed_by_firewall_total();
+    assert_eq!(removed(&rig), 1);
+    // Made with --bypass-firewall: the operator said so, it stays.
+    exposed_by_hand(&mut rig.shared.world(), true);
+    rig.pass(Which::Known);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Manual"]
+    );
+    assert_eq!(removed(&rig), 1);
+}
