@@ -76,9 +76,8 @@ bypass=(--bypass-firewall)
 if [[ ${DXBI_CHECK_FIREWALL:-0} == 1 ]]; then
     bypass=()
 else
-    # On this machine rootful Podman's NETAVARK-HOSTPORT-MASQ rule (a mark on every forwarded
-    # packet) makes expose's firewall walk refuse every published port; the fixture's ports
-    # have no rule of their own, so the fast path skips nothing they need.
+    # The bench measures the path whatever the host's rules say about other ports; the
+    # fixture's ports have no rule of their own, so the fast path skips nothing they need.
     log "exposing with --bypass-firewall (DXBI_CHECK_FIREWALL=1 to let the firewall walk decide)"
 fi
 "$dxdp" --pin-dir "$pin_dir" bench-ingress "$web" --client "netns:$ns" --nic "$nic" \

@@ -290,10 +290,17 @@ pub enum Metric {
     Udp64,
     PingPongMedian,
     PingPongP99,
+    /// The same ping-pong with the client and the server on one CPU ([`PINNED_CPU`]): the
+    /// path's own latency, without the wake-up of an idle vCPU on each side.
+    PingPongOneCpuMedian,
+    PingPongOneCpuP99,
 }
 
+/// The CPU the one-CPU ping-pong runs both ends on.
+pub const PINNED_CPU: usize = 0;
+
 impl Metric {
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 10] = [
         Metric::RedisGet1,
         Metric::RedisGet20,
         Metric::Wrk20,
@@ -302,6 +309,8 @@ impl Metric {
         Metric::Udp64,
         Metric::PingPongMedian,
         Metric::PingPongP99,
+        Metric::PingPongOneCpuMedian,
+        Metric::PingPongOneCpuP99,
     ];
 
     /// Stable key for JSON consumers.
@@ -315,6 +324,8 @@ impl Metric {
             Metric::Udp64 => "udp64_in_kpps",
             Metric::PingPongMedian => "pingpong_median_us",
             Metric::PingPongP99 => "pingpong_p99_us",
+            Metric::PingPongOneCpuMedian => "pingpong_one_cpu_median_us",
+            Metric::PingPongOneCpuP99 => "pingpong_one_cpu_p99_us",
         }
     }
 
@@ -329,6 +340,8 @@ impl Metric {
             Metric::Udp64 => "iperf3 UDP 64 B, delivered",
             Metric::PingPongMedian => "sockperf TCP ping-pong, median",
             Metric::PingPongP99 => "sockperf TCP ping-pong, p99",
+            Metric::PingPongOneCpuMedian => "the same, both ends on CPU 0, median",
+            Metric::PingPongOneCpuP99 => "the same, both ends on CPU 0, p99",
         }
     }
 
@@ -337,12 +350,21 @@ impl Metric {
             Metric::RedisGet1 | Metric::RedisGet20 | Metric::Wrk20 => "req/s",
             Metric::TcpIn | Metric::TcpOut => "Gbit/s",
             Metric::Udp64 => "kpps",
-            Metric::PingPongMedian | Metric::PingPongP99 => "µs",
+            Metric::PingPongMedian
+            | Metric::PingPongP99
+            | Metric::PingPongOneCpuMedian
+            | Metric::PingPongOneCpuP99 => "µs",
         }
     }
 
     pub fn lower_is_better(self) -> bool {
-        matches!(self, Metric::PingPongMedian | Metric::PingPongP99)
+        matches!(
+            self,
+            Metric::PingPongMedian
+                | Metric::PingPongP99
+                | Metric::PingPongOneCpuMedian
+                | Metric::PingPongOneCpuP99
+        )
     }
 
     /// Issue 24's goal for fast / docker: at least this for rates, at most for latency.
@@ -350,7 +372,7 @@ impl Metric {
         match self {
             Metric::Wrk20 | Metric::Udp64 => Some(1.4),
             Metric::RedisGet20 => Some(1.15),
-            Metric::PingPongMedian => Some(0.8),
+            Metric::PingPongMedian | Metric::PingPongOneCpuMedian => Some(0.8),
             _ => None,
         }
     }
@@ -365,6 +387,7 @@ impl Metric {
             Metric::TcpOut => "tcp out",
             Metric::Udp64 => "udp64",
             Metric::PingPongMedian | Metric::PingPongP99 => "ping-pong",
+            Metric::PingPongOneCpuMedian | Metric::PingPongOneCpuP99 => "ping-pong, one CPU",
         }
     }
 
@@ -464,10 +487,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Roughly how long the whole run takes: seven client runs per route and round, each of
+    /// Roughly how long the whole run takes: eight client runs per route and round, each of
     /// `seconds` and a second or so of start-up.
     pub fn estimate(&self) -> Duration {
-        let per_route = u64::from(self.seconds) * 7 + 8;
+        let per_route = u64::from(self.seconds) * 8 + 9;
         Duration::from_secs(per_route * 2 * u64::from(self.rounds) + 10)
     }
 }
@@ -545,6 +568,14 @@ impl Servers {
             servers.wait_listening(container, i)?;
         }
         Ok(servers)
+    }
+
+    /// The process of a server (nsenter execs it in place, so its pid is the server's).
+    pub fn pid(&self, service: Service) -> Option<u32> {
+        self.children
+            .iter()
+            .find(|(s, _)| *s == service)
+            .map(|(_, child)| child.id())
     }
 
     fn log(&self, service: Service) -> PathBuf {
@@ -626,6 +657,8 @@ pub struct Clients {
     /// Requests per second each redis-benchmark row reached last, to size the next run to
     /// about `seconds` (redis-benchmark counts requests, not time).
     redis_rate: [f64; 2],
+    /// The sockperf server's process, pinned for the one-CPU ping-pong.
+    sockperf_server: Option<u32>,
 }
 
 impl Clients {
@@ -641,7 +674,14 @@ impl Clients {
             targets,
             seconds,
             redis_rate: [0.0; 2],
+            sockperf_server: None,
         }
+    }
+
+    /// The sockperf server the ping-pongs reach, so that the one-CPU run can pin it.
+    pub fn with_sockperf_server(mut self, pid: Option<u32>) -> Self {
+        self.sockperf_server = pid;
+        self
     }
 
     /// A client tool in the client namespace; its stdout, or why it failed.
@@ -710,23 +750,37 @@ impl Clients {
         parse_wrk(&self.run("wrk", &args, self.limit())?)
     }
 
-    /// Round-trip median and p99 in µs of a TCP ping-pong.
-    fn pingpong(&self, seconds: u32) -> Result<(f64, f64)> {
+    /// Round-trip median and p99 in µs of a TCP ping-pong; with `one_cpu`, the server and the
+    /// client both on [`PINNED_CPU`] for the run. An idle 2-vCPU guest takes tens of µs to wake
+    /// a halted vCPU, on each side of each round trip, whatever the path: on one CPU the round
+    /// trip is the path and two context switches.
+    fn pingpong(&self, seconds: u32, one_cpu: bool) -> Result<(f64, f64)> {
         let t = target(&self.targets, Service::Sockperf)?;
-        let args: Vec<String> = [
-            "pp",
-            "--tcp",
-            "-i",
-            &t.host_addr.to_string(),
-            "-p",
-            &t.host_port.to_string(),
-            "-t",
-            &seconds.to_string(),
-            "--full-rtt",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        parse_sockperf(&self.run("sockperf", &args, self.limit())?)
+        let _server_pinned = match (one_cpu, self.sockperf_server) {
+            (false, _) => None,
+            (true, Some(pid)) => Some(Pinned::to(pid, PINNED_CPU)?),
+            (true, None) => bail!("the sockperf server's process is not known; cannot pin it"),
+        };
+        let pin = format!("{PINNED_CPU}");
+        let taskset = ["taskset", "-c", &pin, "sockperf"];
+        let args: Vec<String> = taskset[usize::from(!one_cpu) * 3..]
+            .iter()
+            .copied()
+            .chain([
+                "pp",
+                "--tcp",
+                "-i",
+                &t.host_addr.to_string(),
+                "-p",
+                &t.host_port.to_string(),
+                "-t",
+                &seconds.to_string(),
+                "--full-rtt",
+            ])
+            .map(str::to_owned)
+            .collect();
+        let (program, args) = args.split_first().expect("sockperf or taskset");
+        parse_sockperf(&self.run(program, args, self.limit())?)
     }
 
     fn iperf(&self, seconds: u32, extra: &[&str]) -> Result<serde_json::Value> {
@@ -762,9 +816,14 @@ impl Clients {
         tell(&format!("iperf3 {r}"));
         let r = what(
             "sockperf",
-            self.pingpong(1).map(|(m, _)| format!("{m:.1} µs")),
+            self.pingpong(1, false).map(|(m, _)| format!("{m:.1} µs")),
         )?;
         tell(&format!("sockperf {r}"));
+        let r = what(
+            "sockperf on one CPU",
+            self.pingpong(1, true).map(|(m, _)| format!("{m:.1} µs")),
+        )?;
+        tell(&format!("sockperf on CPU {PINNED_CPU} {r}"));
         Ok(())
     }
 
@@ -776,7 +835,7 @@ impl Clients {
         tell: &mut impl FnMut(Step<'_>),
     ) -> Result<()> {
         for metric in Metric::ALL {
-            if metric == Metric::PingPongP99 {
+            if matches!(metric, Metric::PingPongP99 | Metric::PingPongOneCpuP99) {
                 continue; // from the median's run
             }
             tell(Step::Begin(&format!("{at} {}", metric.short())));
@@ -816,12 +875,49 @@ impl Clients {
                 measure::udp_pps(&self.iperf(s, &["-u", "-b", "0", "-l", "64"])?)? / 1000.0
             }
             Metric::PingPongMedian | Metric::PingPongP99 => {
-                let (median, p99) = self.pingpong(s)?;
+                let (median, p99) = self.pingpong(s, false)?;
                 let both = vec![(Metric::PingPongMedian, median), (Metric::PingPongP99, p99)];
+                return Ok((both, None));
+            }
+            Metric::PingPongOneCpuMedian | Metric::PingPongOneCpuP99 => {
+                let (median, p99) = self.pingpong(s, true)?;
+                let both = vec![
+                    (Metric::PingPongOneCpuMedian, median),
+                    (Metric::PingPongOneCpuP99, p99),
+                ];
                 return Ok((both, None));
             }
         };
         Ok((vec![(metric, figure)], None))
+    }
+}
+
+/// A process's CPU affinity set to one CPU until dropped, then put back as it was.
+struct Pinned {
+    pid: nix::unistd::Pid,
+    was: nix::sched::CpuSet,
+}
+
+impl Pinned {
+    fn to(pid: u32, cpu: usize) -> Result<Self> {
+        let pid = nix::unistd::Pid::from_raw(
+            i32::try_from(pid).with_context(|| format!("pid {pid} out of range"))?,
+        );
+        let was = nix::sched::sched_getaffinity(pid)
+            .with_context(|| format!("cannot read the CPU affinity of pid {pid}"))?;
+        let mut one = nix::sched::CpuSet::new();
+        one.set(cpu)
+            .with_context(|| format!("CPU {cpu} is out of range"))?;
+        nix::sched::sched_setaffinity(pid, &one)
+            .with_context(|| format!("cannot pin pid {pid} to CPU {cpu}"))?;
+        Ok(Self { pid, was })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // The server may have died meanwhile; then there is nothing to put back.
+        let _ = nix::sched::sched_setaffinity(self.pid, &self.was);
     }
 }
 

@@ -122,6 +122,10 @@ impl KillOnDrop {
         ))
     }
 
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+
     pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.0.try_wait().ok().flatten()
     }

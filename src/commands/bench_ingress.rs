@@ -19,7 +19,7 @@ use crate::{
     bench::{
         ingress::{
             self, Clients, ExposureSwitch, Metric, NEEDS, Plan, Progress, Results, Route, Servers,
-            Target,
+            Service, Target,
         },
         measure,
         stats::Spread,
@@ -125,7 +125,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         container_ns.path().to_path_buf(),
         targets.clone(),
         plan.seconds,
-    );
+    )
+    .with_sockperf_server(servers.pid(Service::Sockperf));
     exposure.set(Route::Docker)?;
     clients.warm_up(|what| eprintln!("warm-up: {what}"))?;
 

@@ -735,7 +735,7 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
             .expect("bench JSON");
     assert_eq!(report["schema"], "dxdp.bench-ingress/1");
     let metrics = report["metrics"].as_array().expect("metrics");
-    assert_eq!(metrics.len(), 8, "{report}");
+    assert_eq!(metrics.len(), 10, "{report}");
     for m in metrics {
         for route in ["docker", "fast"] {
             let samples = m[route]["samples"].as_array().expect("samples");
