@@ -819,3 +819,139 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     world.dxdp.run(&["unexpose", &web]).assert_success();
     download("again from the same port, on Docker's path");
 }
+
+/// A router between the NIC and the client whose link towards the client has a smaller
+/// MTU than the rest of the path: the container's full-size replies draw "fragmentation
+/// needed" errors, addressed to the published address. The NIC's program takes them to the
+/// container (as conntrack would on Docker's path), which lowers its path MTU: a download over
+/// the fast path completes. Without that the container never learns, and it stalls.
+#[test]
+fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    // The client namespace is the router; the far client sits behind its small-MTU link.
+    let k = out
+        .host_addr
+        .split('.')
+        .nth(2)
+        .expect("10.236.k.1")
+        .to_owned();
+    let (router_addr, far_net) = (out.client_addr.clone(), format!("10.238.{k}.0/24"));
+    let far = NetnsGuard::create(&format!("{}-far{k}", world.prefix));
+    let (r_end, f_end) = (iface_name(), iface_name());
+    must(&[
+        "ip",
+        "-n",
+        &out.ns.name,
+        "link",
+        "add",
+        &r_end,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &f_end,
+        "netns",
+        &far.name,
+    ]);
+    let in_router = |args: &[&str]| {
+        let mut argv = vec!["ip", "-n", &out.ns.name];
+        argv.extend_from_slice(args);
+        must(&argv);
+    };
+    let in_far = |args: &[&str]| {
+        let mut argv = vec!["ip", "-n", &far.name];
+        argv.extend_from_slice(args);
+        must(&argv);
+    };
+    in_router(&["link", "set", &r_end, "mtu", "1280", "up"]);
+    in_router(&["addr", "add", &format!("10.238.{k}.1/24"), "dev", &r_end]);
+    must(&in_ns(
+        &out.ns.name,
+        &["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+    ));
+    in_far(&["link", "set", &f_end, "mtu", "1500", "up"]);
+    in_far(&["addr", "add", &format!("10.238.{k}.2/24"), "dev", &f_end]);
+    in_far(&["route", "add", "default", "via", &format!("10.238.{k}.1")]);
+    // The host reaches the far client through the router; the route goes with the NIC.
+    must(&[
+        "ip",
+        "route",
+        "add",
+        &far_net,
+        "via",
+        &router_addr,
+        "dev",
+        &out.nic,
+    ]);
+
+    let net = world.network("pmtu", &[]);
+    let port = 17050u16;
+    let web = world.run(
+        "web",
+        &[
+            "--network",
+            &net,
+            "-p",
+            &format!("{}:{port}:7001", out.host_addr),
+        ],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    let payload = Payload::new("pmtu", 4);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-pmtu", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let mut server = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "serve",
+            &payload.path.display().to_string(),
+            "7001",
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let run = run_for(
+        &in_ns(
+            &far.name,
+            &[
+                "python3",
+                PEER,
+                "receive-from",
+                &out.host_addr,
+                &port.to_string(),
+                &got.display().to_string(),
+            ],
+        ),
+        Duration::from_secs(30),
+    );
+    assert!(
+        run.success() && server.wait_timeout(Duration::from_secs(10)).is_some(),
+        "the download did not finish (a path MTU black hole?): {run}"
+    );
+    assert_eq!(sha256(&got), payload.sha, "bytes lost");
+    // Every packet of the connection went over the fast path (GSO makes few, large ones).
+    let counters = port_counters(&world, port, "tcp").expect("exposed");
+    assert!(
+        counters.0 > 0 && counters.1 > 0 && counters.2 == 0,
+        "the download did not take the fast path: (in, out, passed) {counters:?}"
+    );
+    // The container learned the path's MTU from the error the NIC's program brought in.
+    let cached = must(&in_container(
+        pid,
+        &["ip", "route", "get", &format!("10.238.{k}.2")],
+    ));
+    assert!(
+        cached.contains("mtu 1280"),
+        "no path MTU in the container: {cached}"
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}

@@ -9,6 +9,8 @@
 //!   connection gets the published address and port back as source, and leaves through the NIC
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
 //!
+//! - ICMP errors about those replies go to the container too (`icmp_errors`).
+//!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
 use aya_ebpf::{
     bindings::{
@@ -23,15 +25,16 @@ use aya_ebpf::{
 use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
 
 use crate::{
+    icmp_errors,
     maps::{FLOWS, PORT_VETHS, PORTS},
     verdict::v4_mapped,
 };
 
-const ETH_HLEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86DD;
-const IPV4_HLEN: usize = 20;
-const IPV6_HLEN: usize = 40;
+pub(crate) const ETH_HLEN: usize = 14;
+pub(crate) const ETH_P_IP: u16 = 0x0800;
+pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
+pub(crate) const IPV4_HLEN: usize = 20;
+pub(crate) const IPV6_HLEN: usize = 40;
 /// Source and destination port, and UDP's length and checksum: what is read of layer 4.
 const L4_READ: usize = 8;
 const TCP_CSUM_OFF: usize = 16;
@@ -188,11 +191,11 @@ fn handshake(proto: u8, l4: usize, end: usize) -> Option<(bool, bool)> {
 /// TCX ingress on a NIC: an exposed port's packets go straight into their container.
 #[inline(always)]
 pub fn ingress(ctx: &TcContext) -> i32 {
-    let Some(packet) = parse(ctx) else {
-        return TC_ACT_UNSPEC;
-    };
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let Some(packet) = parse(ctx) else {
+        return icmp_errors::ingress(ctx, nic_ifindex);
+    };
     let key = PortKey {
         nic_ifindex,
         port: packet.dport,
@@ -310,7 +313,7 @@ pub fn reply(ctx: &TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     // SAFETY: a plain helper call.
     unsafe { bpf_ktime_get_ns() }
 }
@@ -348,7 +351,7 @@ fn routes_back(ctx: &TcContext, packet: &Packet, nic_ifindex: u32) -> bool {
 
 /// The 16 address bytes as the kernel's four network-order words.
 #[inline(always)]
-fn words(addr: &[u8; 16]) -> [u32; 4] {
+pub(crate) fn words(addr: &[u8; 16]) -> [u32; 4] {
     let mut out = [0u32; 4];
     let mut i = 0;
     while i < 4 {

@@ -7,6 +7,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod icmp_errors;
 mod ingress;
 mod maps;
 mod verdict;
