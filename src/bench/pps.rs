@@ -312,6 +312,10 @@ pub struct Sample {
     pub seconds: f64,
     pub delivered: u64,
     pub dropped: Drops,
+    /// AF_XDP receiver only: frames the application read that were not the measured flow's
+    /// (B's own traffic), so not in `delivered`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_frames: Option<u64>,
 }
 
 impl Sample {
@@ -455,7 +459,8 @@ impl Programs {
     /// B's namespace (where the interface index is B's), put in the bench's XskMap and read by a
     /// thread of its own. Closing the socket (when the reader stops or is dropped) takes it out
     /// of the map again; the kernel frees the UMEM and rings with it.
-    fn start_app(&mut self, b: &Endpoint) -> Result<xsk::Reader> {
+    /// It counts as delivered only frames like `sent` (the same length and headers).
+    fn start_app(&mut self, b: &Endpoint, sent: &[u8]) -> Result<xsk::Reader> {
         let ifindex = b.ifindex;
         let socket = b
             .netns
@@ -468,7 +473,8 @@ impl Programs {
             .try_into()?;
         map.set(XSK_QUEUE, socket.fd(), 0)
             .with_context(|| format!("cannot put the AF_XDP socket in {XSK_MAP}"))?;
-        xsk::Reader::start(socket)
+        let headers = ETH_HEADER + IPV4_HEADER + UDP_HEADER;
+        xsk::Reader::start(socket, xsk::Expected::like(sent, headers))
     }
 }
 
@@ -692,7 +698,7 @@ pub fn run(
                     // The application before its program: no frame finds the XskMap empty. On
                     // any way out, the program is detached first (`_attached` drops first).
                     let app = match receiver {
-                        Receiver::AfXdp => Some(programs.start_app(b)?),
+                        Receiver::AfXdp => Some(programs.start_app(b, bytes)?),
                         Receiver::Xdp | Receiver::Stack => None,
                     };
                     let _attached = match receiver {
@@ -705,15 +711,17 @@ pub fn run(
                     let offered = offer(programs.get(TX_PROGRAM)?, a, bytes, limit)?;
                     thread::sleep(SETTLE);
                     let mut dropped = drops_now(a, b, receiver)?.since(&drops_before);
+                    let mut other_frames = None;
                     let count = match app {
                         // The reader empties its ring before it stops: what it counted is all
                         // the socket got.
                         Some(app) => {
-                            let read = app.stop()?;
-                            dropped.b_xsk_rx_dropped = read.drops.rx_dropped;
-                            dropped.b_xsk_rx_ring_full = read.drops.rx_ring_full;
-                            dropped.b_xsk_fill_ring_empty = read.drops.fill_ring_empty;
-                            read.frames
+                            let stopped = app.stop()?;
+                            dropped.b_xsk_rx_dropped = stopped.drops.rx_dropped;
+                            dropped.b_xsk_rx_ring_full = stopped.drops.rx_ring_full;
+                            dropped.b_xsk_fill_ring_empty = stopped.drops.fill_ring_empty;
+                            other_frames = Some(stopped.read.other);
+                            stopped.read.frames
                         }
                         None => delivered(b, receiver)?.saturating_sub(count_before),
                     };
@@ -722,6 +730,7 @@ pub fn run(
                         seconds: offered.seconds,
                         delivered: count,
                         dropped,
+                        other_frames,
                     };
                     tell(Step::End(&format!(
                         "offered {} Mpps, delivered {} Mpps ({}%)",
@@ -961,6 +970,7 @@ mod tests {
                 a_veth_rx,
                 ..Drops::default()
             },
+            other_frames: None,
         }
     }
 

@@ -208,7 +208,7 @@ pub struct Socket {
     fill: MappedRing,
     _completion: MappedRing,
     fd: OwnedFd,
-    _umem: Mapping,
+    umem: Mapping,
 }
 
 // SAFETY: the mappings are plain memory shared with the kernel, not with other threads of this
@@ -372,7 +372,7 @@ impl Socket {
             fill,
             _completion: completion,
             fd,
-            _umem: umem,
+            umem,
         })
     }
 
@@ -396,9 +396,9 @@ impl Socket {
         })
     }
 
-    /// Reads what the rx ring holds, counts it, and gives the frames back on the fill ring.
-    /// Returns the frames read.
-    fn receive(&self, bytes: &mut u64) -> u32 {
+    /// Reads what the rx ring holds, counts it into `tally`, and gives the frames back on the
+    /// fill ring. Returns the frames read.
+    fn receive(&self, expected: &Expected, tally: &mut Tally) -> u32 {
         let rx_producer = self.rx.producer().load(Ordering::Acquire);
         let rx_consumer = self.rx.consumer().load(Ordering::Relaxed);
         let fill_producer = self.fill.producer().load(Ordering::Relaxed);
@@ -410,14 +410,19 @@ impl Socket {
             .min(self.fill.ring.free(fill_producer, fill_consumer));
         for i in 0..n {
             // SAFETY: slots below the rx producer index read with acquire ordering hold
-            // descriptors the kernel has written; the fill slots are free (below the consumer's
-            // index plus the ring's size), and published only by the release store below.
+            // descriptors the kernel has written, and their frames are the application's until
+            // they are back on the fill ring, which happens only at the release store below; the
+            // fill slots are free (below the consumer's index plus the ring's size).
             unsafe {
                 let desc = self
                     .rx
                     .desc::<libc::xdp_desc>(rx_consumer.wrapping_add(i))
                     .read();
-                *bytes += u64::from(desc.len);
+                // The kernel wrote the frame before the descriptor, and leaves it alone until
+                // the frame is back on the fill ring; a descriptor outside the UMEM is the
+                // kernel's bug, and counted as not ours rather than read.
+                let frame = self.umem_frame(desc.addr, desc.len);
+                tally.count(expected, frame);
                 // The address points past the kernel's headroom; the fill ring takes the frame's
                 // start (aligned mode masks it anyway).
                 self.fill
@@ -434,6 +439,20 @@ impl Socket {
                 .store(rx_consumer.wrapping_add(n), Ordering::Release);
         }
         n
+    }
+
+    /// The bytes of a received frame, if the descriptor lies inside the UMEM.
+    ///
+    /// # Safety
+    /// The descriptor must come from the rx ring and its frame not be back on the fill ring.
+    unsafe fn umem_frame(&self, addr: u64, len: u32) -> Option<&[u8]> {
+        let end = addr.checked_add(u64::from(len))?;
+        if end > self.umem.len as u64 {
+            return None;
+        }
+        // SAFETY: inside the UMEM mapping (checked above); the kernel does not write a frame it
+        // has handed to the rx ring until the application gives it back (the caller's promise).
+        Some(unsafe { std::slice::from_raw_parts(self.umem.at::<u8>(addr), len as usize) })
     }
 
     /// Waits up to [`POLL_MS`] for the rx ring to hold something.
@@ -476,18 +495,77 @@ impl Default for XdpStatistics {
     }
 }
 
-/// What the application has read so far.
+/// The frames the application counts as the measured flow's: this length, starting with these
+/// bytes (the bench sends one frame over and over, so its headers are all alike).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub len: usize,
+    pub start: Vec<u8>,
+}
+
+impl Expected {
+    /// Frames like `frame`, compared on its first `header` bytes.
+    pub fn like(frame: &[u8], header: usize) -> Self {
+        Self {
+            len: frame.len(),
+            start: frame[..header.min(frame.len())].to_vec(),
+        }
+    }
+
+    pub fn matches(&self, frame: &[u8]) -> bool {
+        frame.len() == self.len && frame.starts_with(&self.start)
+    }
+}
+
+/// What the application read: the flow's frames and bytes, and any other frame that reached
+/// the socket (B's own traffic, say an ARP answer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub frames: u64,
+    pub bytes: u64,
+    pub other: u64,
+}
+
+impl Tally {
+    fn count(&mut self, expected: &Expected, frame: Option<&[u8]>) {
+        match frame {
+            Some(f) if expected.matches(f) => {
+                self.frames += 1;
+                self.bytes += f.len() as u64;
+            }
+            _ => self.other += 1,
+        }
+    }
+}
+
+/// The reader's tally, shared with the bench's thread.
 #[derive(Debug, Default)]
-pub struct Counts {
-    pub frames: AtomicU64,
-    pub bytes: AtomicU64,
+struct Counts {
+    frames: AtomicU64,
+    bytes: AtomicU64,
+    other: AtomicU64,
+}
+
+impl Counts {
+    fn publish(&self, tally: &Tally) {
+        self.frames.store(tally.frames, Ordering::Relaxed);
+        self.bytes.store(tally.bytes, Ordering::Relaxed);
+        self.other.store(tally.other, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Tally {
+        Tally {
+            frames: self.frames.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            other: self.other.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// What the application read in all, and what the kernel could not give it.
 #[derive(Clone, Copy, Debug)]
 pub struct Stopped {
-    pub frames: u64,
-    pub bytes: u64,
+    pub read: Tally,
     pub drops: SocketDrops,
 }
 
@@ -499,8 +577,9 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// Starts reading `socket` on a thread of its own (the socket works from any namespace).
-    pub fn start(socket: Socket) -> Result<Self> {
+    /// Starts reading `socket` on a thread of its own (the socket works from any namespace),
+    /// counting the frames like `expected` apart from the others.
+    pub fn start(socket: Socket, expected: Expected) -> Result<Self> {
         let counts = Arc::new(Counts::default());
         let stop = Arc::new(AtomicBool::new(false));
         let thread = thread::Builder::new()
@@ -508,12 +587,10 @@ impl Reader {
             .spawn({
                 let (counts, stop) = (counts.clone(), stop.clone());
                 move || {
-                    let mut bytes = 0u64;
+                    let mut tally = Tally::default();
                     loop {
-                        let n = socket.receive(&mut bytes);
-                        if n > 0 {
-                            counts.frames.fetch_add(u64::from(n), Ordering::Relaxed);
-                            counts.bytes.store(bytes, Ordering::Relaxed);
+                        if socket.receive(&expected, &mut tally) > 0 {
+                            counts.publish(&tally);
                         } else if stop.load(Ordering::Relaxed) {
                             return Ok(socket);
                         } else {
@@ -530,21 +607,16 @@ impl Reader {
         })
     }
 
-    /// Frames and bytes read so far.
-    pub fn read(&self) -> (u64, u64) {
-        (
-            self.counts.frames.load(Ordering::Relaxed),
-            self.counts.bytes.load(Ordering::Relaxed),
-        )
+    /// What the application has read so far.
+    pub fn read(&self) -> Tally {
+        self.counts.read()
     }
 
     /// Stops the thread once the ring is empty, and closes the socket.
     pub fn stop(mut self) -> Result<Stopped> {
         let socket = self.join()?;
-        let (frames, bytes) = self.read();
         Ok(Stopped {
-            frames,
-            bytes,
+            read: self.read(),
             drops: socket.drops()?,
         })
     }
@@ -589,5 +661,26 @@ mod tests {
         assert_eq!(ring.slot(u32::MAX.wrapping_add(1)), 0);
         assert!(Ring::new(6).is_err());
         assert!(Ring::new(0).is_err());
+    }
+
+    #[test]
+    fn only_frames_like_the_flows_count_as_its() {
+        let sent = [1u8, 2, 3, 4, 9, 9];
+        let expected = Expected::like(&sent, 4);
+        let mut tally = Tally::default();
+        tally.count(&expected, Some(&sent));
+        tally.count(&expected, Some(&[1, 2, 3, 4, 0, 0]));
+        tally.count(&expected, Some(&[1, 2, 3, 5, 9, 9]));
+        tally.count(&expected, Some(&[1, 2, 3, 4, 9]));
+        tally.count(&expected, None);
+        assert_eq!(
+            tally,
+            Tally {
+                frames: 2,
+                bytes: 12,
+                other: 3
+            }
+        );
+        assert!(Expected::like(&[1, 2], 4).matches(&[1, 2]));
     }
 }

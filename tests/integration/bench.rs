@@ -569,6 +569,8 @@ fn bench_pps_counts_what_reaches_the_receivers_and_only_them() {
                     "{what}: {d}"
                 );
                 assert_eq!(counter("b_xsk_no_socket"), 0, "{what}: {d}");
+                // Frames of B's own that reached the socket are counted apart, not delivered.
+                assert!(sample["other_frames"].is_u64(), "{what}: {sample}");
                 assert_eq!(
                     delivered + dropped,
                     offered,
