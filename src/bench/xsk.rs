@@ -149,19 +149,46 @@ struct MappedRing {
     desc: u64,
 }
 
+/// How the socket's rings are asked for and found: the option that sizes one, its entries, the
+/// size of an entry and the page offset it is mapped at.
+struct RingSpec {
+    size_option: libc::c_int,
+    entries: u32,
+    desc_size: usize,
+    page_offset: u64,
+    what: &'static str,
+}
+
+const RX_RING: RingSpec = RingSpec {
+    size_option: libc::XDP_RX_RING,
+    entries: RX_ENTRIES,
+    desc_size: size_of::<libc::xdp_desc>(),
+    page_offset: libc::XDP_PGOFF_RX_RING as u64,
+    what: "the AF_XDP rx ring",
+};
+
+const FILL_RING: RingSpec = RingSpec {
+    size_option: libc::XDP_UMEM_FILL_RING,
+    entries: FILL_ENTRIES,
+    desc_size: size_of::<u64>(),
+    page_offset: libc::XDP_UMEM_PGOFF_FILL_RING,
+    what: "the AF_XDP fill ring",
+};
+
+const COMPLETION_RING: RingSpec = RingSpec {
+    size_option: libc::XDP_UMEM_COMPLETION_RING,
+    entries: COMPLETION_ENTRIES,
+    desc_size: size_of::<u64>(),
+    page_offset: libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+    what: "the AF_XDP completion ring",
+};
+
 impl MappedRing {
-    fn map(
-        fd: BorrowedFd<'_>,
-        offsets: &libc::xdp_ring_offset,
-        entries: u32,
-        desc_size: usize,
-        page_offset: u64,
-        what: &str,
-    ) -> Result<Self> {
-        let len = offsets.desc as usize + entries as usize * desc_size;
+    fn map(fd: BorrowedFd<'_>, offsets: &libc::xdp_ring_offset, spec: &RingSpec) -> Result<Self> {
+        let len = offsets.desc as usize + spec.entries as usize * spec.desc_size;
         Ok(Self {
-            map: Mapping::new(len, Some(fd), page_offset, what)?,
-            ring: Ring::new(entries)?,
+            map: Mapping::new(len, Some(fd), spec.page_offset, spec.what)?,
+            ring: Ring::new(spec.entries)?,
             producer: offsets.producer,
             consumer: offsets.consumer,
             desc: offsets.desc,
@@ -281,54 +308,19 @@ impl Socket {
             tx_metadata_len: 0,
         };
         setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg, "the AF_XDP UMEM")?;
-        setsockopt(
-            fd.as_fd(),
-            libc::XDP_UMEM_FILL_RING,
-            &FILL_ENTRIES,
-            "the AF_XDP fill ring size",
-        )?;
-        setsockopt(
-            fd.as_fd(),
-            libc::XDP_UMEM_COMPLETION_RING,
-            &COMPLETION_ENTRIES,
-            "the AF_XDP completion ring size",
-        )?;
-        setsockopt(
-            fd.as_fd(),
-            libc::XDP_RX_RING,
-            &RX_ENTRIES,
-            "the AF_XDP rx ring size",
-        )?;
+        for spec in [&FILL_RING, &COMPLETION_RING, &RX_RING] {
+            let what = format!("the size of {}", spec.what);
+            setsockopt(fd.as_fd(), spec.size_option, &spec.entries, &what)?;
+        }
         let offsets: XdpMmapOffsets = getsockopt(
             fd.as_fd(),
             libc::XDP_MMAP_OFFSETS,
             "the AF_XDP ring offsets",
         )?;
         let offsets = offsets.0;
-        let rx = MappedRing::map(
-            fd.as_fd(),
-            &offsets.rx,
-            RX_ENTRIES,
-            size_of::<libc::xdp_desc>(),
-            libc::XDP_PGOFF_RX_RING as u64,
-            "the AF_XDP rx ring",
-        )?;
-        let fill = MappedRing::map(
-            fd.as_fd(),
-            &offsets.fr,
-            FILL_ENTRIES,
-            size_of::<u64>(),
-            libc::XDP_UMEM_PGOFF_FILL_RING,
-            "the AF_XDP fill ring",
-        )?;
-        let completion = MappedRing::map(
-            fd.as_fd(),
-            &offsets.cr,
-            COMPLETION_ENTRIES,
-            size_of::<u64>(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-            "the AF_XDP completion ring",
-        )?;
+        let rx = MappedRing::map(fd.as_fd(), &offsets.rx, &RX_RING)?;
+        let fill = MappedRing::map(fd.as_fd(), &offsets.fr, &FILL_RING)?;
+        let completion = MappedRing::map(fd.as_fd(), &offsets.cr, &COMPLETION_RING)?;
 
         // Every frame to the kernel before bind: it takes buffers from the fill ring as frames
         // arrive.
