@@ -159,6 +159,24 @@ struct RingSpec {
     what: &'static str,
 }
 
+impl RingSpec {
+    /// A UMEM ring (fill, completion), whose entries are frame addresses.
+    const fn addresses(
+        size_option: libc::c_int,
+        entries: u32,
+        page_offset: u64,
+        what: &'static str,
+    ) -> Self {
+        Self {
+            size_option,
+            entries,
+            desc_size: size_of::<u64>(),
+            page_offset,
+            what,
+        }
+    }
+}
+
 const RX_RING: RingSpec = RingSpec {
     size_option: libc::XDP_RX_RING,
     entries: RX_ENTRIES,
@@ -166,22 +184,18 @@ const RX_RING: RingSpec = RingSpec {
     page_offset: libc::XDP_PGOFF_RX_RING as u64,
     what: "the AF_XDP rx ring",
 };
-
-const FILL_RING: RingSpec = RingSpec {
-    size_option: libc::XDP_UMEM_FILL_RING,
-    entries: FILL_ENTRIES,
-    desc_size: size_of::<u64>(),
-    page_offset: libc::XDP_UMEM_PGOFF_FILL_RING,
-    what: "the AF_XDP fill ring",
-};
-
-const COMPLETION_RING: RingSpec = RingSpec {
-    size_option: libc::XDP_UMEM_COMPLETION_RING,
-    entries: COMPLETION_ENTRIES,
-    desc_size: size_of::<u64>(),
-    page_offset: libc::XDP_UMEM_PGOFF_COMPLETION_RING,
-    what: "the AF_XDP completion ring",
-};
+const FILL_RING: RingSpec = RingSpec::addresses(
+    libc::XDP_UMEM_FILL_RING,
+    FILL_ENTRIES,
+    libc::XDP_UMEM_PGOFF_FILL_RING,
+    "the AF_XDP fill ring",
+);
+const COMPLETION_RING: RingSpec = RingSpec::addresses(
+    libc::XDP_UMEM_COMPLETION_RING,
+    COMPLETION_ENTRIES,
+    libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+    "the AF_XDP completion ring",
+);
 
 impl MappedRing {
     fn map(fd: BorrowedFd<'_>, offsets: &libc::xdp_ring_offset, spec: &RingSpec) -> Result<Self> {
