@@ -6,10 +6,10 @@
 //! instead: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` runs `dxdp_bench_tx` (which
 //! returns `XDP_TX`) on A's interface, inside A's namespace, over one prepared Ethernet/IPv4/UDP
 //! frame, and each run transmits the frame out of A's interface to its host-side veth, in
-//! batches, at a few million frames a second. What the path does with them is counted at two
+//! batches, at a few million frames a second. What the path does with them is counted at three
 //! receivers in turn:
 //! - the XDP receiver: `dxdp_bench_drop` on B's interface, counted by the kernel's per-queue
-//!   `xdp_drops` (`ethtool -S`), which is what an AF_XDP consumer there would get. The tc
+//!   `xdp_drops` (`ethtool -S`), the ceiling for any XDP consumer there. The tc
 //!   datapath cannot feed it: `bpf_redirect_peer` enters B past its driver's XDP hook.
 //! - the stack: UDP to a port nothing listens on in B, counted by `Udp: NoPorts` of B's
 //!   `/proc/net/snmp`, the last counter a datagram passes before a socket would take it.

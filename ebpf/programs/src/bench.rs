@@ -6,7 +6,7 @@
 //! the bench gave it out of that interface (to its host-side veth peer), at a rate the socket
 //! stack cannot reach. `dxdp_bench_drop` is attached to the receiver's interface for as long as
 //! one measurement lasts, and drops every frame at the driver: the kernel's per-queue
-//! `xdp_drops` counters are what an AF_XDP consumer there would have received.
+//! `xdp_drops` counters are the ceiling for any XDP consumer there.
 //! `dxdp_bench_xsk` is the AF_XDP receiver's hook: attached to the receiver's interface in place
 //! of `dxdp_bench_drop`, it hands every frame to the bench's AF_XDP socket, which the bench
 //! puts in `DXDP_BENCH_XSKS` at the queue it is bound to.
