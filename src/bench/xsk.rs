@@ -122,10 +122,17 @@ impl Mapping {
         Ok(Self { addr, len })
     }
 
+    /// A pointer to a `T` at `offset`; panics rather than point outside the mapping.
     fn at<T>(&self, offset: u64) -> *mut T {
-        debug_assert!(offset as usize + size_of::<T>() <= self.len);
-        // SAFETY: callers pass offsets the kernel gave for this mapping (XDP_MMAP_OFFSETS) or
-        // slots below the ring's size, all inside its `len` bytes.
+        let end = usize::try_from(offset)
+            .ok()
+            .and_then(|o| o.checked_add(size_of::<T>()));
+        assert!(
+            end.is_some_and(|end| end <= self.len),
+            "offset {offset} is outside a mapping of {} bytes",
+            self.len
+        );
+        // SAFETY: inside the mapping's `len` bytes (asserted above).
         unsafe { self.addr.as_ptr().cast::<u8>().add(offset as usize).cast() }
     }
 }
@@ -453,7 +460,7 @@ impl Socket {
     /// The descriptor must come from the rx ring and its frame not be back on the fill ring.
     unsafe fn umem_frame(&self, addr: u64, len: u32) -> Option<&[u8]> {
         let end = addr.checked_add(u64::from(len))?;
-        if end > self.umem.len as u64 {
+        if addr >= self.umem.len as u64 || end > self.umem.len as u64 {
             return None;
         }
         // SAFETY: inside the UMEM mapping (checked above); the kernel does not write a frame it
