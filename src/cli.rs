@@ -317,8 +317,9 @@ pub struct BenchArgs {
     pub bypass_firewall: bool,
     /// Measure packet rates instead: 64 B and 1500 B UDP frames sent from A as XDP live frames
     /// (not through A's sockets, which cap the rate), counted by an XDP program on B's
-    /// interface and by B's UDP stack, with where the rest were dropped. `--seconds` is per run
-    /// and `--port` the frames' UDP port; there is no loopback configuration nor chart.
+    /// interface, by B's UDP stack and by an application reading an AF_XDP socket on B's
+    /// interface, with where the rest were dropped. `--seconds` is per run and `--port` the
+    /// frames' UDP port; there is no loopback configuration nor chart.
     #[arg(long, conflicts_with = "plot")]
     pub pps: bool,
 }

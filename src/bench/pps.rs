@@ -6,13 +6,18 @@
 //! instead: `BPF_PROG_TEST_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` runs `dxdp_bench_tx` (which
 //! returns `XDP_TX`) on A's interface, inside A's namespace, over one prepared Ethernet/IPv4/UDP
 //! frame, and each run transmits the frame out of A's interface to its host-side veth, in
-//! batches, at a few million frames a second. What the path does with them is counted at two
+//! batches, at a few million frames a second. What the path does with them is counted at three
 //! receivers in turn:
 //! - the XDP receiver: `dxdp_bench_drop` on B's interface, counted by the kernel's per-queue
-//!   `xdp_drops` (`ethtool -S`), which is what an AF_XDP consumer there would get. The tc
+//!   `xdp_drops` (`ethtool -S`), the ceiling for any XDP consumer there. The tc
 //!   datapath cannot feed it: `bpf_redirect_peer` enters B past its driver's XDP hook.
 //! - the stack: UDP to a port nothing listens on in B, counted by `Udp: NoPorts` of B's
 //!   `/proc/net/snmp`, the last counter a datagram passes before a socket would take it.
+//! - an AF_XDP application: `dxdp_bench_xsk` on B's interface redirects every frame to an
+//!   AF_XDP socket on its queue 0 (copy mode, [`super::xsk`]), and a thread of the bench reads
+//!   the socket's rx ring and counts the frames. Like the XDP receiver, tc cannot feed it. What
+//!   the kernel could not give the socket (`XDP_STATISTICS`) and frames that found no socket
+//!   (B's `xdp_drops`) are counted as drops.
 //!
 //! A's host veth must have NAPI to take `XDP_TX` frames (`veth_xdp_xmit` drops them otherwise):
 //! the xdp datapath's program gives it that, and for the bridge and tc the bench turns GRO on
@@ -26,6 +31,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf,
+    maps::XskMap,
     programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode, links::Link, xdp::XdpLink},
 };
 use serde::Serialize;
@@ -35,7 +41,7 @@ use super::{
     measure::{self, in_netns, run_to_end},
     pair::PairState,
     stats::Spread,
-    table,
+    table, xsk,
 };
 use crate::{endpoint::Endpoint, ethtool, netlink::MacAddr, netns::NetnsPath};
 
@@ -44,6 +50,10 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dx
 
 const TX_PROGRAM: &str = "dxdp_bench_tx";
 const DROP_PROGRAM: &str = "dxdp_bench_drop";
+const XSK_PROGRAM: &str = "dxdp_bench_xsk";
+const XSK_MAP: &str = "DXDP_BENCH_XSKS";
+/// The queue the AF_XDP socket is bound to: Docker's veths have one.
+const XSK_QUEUE: u32 = 0;
 
 /// Frame lengths measured, without the FCS: the smallest Ethernet frame, and a full one at the
 /// default MTU.
@@ -184,17 +194,35 @@ pub struct Drops {
     pub b_veth_tx: u64,
     /// The per-CPU backlog queues, host-wide (`/proc/net/softnet_stat`).
     pub backlog: u64,
+    /// AF_XDP receiver only: frames `dxdp_bench_xsk` found no socket for (B's `xdp_drops`).
+    pub b_xsk_no_socket: u64,
+    /// AF_XDP receiver only, the socket's `XDP_STATISTICS`: `rx_dropped` (too long for a UMEM
+    /// frame, or no buffer on the fill ring) …
+    pub b_xsk_rx_dropped: u64,
+    /// … `rx_ring_full` (the application did not keep up) …
+    pub b_xsk_rx_ring_full: u64,
+    /// … and `rx_fill_ring_empty_descs`, the part of `rx_dropped` that found the fill ring
+    /// empty: not a place of its own, so not in [`Drops::total`].
+    pub b_xsk_fill_ring_empty: u64,
 }
 
 impl Drops {
-    fn places(&self) -> [(&'static str, u64); 5] {
+    fn places(&self) -> [(&'static str, u64); 8] {
         [
             ("A veth rx", self.a_veth_rx),
             ("A veth tx", self.a_veth_tx),
             ("B veth rx", self.b_veth_rx),
             ("B veth tx", self.b_veth_tx),
             ("backlog", self.backlog),
+            ("B no socket", self.b_xsk_no_socket),
+            ("B socket", self.b_xsk_rx_dropped),
+            ("B rx ring full", self.b_xsk_rx_ring_full),
         ]
+    }
+
+    /// Every frame counted as dropped, each once.
+    pub fn total(&self) -> u64 {
+        self.places().iter().map(|(_, n)| n).sum()
     }
 
     fn since(&self, before: &Drops) -> Drops {
@@ -204,6 +232,16 @@ impl Drops {
             b_veth_rx: self.b_veth_rx.saturating_sub(before.b_veth_rx),
             b_veth_tx: self.b_veth_tx.saturating_sub(before.b_veth_tx),
             backlog: self.backlog.saturating_sub(before.backlog),
+            b_xsk_no_socket: self.b_xsk_no_socket.saturating_sub(before.b_xsk_no_socket),
+            b_xsk_rx_dropped: self
+                .b_xsk_rx_dropped
+                .saturating_sub(before.b_xsk_rx_dropped),
+            b_xsk_rx_ring_full: self
+                .b_xsk_rx_ring_full
+                .saturating_sub(before.b_xsk_rx_ring_full),
+            b_xsk_fill_ring_empty: self
+                .b_xsk_fill_ring_empty
+                .saturating_sub(before.b_xsk_fill_ring_empty),
         }
     }
 
@@ -213,6 +251,10 @@ impl Drops {
         self.b_veth_rx += other.b_veth_rx;
         self.b_veth_tx += other.b_veth_tx;
         self.backlog += other.backlog;
+        self.b_xsk_no_socket += other.b_xsk_no_socket;
+        self.b_xsk_rx_dropped += other.b_xsk_rx_dropped;
+        self.b_xsk_rx_ring_full += other.b_xsk_rx_ring_full;
+        self.b_xsk_fill_ring_empty += other.b_xsk_fill_ring_empty;
     }
 
     /// The place that dropped most, if any did.
@@ -226,27 +268,40 @@ impl Drops {
 
 /// Who counts the frames that arrive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Receiver {
     /// An XDP program dropping every frame at B's driver.
     Xdp,
     /// B's UDP, with no socket on the port.
     Stack,
+    /// An application reading B's interface through an AF_XDP socket.
+    AfXdp,
 }
 
 impl Receiver {
-    pub const ALL: [Receiver; 2] = [Receiver::Xdp, Receiver::Stack];
+    pub const ALL: [Receiver; 3] = [Receiver::Xdp, Receiver::Stack, Receiver::AfXdp];
 
     fn name(self) -> &'static str {
         match self {
             Receiver::Xdp => "xdp receiver",
             Receiver::Stack => "stack",
+            Receiver::AfXdp => "af_xdp app",
         }
     }
 
-    /// Whether frames over `config` can reach this receiver at all.
+    /// The table's column group.
+    fn heading(self) -> &'static str {
+        match self {
+            Receiver::Xdp => "XDP RX",
+            Receiver::Stack => "STACK",
+            Receiver::AfXdp => "AF_XDP APP",
+        }
+    }
+
+    /// Whether frames over `config` can reach this receiver at all: both XDP receivers sit at
+    /// B's driver, which `bpf_redirect_peer` (tc) enters past.
     pub fn reachable_over(self, config: Config) -> bool {
-        !(self == Receiver::Xdp && config == Config::Tc)
+        self == Receiver::Stack || config != Config::Tc
     }
 }
 
@@ -257,6 +312,10 @@ pub struct Sample {
     pub seconds: f64,
     pub delivered: u64,
     pub dropped: Drops,
+    /// AF_XDP receiver only: frames the application read that were not the measured flow's
+    /// (B's own traffic), so not in `delivered`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_frames: Option<u64>,
 }
 
 impl Sample {
@@ -355,7 +414,7 @@ struct Programs(Ebpf);
 impl Programs {
     fn load() -> Result<Self> {
         let mut ebpf = Ebpf::load(OBJECT).context("cannot load the bench's eBPF object")?;
-        for name in [TX_PROGRAM, DROP_PROGRAM] {
+        for name in [TX_PROGRAM, DROP_PROGRAM, XSK_PROGRAM] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
                 .ok_or_else(|| anyhow!("the bench's eBPF object lacks {name}"))?
@@ -374,19 +433,19 @@ impl Programs {
         Ok(prog.try_into()?)
     }
 
-    /// Attaches the receiver to B's interface, inside B's namespace (the interface index is
-    /// B's); it stays attached until the returned guard is dropped.
-    fn attach_receiver(&mut self, b: &Endpoint) -> Result<Attached> {
+    /// Attaches the receiver's program `name` to B's interface, inside B's namespace (the
+    /// interface index is B's); it stays attached until the returned guard is dropped.
+    fn attach_receiver(&mut self, b: &Endpoint, name: &str) -> Result<Attached> {
         let prog: &mut Xdp = self
             .0
-            .program_mut(DROP_PROGRAM)
-            .ok_or_else(|| anyhow!("the bench's eBPF object lacks {DROP_PROGRAM}"))?
+            .program_mut(name)
+            .ok_or_else(|| anyhow!("the bench's eBPF object lacks {name}"))?
             .try_into()?;
         let ifindex = b.ifindex;
         let link = b.netns.run(|| {
             let id = prog
                 .attach_to_if_index(ifindex, XdpMode::Driver)
-                .context("cannot attach the XDP receiver")?;
+                .with_context(|| format!("cannot attach the XDP program {name}"))?;
             Ok(prog.take_link(id)?)
         });
         let link = link.with_context(|| format!("{} ({}) in {}", b.label, b.ifname, b.netns))?;
@@ -394,6 +453,28 @@ impl Programs {
             link: Some(link),
             netns: b.netns.clone(),
         })
+    }
+
+    /// The AF_XDP application: a socket on queue [`XSK_QUEUE`] of B's interface, made inside
+    /// B's namespace (where the interface index is B's), put in the bench's XskMap and read by a
+    /// thread of its own. Closing the socket (when the reader stops or is dropped) takes it out
+    /// of the map again; the kernel frees the UMEM and rings with it.
+    /// It counts as delivered only frames like `sent` (the same length and headers).
+    fn start_app(&mut self, b: &Endpoint, sent: &[u8]) -> Result<xsk::Reader> {
+        let ifindex = b.ifindex;
+        let socket = b
+            .netns
+            .run(|| xsk::Socket::open(ifindex, XSK_QUEUE))
+            .with_context(|| format!("{} ({}) in {}", b.label, b.ifname, b.netns))?;
+        let mut map: XskMap<_> = self
+            .0
+            .map_mut(XSK_MAP)
+            .ok_or_else(|| anyhow!("the bench's eBPF object lacks the map {XSK_MAP}"))?
+            .try_into()?;
+        map.set(XSK_QUEUE, socket.fd(), 0)
+            .with_context(|| format!("cannot put the AF_XDP socket in {XSK_MAP}"))?;
+        let headers = ETH_HEADER + IPV4_HEADER + UDP_HEADER;
+        xsk::Reader::start(socket, xsk::Expected::like(sent, headers))
     }
 }
 
@@ -496,23 +577,11 @@ fn offer(tx: &Xdp, a: &Endpoint, frame: &[u8], limit: Duration) -> Result<Offere
     })
 }
 
-/// What B's receiver has counted so far.
+/// What B's receiver has counted so far; the AF_XDP application counts its own from 0.
 fn delivered(b: &Endpoint, receiver: Receiver) -> Result<u64> {
     match receiver {
-        Receiver::Xdp => {
-            let mut cmd = in_netns(b.netns.path(), "ethtool");
-            cmd.args(["-S", &b.ifname]);
-            let out = run_to_end(cmd, Duration::from_secs(10), "ethtool -S")?;
-            if !out.status.success() {
-                bail!(
-                    "ethtool -S {} in {}: {}",
-                    b.ifname,
-                    b.netns,
-                    out.stderr.trim()
-                );
-            }
-            xdp_drops(&out.stdout).with_context(|| format!("{} in {}", b.ifname, b.netns))
-        }
+        Receiver::Xdp => b_xdp_drops(b),
+        Receiver::AfXdp => Ok(0),
         Receiver::Stack => {
             // /proc/net is the process's namespace; thread-self is this thread's.
             let snmp = b
@@ -524,6 +593,23 @@ fn delivered(b: &Endpoint, receiver: Receiver) -> Result<u64> {
     }
 }
 
+/// The `xdp_drops` of B's interface (`ethtool -S` in B's namespace): what `dxdp_bench_drop`
+/// received, or what `dxdp_bench_xsk` found no socket for.
+fn b_xdp_drops(b: &Endpoint) -> Result<u64> {
+    let mut cmd = in_netns(b.netns.path(), "ethtool");
+    cmd.args(["-S", &b.ifname]);
+    let out = run_to_end(cmd, Duration::from_secs(10), "ethtool -S")?;
+    if !out.status.success() {
+        bail!(
+            "ethtool -S {} in {}: {}",
+            b.ifname,
+            b.netns,
+            out.stderr.trim()
+        );
+    }
+    xdp_drops(&out.stdout).with_context(|| format!("{} in {}", b.ifname, b.netns))
+}
+
 fn host_counter(ifname: &str, name: &str) -> Result<u64> {
     let path = format!("/sys/class/net/{ifname}/statistics/{name}");
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
@@ -532,7 +618,9 @@ fn host_counter(ifname: &str, name: &str) -> Result<u64> {
         .with_context(|| format!("{path}: not a number"))
 }
 
-fn drops_now(a: &Endpoint, b: &Endpoint) -> Result<Drops> {
+/// The host-side drop counters now, and for the AF_XDP receiver B's `xdp_drops` (frames its
+/// program found no socket for). The socket's own counts are read when it stops.
+fn drops_now(a: &Endpoint, b: &Endpoint, receiver: Receiver) -> Result<Drops> {
     let softnet = std::fs::read_to_string("/proc/net/softnet_stat")
         .context("cannot read /proc/net/softnet_stat")?;
     Ok(Drops {
@@ -541,6 +629,11 @@ fn drops_now(a: &Endpoint, b: &Endpoint) -> Result<Drops> {
         b_veth_rx: host_counter(&b.host_ifname, "rx_dropped")?,
         b_veth_tx: host_counter(&b.host_ifname, "tx_dropped")?,
         backlog: backlog_drops(&softnet)?,
+        b_xsk_no_socket: match receiver {
+            Receiver::AfXdp => b_xdp_drops(b)?,
+            Receiver::Xdp | Receiver::Stack => 0,
+        },
+        ..Drops::default()
     })
 }
 
@@ -602,19 +695,42 @@ pub fn run(
                     tell(Step::Begin(&at));
                     // Before the receiver: A's answer (ICMP port unreachable) must not count.
                     announce(b, setup.flow.src_ip)?;
+                    // The application before its program: no frame finds the XskMap empty. On
+                    // any way out, the program is detached first (`_attached` drops first).
+                    let app = match receiver {
+                        Receiver::AfXdp => Some(programs.start_app(b, bytes)?),
+                        Receiver::Xdp | Receiver::Stack => None,
+                    };
                     let _attached = match receiver {
-                        Receiver::Xdp => Some(programs.attach_receiver(b)?),
+                        Receiver::Xdp => Some(programs.attach_receiver(b, DROP_PROGRAM)?),
+                        Receiver::AfXdp => Some(programs.attach_receiver(b, XSK_PROGRAM)?),
                         Receiver::Stack => None,
                     };
-                    let (count_before, drops_before) = (delivered(b, receiver)?, drops_now(a, b)?);
+                    let (count_before, drops_before) =
+                        (delivered(b, receiver)?, drops_now(a, b, receiver)?);
                     let offered = offer(programs.get(TX_PROGRAM)?, a, bytes, limit)?;
                     thread::sleep(SETTLE);
-                    let count = delivered(b, receiver)?.saturating_sub(count_before);
+                    let mut dropped = drops_now(a, b, receiver)?.since(&drops_before);
+                    let mut other_frames = None;
+                    let count = match app {
+                        // The reader empties its ring before it stops: what it counted is all
+                        // the socket got.
+                        Some(app) => {
+                            let stopped = app.stop()?;
+                            dropped.b_xsk_rx_dropped = stopped.drops.rx_dropped;
+                            dropped.b_xsk_rx_ring_full = stopped.drops.rx_ring_full;
+                            dropped.b_xsk_fill_ring_empty = stopped.drops.fill_ring_empty;
+                            other_frames = Some(stopped.read.other);
+                            stopped.read.frames
+                        }
+                        None => delivered(b, receiver)?.saturating_sub(count_before),
+                    };
                     let sample = Sample {
                         offered: offered.frames,
                         seconds: offered.seconds,
                         delivered: count,
-                        dropped: drops_now(a, b)?.since(&drops_before),
+                        dropped,
+                        other_frames,
                     };
                     tell(Step::End(&format!(
                         "offered {} Mpps, delivered {} Mpps ({}%)",
@@ -642,17 +758,16 @@ pub fn run(
 
 /// The table: a row per frame size and configuration, the XDP receiver beside the stack.
 pub fn render(results: &PpsResults, rounds: u32) -> String {
-    let mut rows: Vec<Vec<String>> = vec![vec![
-        format!("{:<7} CONFIG", "FRAME"),
-        "XDP RX: OFFERED Mpps".to_owned(),
-        "DELIVERED Mpps".to_owned(),
-        "%".to_owned(),
-        "DROPPED AT".to_owned(),
-        "STACK: OFFERED Mpps".to_owned(),
-        "DELIVERED Mpps".to_owned(),
-        "%".to_owned(),
-        "DROPPED AT".to_owned(),
-    ]];
+    let mut header = vec![format!("{:<7} CONFIG", "FRAME")];
+    for receiver in Receiver::ALL {
+        header.extend([
+            format!("{}: OFFERED Mpps", receiver.heading()),
+            "DELIVERED Mpps".to_owned(),
+            "%".to_owned(),
+            "DROPPED AT".to_owned(),
+        ]);
+    }
+    let mut rows: Vec<Vec<String>> = vec![header];
     for size in FRAME_SIZES {
         for (config, found) in &results.configs {
             let mut row = vec![format!("{:<7} {config}", format!("{size} B"))];
@@ -681,7 +796,8 @@ pub fn render(results: &PpsResults, rounds: u32) -> String {
     out.push_str(&format!(
         "\nframes of 64 and 1500 B sent from A as XDP live frames; medians{spread}; % is \
          delivered / offered; DROPPED AT: the counter that rose most, as a share of all frames \
-         offered. XDP RX is n/a for tc: bpf_redirect_peer enters B past its driver's XDP hook\n"
+         offered. XDP RX and AF_XDP APP (an application reading an AF_XDP socket on B's interface, \
+         copy mode) are n/a for tc: bpf_redirect_peer enters B past its driver's XDP hook\n"
     ));
     out
 }
@@ -854,6 +970,7 @@ mod tests {
                 a_veth_rx,
                 ..Drops::default()
             },
+            other_frames: None,
         }
     }
 
@@ -862,6 +979,11 @@ mod tests {
         let mut bridge = ConfigResults::default();
         bridge.push(64, Receiver::Xdp, sample(4_000_000, 1_000_000, 3_000_000));
         bridge.push(64, Receiver::Stack, sample(4_000_000, 400_000, 0));
+        let mut at_socket = sample(4_000_000, 3_000_000, 200_000);
+        at_socket.dropped.b_xsk_rx_ring_full = 600_000;
+        at_socket.dropped.b_xsk_rx_dropped = 200_000;
+        at_socket.dropped.b_xsk_fill_ring_empty = 200_000;
+        bridge.push(64, Receiver::AfXdp, at_socket);
         let mut tc = ConfigResults::default();
         tc.push(64, Receiver::Stack, sample(4_000_000, 800_000, 0));
         let results = PpsResults {
@@ -870,6 +992,7 @@ mod tests {
         let text = render(&results, 1);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("FRAME") && lines[0].contains("STACK: OFFERED Mpps"));
+        assert!(lines[0].contains("AF_XDP APP: OFFERED Mpps"));
         let words = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
         assert_eq!(
             words(lines[1]),
@@ -878,26 +1001,60 @@ mod tests {
             ]
             .into_iter()
             .chain(["0.20", "10.0", "-"])
+            // The socket's rx ring full is the largest place; the fill ring's share of its
+            // drops is not a place of its own.
+            .chain(["2.00", "1.50", "75.0", "15.0%", "B", "rx", "ring", "full"])
             .collect::<Vec<_>>()
         );
         assert_eq!(
             words(lines[2]),
             [
-                "64", "B", "tc", "n/a", "n/a", "n/a", "n/a", "2.00", "0.40", "20.0", "-"
+                "64", "B", "tc", "n/a", "n/a", "n/a", "n/a", "2.00", "0.40", "20.0", "-", "n/a",
+                "n/a", "n/a", "n/a"
             ]
         );
         // 1500 B was not measured: every cell says so.
-        assert!(lines[3].starts_with("1500 B") && lines[3].matches("n/a").count() == 8);
-        assert!(text.contains("XDP RX is n/a for tc"));
+        assert!(lines[3].starts_with("1500 B") && lines[3].matches("n/a").count() == 12);
+        assert!(text.contains("XDP RX and AF_XDP APP (an application reading an AF_XDP"));
+        assert!(text.contains("are n/a for tc"));
     }
 
     #[test]
     fn tc_cannot_feed_an_xdp_receiver() {
-        assert!(!Receiver::Xdp.reachable_over(Config::Tc));
-        assert!(Receiver::Xdp.reachable_over(Config::Xdp));
+        for receiver in [Receiver::Xdp, Receiver::AfXdp] {
+            assert!(!receiver.reachable_over(Config::Tc));
+            assert!(receiver.reachable_over(Config::Xdp));
+            assert!(receiver.reachable_over(Config::Bridge));
+        }
         assert!(Receiver::Stack.reachable_over(Config::Tc));
         let runs = estimate(&[Config::Bridge, Config::Tc, Config::Xdp], 1, 1);
-        // 4 + 2 + 4 runs of 1.5 s, and 2 s per configuration.
-        assert_eq!(runs, Duration::from_secs(21));
+        // 6 + 2 + 6 runs of 1.5 s, and 2 s per configuration.
+        assert_eq!(runs, Duration::from_secs(27));
+    }
+
+    #[test]
+    fn drops_count_each_frame_once_and_receivers_keep_their_json_names() {
+        let d = Drops {
+            a_veth_rx: 1,
+            b_veth_tx: 2,
+            b_xsk_no_socket: 4,
+            b_xsk_rx_dropped: 8,
+            b_xsk_rx_ring_full: 16,
+            // Part of b_xsk_rx_dropped.
+            b_xsk_fill_ring_empty: 8,
+            ..Drops::default()
+        };
+        assert_eq!(d.total(), 31);
+        let later = Drops {
+            b_xsk_no_socket: 10,
+            ..d
+        };
+        assert_eq!(later.since(&d).b_xsk_no_socket, 6);
+        assert_eq!(later.since(&d).total(), 6);
+        let names: Vec<String> = Receiver::ALL
+            .iter()
+            .map(|r| serde_json::to_string(r).unwrap())
+            .collect();
+        assert_eq!(names, [r#""xdp""#, r#""stack""#, r#""af_xdp""#]);
     }
 }

@@ -285,7 +285,8 @@ impl Run<'_> {
         }
     }
 
-    /// `--pps`: live frames from A, counted at B's XDP receiver and B's stack.
+    /// `--pps`: live frames from A, counted at B's XDP receiver, B's stack and an AF_XDP
+    /// application on B's interface.
     fn pps(&self, pair: &mut PairState) -> Result<ExitCode> {
         let (a, b) = (self.a, self.b);
         let src_ip = measure::ipv4_of(a.netns.path(), &a.ifname)

@@ -515,10 +515,18 @@ fn bench_pps_counts_what_reaches_the_receivers_and_only_them() {
             })
             .collect();
         let expected: &[(u64, &str)] = if name == "tc" {
-            // bpf_redirect_peer enters b past its driver's XDP hook.
+            // bpf_redirect_peer enters b past its driver's XDP hook: neither the XDP receiver nor
+            // the AF_XDP application behind it can be fed.
             &[(64, "stack"), (1500, "stack")]
         } else {
-            &[(64, "xdp"), (64, "stack"), (1500, "xdp"), (1500, "stack")]
+            &[
+                (64, "xdp"),
+                (64, "stack"),
+                (64, "af_xdp"),
+                (1500, "xdp"),
+                (1500, "stack"),
+                (1500, "af_xdp"),
+            ]
         };
         assert_eq!(receivers, expected, "{name}");
         for s in series {
@@ -533,6 +541,40 @@ fn bench_pps_counts_what_reaches_the_receivers_and_only_them() {
                 assert!(
                     delivered * 10 >= offered * 9,
                     "{what}: {delivered} of {offered}"
+                );
+            }
+            if s["receiver"] == "af_xdp" {
+                // Every frame offered is either read by the application or counted where it was
+                // dropped: on the way (veths, backlog), finding no socket, or at the socket.
+                let d = &sample["dropped"];
+                let counter = |k: &str| {
+                    d[k].as_u64()
+                        .unwrap_or_else(|| panic!("{what}: no dropped.{k}"))
+                };
+                let dropped: u64 = [
+                    "a_veth_rx",
+                    "a_veth_tx",
+                    "b_veth_rx",
+                    "b_veth_tx",
+                    "backlog",
+                    "b_xsk_no_socket",
+                    "b_xsk_rx_dropped",
+                    "b_xsk_rx_ring_full",
+                ]
+                .into_iter()
+                .map(counter)
+                .sum();
+                assert!(
+                    counter("b_xsk_fill_ring_empty") <= counter("b_xsk_rx_dropped"),
+                    "{what}: {d}"
+                );
+                assert_eq!(counter("b_xsk_no_socket"), 0, "{what}: {d}");
+                // Frames of B's own that reached the socket are counted apart, not delivered.
+                assert!(sample["other_frames"].is_u64(), "{what}: {sample}");
+                assert_eq!(
+                    delivered + dropped,
+                    offered,
+                    "{what}: {delivered} read + {dropped} dropped ({d})"
                 );
             }
         }
