@@ -820,11 +820,13 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     download("again from the same port, on Docker's path");
 }
 
-/// A router between the NIC and the client whose link towards the client has a smaller
-/// MTU than the rest of the path: the container's full-size replies draw "fragmentation
-/// needed" errors, addressed to the published address. The NIC's program takes them to the
-/// container (as conntrack would on Docker's path), which lowers its path MTU: a download over
-/// the fast path completes. Without that the container never learns, and it stalls.
+/// A router between the NIC and the client whose link towards the client has a smaller MTU
+/// than the rest of the path: the container's full-size replies draw "fragmentation needed"
+/// (IPv4) and "packet too big" (IPv6) errors, addressed to the published address. The NIC's
+/// program takes them to the container (as conntrack would on Docker's path), which lowers its
+/// path MTU: a download over the fast path completes, in both families. Without that the
+/// container never learns, and it stalls (checked by hand for each family: the download times
+/// out).
 #[test]
 fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes() {
     if !require_docker() {
@@ -839,7 +841,7 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         .nth(2)
         .expect("10.236.k.1")
         .to_owned();
-    let (router_addr, far_net) = (out.client_addr.clone(), format!("10.238.{k}.0/24"));
+    let k6 = format!("{:x}", k.parse::<u32>().expect("k"));
     let far = NetnsGuard::create(&format!("{}-far{k}", world.prefix));
     let (r_end, f_end) = (iface_name(), iface_name());
     must(&[
@@ -857,38 +859,81 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         "netns",
         &far.name,
     ]);
-    let in_router = |args: &[&str]| {
-        let mut argv = vec!["ip", "-n", &out.ns.name];
+    let ip_in = |ns: &str, args: &[&str]| {
+        let mut argv = vec!["ip", "-n", ns];
         argv.extend_from_slice(args);
         must(&argv);
     };
-    let in_far = |args: &[&str]| {
-        let mut argv = vec!["ip", "-n", &far.name];
-        argv.extend_from_slice(args);
-        must(&argv);
-    };
-    in_router(&["link", "set", &r_end, "mtu", "1280", "up"]);
-    in_router(&["addr", "add", &format!("10.238.{k}.1/24"), "dev", &r_end]);
-    must(&in_ns(
-        &out.ns.name,
-        &["sysctl", "-qw", "net.ipv4.ip_forward=1"],
-    ));
-    in_far(&["link", "set", &f_end, "mtu", "1500", "up"]);
-    in_far(&["addr", "add", &format!("10.238.{k}.2/24"), "dev", &f_end]);
-    in_far(&["route", "add", "default", "via", &format!("10.238.{k}.1")]);
-    // The host reaches the far client through the router; the route goes with the NIC.
+    let (router, far_ns) = (out.ns.name.as_str(), far.name.as_str());
+    ip_in(router, &["link", "set", &r_end, "mtu", "1280", "up"]);
+    ip_in(
+        router,
+        &["addr", "add", &format!("10.238.{k}.1/24"), "dev", &r_end],
+    );
+    let r6 = format!("fd00:238:{k6}::1");
+    ip_in(
+        router,
+        &[
+            "-6",
+            "addr",
+            "add",
+            &format!("{r6}/64"),
+            "dev",
+            &r_end,
+            "nodad",
+        ],
+    );
+    for sysctl in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+        must(&in_ns(router, &["sysctl", "-qw", sysctl]));
+    }
+    ip_in(far_ns, &["link", "set", &f_end, "mtu", "1500", "up"]);
+    ip_in(
+        far_ns,
+        &["addr", "add", &format!("10.238.{k}.2/24"), "dev", &f_end],
+    );
+    let far6 = format!("fd00:238:{k6}::2");
+    ip_in(
+        far_ns,
+        &[
+            "-6",
+            "addr",
+            "add",
+            &format!("{far6}/64"),
+            "dev",
+            &f_end,
+            "nodad",
+        ],
+    );
+    ip_in(
+        far_ns,
+        &["route", "add", "default", "via", &format!("10.238.{k}.1")],
+    );
+    ip_in(far_ns, &["-6", "route", "add", "default", "via", &r6]);
+    // The host reaches the far client through the router; the routes go with the NIC.
+    let router6 = format!("fd00:236:{k6}::2");
     must(&[
         "ip",
         "route",
         "add",
-        &far_net,
+        &format!("10.238.{k}.0/24"),
         "via",
-        &router_addr,
+        &out.client_addr,
+        "dev",
+        &out.nic,
+    ]);
+    must(&[
+        "ip",
+        "-6",
+        "route",
+        "add",
+        &format!("fd00:238:{k6}::/64"),
+        "via",
+        &router6,
         "dev",
         &out.nic,
     ]);
 
-    let net = world.network("pmtu", &[]);
+    let net = world.network_v6("pmtu", true, &[]);
     let port = 17050u16;
     let web = world.run(
         "web",
@@ -897,6 +942,8 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
             &net,
             "-p",
             &format!("{}:{port}:7001", out.host_addr),
+            "-p",
+            &format!("[{}]:{port}:7001", out.host_addr6),
         ],
         &["iperf3", "-s"],
     );
@@ -908,50 +955,54 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         .dxdp
         .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
         .assert_success();
-    let mut server = Background::spawn(&in_container(
-        pid,
-        &[
-            "python3",
-            PEER,
-            "serve",
-            &payload.path.display().to_string(),
-            "7001",
-        ],
-    ));
-    std::thread::sleep(Duration::from_millis(300));
-    let run = run_for(
-        &in_ns(
-            &far.name,
+    for (host, far_addr) in [
+        (out.host_addr.as_str(), format!("10.238.{k}.2")),
+        (out.host_addr6.as_str(), far6.clone()),
+    ] {
+        let _ = std::fs::remove_file(&got);
+        let mut server = Background::spawn(&in_container(
+            pid,
             &[
                 "python3",
                 PEER,
-                "receive-from",
-                &out.host_addr,
-                &port.to_string(),
-                &got.display().to_string(),
+                "serve",
+                &payload.path.display().to_string(),
+                "7001",
             ],
-        ),
-        Duration::from_secs(30),
-    );
-    assert!(
-        run.success() && server.wait_timeout(Duration::from_secs(10)).is_some(),
-        "the download did not finish (a path MTU black hole?): {run}"
-    );
-    assert_eq!(sha256(&got), payload.sha, "bytes lost");
-    // Every packet of the connection went over the fast path (GSO makes few, large ones).
-    let counters = port_counters(&world, port, "tcp").expect("exposed");
-    assert!(
-        counters.0 > 0 && counters.1 > 0 && counters.2 == 0,
-        "the download did not take the fast path: (in, out, passed) {counters:?}"
-    );
-    // The container learned the path's MTU from the error the NIC's program brought in.
-    let cached = must(&in_container(
-        pid,
-        &["ip", "route", "get", &format!("10.238.{k}.2")],
-    ));
-    assert!(
-        cached.contains("mtu 1280"),
-        "no path MTU in the container: {cached}"
-    );
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        let run = run_for(
+            &in_ns(
+                far_ns,
+                &[
+                    "python3",
+                    PEER,
+                    "receive-from",
+                    host,
+                    &port.to_string(),
+                    &got.display().to_string(),
+                ],
+            ),
+            Duration::from_secs(30),
+        );
+        assert!(
+            run.success() && server.wait_timeout(Duration::from_secs(10)).is_some(),
+            "from {host}: the download did not finish (a path MTU black hole?): {run}"
+        );
+        assert_eq!(sha256(&got), payload.sha, "from {host}: bytes lost");
+        // Every packet of the connection went over the fast path (GSO makes few, large ones).
+        let counters = counters_at(&world, Some(host), port, "tcp").expect("exposed");
+        assert!(
+            counters.0 > 0 && counters.1 > 0 && counters.2 == 0,
+            "from {host}: the download did not take the fast path: (in, out, passed) \
+             {counters:?}"
+        );
+        // The container learned the path's MTU from the error the NIC's program brought in.
+        let cached = must(&in_container(pid, &["ip", "route", "get", &far_addr]));
+        assert!(
+            cached.contains("mtu 1280"),
+            "from {host}: no path MTU in the container: {cached}"
+        );
+    }
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }
