@@ -13,14 +13,14 @@
 //! source, the checksums made right, and goes into the container like the connection's packets.
 //! Any other ICMP passes to the stack.
 use aya_ebpf::{
-    bindings::{BPF_F_PSEUDO_HDR, TC_ACT_SHOT, TC_ACT_UNSPEC},
-    helpers::generated::{bpf_csum_diff, bpf_redirect_peer},
+    bindings::{BPF_F_PSEUDO_HDR, TC_ACT_UNSPEC},
+    helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
 use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
 
 use crate::{
-    ingress::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, now, words},
+    ingress::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, into_container, now, words},
     maps::{FLOWS, PORT_VETHS, PORTS},
     verdict::v4_mapped,
 };
@@ -98,17 +98,8 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
     }
     // SAFETY: a map value pointer, valid for this invocation; a plain store.
     unsafe { (*known).last_seen_ns = now() };
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&target.mac);
-    macs[6..].copy_from_slice(&target.gateway_mac);
-    if translate(ctx, &q, &target.addr, target.port).is_err() || ctx.store(0, &macs, 0).is_err() {
-        // Half rewritten: neither the container nor the stack can make sense of it.
-        return TC_ACT_SHOT;
-    }
-    target.in_packets += 1;
-    target.in_bytes += ctx.len() as u64;
-    // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
-    unsafe { bpf_redirect_peer(target.veth_ifindex, 0) as i32 }
+    let translated = translate(ctx, &q, &target.addr, target.port);
+    into_container(ctx, target, translated)
 }
 
 /// An unfragmented ICMPv4 error without IP options quoting a TCP or UDP packet without options,

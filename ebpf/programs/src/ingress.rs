@@ -22,7 +22,7 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
+use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortTarget};
 
 use crate::{
     icmp_errors,
@@ -245,12 +245,23 @@ pub fn ingress(ctx: &TcContext) -> i32 {
         target.passed_packets += 1;
         return TC_ACT_UNSPEC;
     }
+    let translated = translate(ctx, &packet, false, &target.addr, target.port);
+    into_container(ctx, target, translated)
+}
+
+/// A packet `translated` for `target`'s container gets the container's MAC as destination and
+/// the bridge's as source (what the bridge would have delivered), is counted, and goes into the
+/// container's namespace.
+#[inline(always)]
+pub(crate) fn into_container(
+    ctx: &TcContext,
+    target: &mut PortTarget,
+    translated: Result<(), i64>,
+) -> i32 {
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&target.mac);
     macs[6..].copy_from_slice(&target.gateway_mac);
-    if translate(ctx, &packet, false, &target.addr, target.port).is_err()
-        || ctx.store(0, &macs, 0).is_err()
-    {
+    if translated.is_err() || ctx.store(0, &macs, 0).is_err() {
         // Half rewritten (the helpers fail only on memory pressure): a frame that cannot be
         // delivered as translated must not reach the stack either.
         return TC_ACT_SHOT;
