@@ -19,6 +19,8 @@ struct Outside {
     nic: String,
     host_addr: String,
     client_addr: String,
+    /// The pair's end in the client namespace.
+    peer: String,
     /// fd00:236:<k>::1 and ::2, the same pair's IPv6 addresses.
     host_addr6: String,
     // Dropped before the namespace, which takes the pair's other end with it.
@@ -64,6 +66,7 @@ impl Outside {
             nic,
             host_addr,
             client_addr,
+            peer,
             host_addr6,
             ns,
             _link: link,
@@ -336,6 +339,195 @@ fn exposed_ports_carry_tcp_and_udp_and_connections_survive_expose_and_unexpose()
     );
     third_ok.assert_success();
     assert!(world.dxdp.run(&["status"]).stdout.find(&third).is_none());
+}
+
+/// Whether the host end of the "NIC" has an XDP program attached (`ip -d link` shows `xdp`).
+fn nic_has_xdp(nic: &str) -> bool {
+    must(&["ip", "-d", "link", "show", "dev", nic])
+        .split_whitespace()
+        .any(|w| w.starts_with("xdp"))
+}
+
+/// `expose --datapath xdp`: the NIC's XDP program carries TCP both ways and UDP, checksums made
+/// right by hand (48 MB each way arrive whole, sha256; the container sees the client's
+/// address); `unexpose` takes the program off the NIC and the port is back on Docker's path; a
+/// third container publishing on the same address is untouched throughout.
+#[test]
+fn the_xdp_datapath_carries_tcp_and_udp_whole_and_unexpose_restores_dockers_path() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    // An XDP frame carries no checksum state: what the client leaves to offload would arrive
+    // with only the pseudo-header sum in its checksum. A wire delivers complete ones.
+    must(&in_ns(
+        &out.ns.name,
+        &["ethtool", "-K", &out.peer, "tx", "off"],
+    ));
+    let net = world.network("pub", &[]);
+    let (tcp_up, tcp_down, udp, other) = (17030u16, 17031u16, 17032u16, 17033u16);
+    let publish = |host: u16, container: u16, proto: &str| {
+        format!("{}:{host}:{container}/{proto}", out.host_addr)
+    };
+    let (p_up, p_down, p_udp, p_other) = (
+        publish(tcp_up, 7000, "tcp"),
+        publish(tcp_down, 7001, "tcp"),
+        publish(udp, 7002, "udp"),
+        publish(other, 7000, "tcp"),
+    );
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &p_up, "-p", &p_down, "-p", &p_udp],
+        &["iperf3", "-s"],
+    );
+    let third = world.run(
+        "third",
+        &["--network", &net, "-p", &p_other],
+        &["iperf3", "-s"],
+    );
+    let (pid, third_pid) = (world.pid(&web), world.pid(&third));
+    let _udp_echo = Background::spawn(&in_container(pid, &["python3", PEER, "udp-echo", "7002"]));
+
+    let exposed = world.dxdp.run(&[
+        "expose",
+        &web,
+        "--nic",
+        &out.nic,
+        "--bypass-firewall",
+        "--datapath",
+        "xdp",
+    ]);
+    exposed.assert_success();
+    assert!(
+        nic_has_xdp(&out.nic),
+        "expose --datapath xdp should attach XDP to {}",
+        out.nic
+    );
+
+    let echo = out.run(
+        &["python3", PEER, "udp-ask", &out.host_addr, &udp.to_string()],
+        Duration::from_secs(10),
+    );
+    echo.assert_success();
+    assert!(
+        echo.stdout.starts_with(&format!("{}:", out.client_addr)),
+        "the container should see the client's address {}: {echo}",
+        out.client_addr
+    );
+    let (udp_in, udp_out, _) = port_counters(&world, udp, "udp").expect("udp exposed");
+    assert!(
+        udp_in >= 1 && udp_out >= 1,
+        "UDP in {udp_in}, out {udp_out}"
+    );
+
+    let upload = Payload::new("xup", 48);
+    let download = Payload::new("xdown", 48);
+    let received = |tag: &str| PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
+    let _cleanup = Files(vec![received("xup"), received("xdown")]);
+    let target = received("xup").display().to_string();
+    let mut up_server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "receive", "7000", &target],
+    ));
+    let file = download.path.display().to_string();
+    let mut down_server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "serve", &file, "7001"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let file = upload.path.display().to_string();
+    let mut up_client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "send",
+            &file,
+            &out.host_addr,
+            &tcp_up.to_string(),
+        ],
+    ));
+    let got = received("xdown").display().to_string();
+    let mut down_client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &out.host_addr,
+            &tcp_down.to_string(),
+            &got,
+        ],
+    ));
+    for process in [
+        &mut up_client,
+        &mut down_client,
+        &mut up_server,
+        &mut down_server,
+    ] {
+        assert!(
+            process.wait_timeout(Duration::from_secs(60)).is_some(),
+            "a transfer over the xdp datapath did not finish"
+        );
+    }
+    assert_eq!(sha256(&received("xup")), upload.sha, "upload over xdp");
+    assert_eq!(
+        sha256(&received("xdown")),
+        download.sha,
+        "download over xdp"
+    );
+    let (up_in, _, _) = port_counters(&world, tcp_up, "tcp").expect("tcp_up exposed");
+    let (_, down_out, _) = port_counters(&world, tcp_down, "tcp").expect("tcp_down exposed");
+    assert!(
+        up_in > 100 && down_out > 100,
+        "the transfers should take the fast path: in {up_in}, out {down_out}"
+    );
+
+    // The third container's port is Docker's, exposed or not.
+    assert!(port_counters(&world, other, "tcp").is_none());
+    third_carried(&out, third_pid, other, "xthird1");
+
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    assert_eq!(exposed_count(&world), 0);
+    // An unpinned link is released by a kernel workqueue, a moment later.
+    assert!(
+        wait_until(Duration::from_secs(3), || !nic_has_xdp(&out.nic)),
+        "unexpose should take XDP off {}",
+        out.nic
+    );
+    // Back on Docker's path: DNAT and the bridge deliver it, no program of ours counts it.
+    third_carried(&out, pid, tcp_up, "xafter");
+    third_carried(&out, third_pid, other, "xthird2");
+}
+
+/// A 4 MB file sent to the host's `host_port` arrives whole at port 7000 of the container
+/// `pid`, whichever path takes it.
+fn third_carried(out: &Outside, pid: u32, host_port: u16, tag: &str) {
+    let payload = Payload::new(tag, 4);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    let target = got.display().to_string();
+    let mut server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "receive", "7000", &target],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let file = payload.path.display().to_string();
+    out.run(
+        &[
+            "python3",
+            PEER,
+            "send",
+            &file,
+            &out.host_addr,
+            &host_port.to_string(),
+        ],
+        Duration::from_secs(30),
+    )
+    .assert_success();
+    assert!(server.wait_timeout(Duration::from_secs(10)).is_some());
+    assert_eq!(sha256(&got), payload.sha, "{tag}: bytes lost");
 }
 
 /// A rule on the port's path keeps it on Docker's path: `expose` fails naming it and changes
