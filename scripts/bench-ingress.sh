@@ -9,8 +9,6 @@
 #
 # Usage: scripts/bench-ingress.sh [BENCH OPTIONS...]   e.g. --rounds 3 --seconds 5 --json FILE
 #   DXDP=PATH picks the binary (default: target/release/dxdp of this checkout).
-#   --xdp measures `expose --datapath xdp` too, and turns tx checksum offload off on the
-#   client's eth0 for every route (an XDP frame carries no checksum state).
 #   DXBI_CHECK_FIREWALL=1 lets `expose`'s firewall walk decide instead of --bypass-firewall.
 set -euo pipefail
 
@@ -63,15 +61,6 @@ ip addr add "$host_addr/24" dev "$nic"
 ip link set "$nic" up
 ip -n "$ns" addr add "$client_addr/24" dev eth0
 ip -n "$ns" link set eth0 up
-# With --xdp (the XDP variant measured too): an XDP frame carries no checksum state, so the
-# container would drop frames whose checksum the client left to offload; a wire delivers them
-# complete, and so does the client's veth with tx checksumming off, for every route alike.
-for arg in "$@"; do
-    if [[ $arg == --xdp ]]; then
-        ip netns exec "$ns" ethtool -K eth0 tx off >/dev/null
-        log "client eth0: tx checksum offload off (--xdp)"
-    fi
-done
 
 docker network create "$net" >/dev/null
 made_net=1

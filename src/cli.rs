@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    datapath::{Capacity, Choice, IngressDatapath},
+    datapath::{Capacity, Choice},
     endpoint::EndpointSpec,
 };
 
@@ -168,11 +168,6 @@ pub struct ExposeArgs {
     /// path: the fast path skips such rules. Without it, such a port is refused, rule named.
     #[arg(long)]
     pub bypass_firewall: bool,
-    /// Which program takes the packets from the NIC: tc (TCX, the default) or xdp (native XDP
-    /// into the container's veth; an experiment, see docs/ingress.md; the NIC's driver needs
-    /// native XDP and its frames complete checksums).
-    #[arg(long, value_enum, default_value_t = IngressDatapath::Tc)]
-    pub datapath: IngressDatapath,
 }
 
 #[derive(Debug, Args)]
@@ -353,11 +348,6 @@ pub struct BenchIngressArgs {
     /// (see `dxdp expose --bypass-firewall`).
     #[arg(long)]
     pub bypass_firewall: bool,
-    /// Also measure the XDP variant of the fast path (`dxdp expose --datapath xdp`) each round,
-    /// after the tc one. The frames from the NIC need complete checksums: on a veth "NIC",
-    /// turn tx checksum offload off on the client's end (scripts/bench-ingress.sh --xdp does).
-    #[arg(long)]
-    pub xdp: bool,
 }
 
 impl Command {

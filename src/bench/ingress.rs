@@ -26,7 +26,7 @@ use super::{
     table,
 };
 use crate::{
-    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, IngressDatapath, PortMapping},
+    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, PortMapping},
     netlink::Interface,
     netns::NetnsPath,
 };
@@ -266,20 +266,15 @@ pub enum Route {
     Docker,
     /// `dxdp expose`: the NIC's program straight into the container, and back.
     Fast,
-    /// `dxdp expose --datapath xdp`: the NIC's XDP program into the container's veth by
-    /// devmap, the replies as with `Fast` (`bench-ingress --xdp` only).
-    Xdp,
 }
 
 impl Route {
     pub const BOTH: [Route; 2] = [Route::Docker, Route::Fast];
-    pub const WITH_XDP: [Route; 3] = [Route::Docker, Route::Fast, Route::Xdp];
 
     pub fn name(self) -> &'static str {
         match self {
             Route::Docker => "docker",
             Route::Fast => "fast",
-            Route::Xdp => "xdp",
         }
     }
 }
@@ -381,12 +376,10 @@ impl Metric {
 /// Every sample: one per round, route and metric.
 #[derive(Clone, Debug, Default)]
 pub struct Results {
-    samples: [[Vec<f64>; Metric::ALL.len()]; 3],
+    samples: [[Vec<f64>; Metric::ALL.len()]; 2],
     /// Packets the fast path let into the container in each fast round; zero would mean the
     /// round measured Docker's path after all.
     pub fast_packets_per_round: Vec<u64>,
-    /// The same for the XDP variant's rounds (`--xdp`).
-    pub xdp_packets_per_round: Vec<u64>,
 }
 
 impl Results {
@@ -404,21 +397,9 @@ impl Results {
 
     /// The fast path's median over Docker's.
     pub fn ratio(&self, metric: Metric) -> Option<f64> {
-        self.ratio_of(Route::Fast, metric)
-    }
-
-    /// `route`'s median over Docker's.
-    pub fn ratio_of(&self, route: Route, metric: Metric) -> Option<f64> {
         let docker = self.spread(Route::Docker, metric)?.median;
-        let other = self.spread(route, metric)?.median;
-        (docker > 0.0).then(|| other / docker)
-    }
-
-    /// Whether the XDP variant was measured.
-    pub fn has_xdp(&self) -> bool {
-        self.samples[Route::Xdp as usize]
-            .iter()
-            .any(|s| !s.is_empty())
+        let fast = self.spread(Route::Fast, metric)?.median;
+        (docker > 0.0).then(|| fast / docker)
     }
 
     /// Whether the ratio meets the metric's goal; `None` without a goal or a ratio.
@@ -436,14 +417,11 @@ impl Results {
 /// The side-by-side table: one row per metric, Docker's path and the fast path as
 /// `median (min–max)`, their ratio and issue 24's goal.
 pub fn render(results: &Results, rounds: u32) -> String {
-    let xdp = results.has_xdp();
-    let mut header: Vec<String> = ["WORKLOAD", "UNIT", "DOCKER", "FAST", "FAST/DOCKER", "GOAL"]
-        .map(str::to_owned)
-        .to_vec();
-    if xdp {
-        header.extend(["XDP".to_owned(), "XDP/DOCKER".to_owned()]);
-    }
-    let mut rows = vec![header];
+    let mut rows = vec![
+        ["WORKLOAD", "UNIT", "DOCKER", "FAST", "FAST/DOCKER", "GOAL"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
     for m in Metric::ALL {
         let goal = match (m.goal(), results.met(m)) {
             (None, _) => String::new(),
@@ -457,19 +435,14 @@ pub fn render(results: &Results, rounds: u32) -> String {
                 }
             ),
         };
-        let mut row = vec![
+        rows.push(vec![
             m.label().to_owned(),
             m.unit().to_owned(),
             table::cell(results.spread(Route::Docker, m)),
             table::cell(results.spread(Route::Fast, m)),
             table::ratio(results.ratio(m)),
             goal,
-        ];
-        if xdp {
-            row.push(table::cell(results.spread(Route::Xdp, m)));
-            row.push(table::ratio(results.ratio_of(Route::Xdp, m)));
-        }
-        rows.push(row);
+        ]);
     }
     let ranges = if rounds > 1 {
         format!("; ranges are min–max over {rounds} rounds")
@@ -478,13 +451,8 @@ pub fn render(results: &Results, rounds: u32) -> String {
     };
     format!(
         "{}\nmedians{ranges}; FAST/DOCKER is the fast path's median over Docker's: higher is \
-         better for rates, lower for latency{}\n",
-        table::align(&rows),
-        if xdp {
-            "; XDP is `expose --datapath xdp`, XDP/DOCKER its median over Docker's"
-        } else {
-            ""
-        }
+         better for rates, lower for latency\n",
+        table::align(&rows)
     )
 }
 
@@ -493,8 +461,6 @@ pub fn render(results: &Results, rounds: u32) -> String {
 pub struct Plan {
     pub rounds: u32,
     pub seconds: u32,
-    /// Also the XDP variant, each round after the tc fast path.
-    pub xdp: bool,
 }
 
 impl Plan {
@@ -502,8 +468,7 @@ impl Plan {
     /// `seconds` and a second or so of start-up.
     pub fn estimate(&self) -> Duration {
         let per_route = u64::from(self.seconds) * 7 + 8;
-        let routes = if self.xdp { 3 } else { 2 };
-        Duration::from_secs(per_route * routes * u64::from(self.rounds) + 10)
+        Duration::from_secs(per_route * 2 * u64::from(self.rounds) + 10)
     }
 }
 
@@ -895,25 +860,16 @@ pub fn run(
     mut tell: impl FnMut(Step<'_>),
 ) -> Result<Results> {
     let mut results = Results::default();
-    let routes: &[Route] = if plan.xdp {
-        &Route::WITH_XDP
-    } else {
-        &Route::BOTH
-    };
     for round in 1..=plan.rounds {
-        for &route in routes {
+        for route in Route::BOTH {
             check_interrupted()?;
             exposure.set(route)?;
             let carried_before = exposure.carried()?;
             let at = format!("round {round}/{}: {}", plan.rounds, route.name());
             clients.measure(&at, |m, v| results.push(route, m, v), &mut tell)?;
-            if route != Route::Docker {
+            if route == Route::Fast {
                 let carried = exposure.carried()?.saturating_sub(carried_before);
-                if route == Route::Xdp {
-                    results.xdp_packets_per_round.push(carried);
-                } else {
-                    results.fast_packets_per_round.push(carried);
-                }
+                results.fast_packets_per_round.push(carried);
                 if carried == 0 {
                     tell(Step::Note(&format!(
                         "{at}: warning: the fast path let no packet in, so these numbers are \
@@ -985,14 +941,7 @@ impl ExposureSwitch {
 
     pub fn set(&mut self, route: Route) -> Result<()> {
         match route {
-            Route::Fast => self.expose(&ExposurePlan {
-                datapath: IngressDatapath::Tc,
-                ..self.plan.clone()
-            }),
-            Route::Xdp => self.expose(&ExposurePlan {
-                datapath: IngressDatapath::Xdp,
-                ..self.plan.clone()
-            }),
+            Route::Fast => self.expose(&self.plan.clone()),
             Route::Docker => self.unexpose(),
         }
     }

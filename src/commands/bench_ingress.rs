@@ -35,7 +35,6 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     let plan = Plan {
         rounds: args.rounds,
         seconds: args.seconds,
-        xdp: args.xdp,
     };
     if !nix::unistd::geteuid().is_root() {
         bail!("dxdp bench-ingress must run as root: it enters namespaces and exposes ports");
@@ -237,8 +236,6 @@ struct JsonReport<'a> {
     host_load: HostLoad,
     metrics: Vec<JsonMetric>,
     fast_path_packets_per_round: &'a [u64],
-    #[serde(skip_serializing_if = "<[u64]>::is_empty")]
-    xdp_path_packets_per_round: &'a [u64],
 }
 
 #[derive(Serialize)]
@@ -250,11 +247,6 @@ struct JsonMetric {
     docker: JsonRoute,
     fast: JsonRoute,
     fast_over_docker: Option<f64>,
-    /// `expose --datapath xdp` (`bench-ingress --xdp`); absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    xdp: Option<JsonRoute>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    xdp_over_docker: Option<f64>,
     /// Issue 24's bound on `fast_over_docker`: at least (rates) or at most (latency).
     goal: Option<f64>,
     goal_met: Option<bool>,
@@ -296,14 +288,11 @@ impl<'a> JsonReport<'a> {
                     docker: route(Route::Docker, m),
                     fast: route(Route::Fast, m),
                     fast_over_docker: results.ratio(m),
-                    xdp: results.has_xdp().then(|| route(Route::Xdp, m)),
-                    xdp_over_docker: results.ratio_of(Route::Xdp, m),
                     goal: m.goal(),
                     goal_met: results.met(m),
                 })
                 .collect(),
             fast_path_packets_per_round: &results.fast_packets_per_round,
-            xdp_path_packets_per_round: &results.xdp_packets_per_round,
         }
     }
 }

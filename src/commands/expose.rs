@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, IngressDatapath, Origin},
+    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, Origin},
     docker::{Container, Docker, PublishedPort},
     firewall::Ruleset,
     netlink::{self, Interface},
@@ -107,14 +107,12 @@ pub(super) fn prepare(
         ports: mappings.into_iter().map(|(m, _)| m).collect(),
         origin: Origin::Manual,
         bypass_firewall,
-        datapath: IngressDatapath::Tc,
     })
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let mut plan = prepare(&args.container, &args.nics, args.bypass_firewall, &host)?;
-    plan.datapath = args.datapath;
+    let plan = prepare(&args.container, &args.nics, args.bypass_firewall, &host)?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     datapath.upgrade_programs()?;
     datapath.collect_garbage(&host)?;

@@ -318,10 +318,7 @@ pub(super) fn tcx_ingress(ifname: &str) -> Result<Vec<ProgramInfo>> {
         .1)
 }
 
-pub(super) fn program<'e>(
-    ebpf: &'e mut Ebpf,
-    name: &str,
-) -> Result<&'e mut aya::programs::Program> {
+fn program<'e>(ebpf: &'e mut Ebpf, name: &str) -> Result<&'e mut aya::programs::Program> {
     ebpf.program_mut(name)
         .ok_or_else(|| anyhow!("eBPF object lacks program {name}"))
 }

@@ -13,9 +13,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
-    programs::{SchedClassifier, Xdp, XdpMode, links::FdLink},
+    programs::SchedClassifier,
 };
-use aya_obj::programs::xdp::XdpAttachType;
 use dxdp_common::{
     FIREWALL_BYPASSED, MacAddr,
     ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names},
@@ -52,18 +51,6 @@ pub struct Exposure<'a> {
     pub ports: &'a [PortMapping],
     pub origin: Origin,
     pub bypass_firewall: bool,
-    /// Which program takes the packets from the NIC.
-    pub datapath: IngressDatapath,
-}
-
-/// The NIC's half of an exposure: `dxdp_ingress` on TCX (the default) or `dxdp_ingress_xdp` on
-/// native XDP (`dxdp expose --datapath xdp`, an experiment: docs/ingress.md says where it
-/// stands). One NIC takes one of them: exposing with the other moves the NIC over.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum IngressDatapath {
-    #[default]
-    Tc,
-    Xdp,
 }
 
 /// An [`Exposure`] that owns its parts: what `expose` writes for a container, kept to write it
@@ -76,7 +63,6 @@ pub struct ExposurePlan {
     pub ports: Vec<PortMapping>,
     pub origin: Origin,
     pub bypass_firewall: bool,
-    pub datapath: IngressDatapath,
 }
 
 impl ExposurePlan {
@@ -88,7 +74,6 @@ impl ExposurePlan {
             ports: &self.ports,
             origin: self.origin,
             bypass_firewall: self.bypass_firewall,
-            datapath: self.datapath,
         }
     }
 }
@@ -269,20 +254,18 @@ fn same_target(a: &PortTarget, b: &PortTarget) -> bool {
         == (b.addr, b.veth_ifindex, b.port, b.mac, b.gateway_mac)
 }
 
-/// The programs, pinned once and attached through pinned TCX (or XDP) links.
+/// The two programs, pinned once and attached through pinned TCX links.
 struct PortPrograms<'p> {
     pins: &'p Pins,
     ingress: SchedClassifier,
     reply: SchedClassifier,
-    ingress_xdp: Xdp,
 }
 
-/// Which of the programs, and so which attachment pin.
+/// Which of the two programs, and so which attachment pin.
 #[derive(Clone, Copy)]
 enum Role {
     Ingress,
     Reply,
-    IngressXdp,
 }
 
 impl Role {
@@ -290,7 +273,6 @@ impl Role {
         match self {
             Role::Ingress => names::INGRESS_PROGRAM,
             Role::Reply => names::REPLY_PROGRAM,
-            Role::IngressXdp => names::INGRESS_XDP_PROGRAM,
         }
     }
 
@@ -299,12 +281,10 @@ impl Role {
         match self {
             Role::Ingress => "ingress",
             Role::Reply => "reply",
-            Role::IngressXdp => "xdpingress",
         }
     }
 
-    /// `links/ingress-IFINDEX` (or `links/xdpingress-IFINDEX`) on a NIC, `links/reply-IFINDEX`
-    /// on a veth.
+    /// `links/ingress-IFINDEX` on a NIC, `links/reply-IFINDEX` on a veth.
     fn pin(self, pins: &Pins, ifindex: u32) -> PathBuf {
         pins.links().join(format!("{}-{ifindex}", self.name()))
     }
@@ -317,49 +297,11 @@ impl<'p> PortPrograms<'p> {
         };
         let ingress = load(Role::Ingress)?;
         let reply = load(Role::Reply)?;
-        let xdp_pin = pins.progs().join(Role::IngressXdp.program());
-        if !xdp_pin.exists() {
-            let prog: &mut Xdp = attach::program(ebpf, Role::IngressXdp.program())?.try_into()?;
-            prog.load().with_context(|| {
-                format!("the kernel refused dxdp's {}", Role::IngressXdp.program())
-            })?;
-            prog.pin(&xdp_pin)?;
-        }
-        let ingress_xdp = Xdp::from_pin(&xdp_pin, XdpAttachType::Interface)?;
         Ok(Self {
             pins,
             ingress,
             reply,
-            ingress_xdp,
         })
-    }
-
-    /// Attaches the XDP program to the NIC (native mode, through a pinned link) unless its
-    /// pinned attachment is there.
-    fn attach_xdp(&mut self, ifindex: u32, ifname: &str) -> Result<bool> {
-        let path = Role::IngressXdp.pin(self.pins, ifindex);
-        if path.exists() {
-            return Ok(false);
-        }
-        let id = self
-            .ingress_xdp
-            .attach_to_if_index(ifindex, XdpMode::Driver)
-            .with_context(|| {
-                format!(
-                    "cannot attach {} to {ifname} in native mode; its driver needs native XDP \
-                     (or expose with --datapath tc)",
-                    Role::IngressXdp.program()
-                )
-            })?;
-        let link: FdLink = self.ingress_xdp.take_link(id)?.try_into().map_err(|_| {
-            anyhow!(
-                "{ifname}: XDP was attached through netlink, which cannot be pinned; dxdp needs \
-                 bpf_link XDP attach (Linux 5.9+)"
-            )
-        })?;
-        link.pin(&path)
-            .with_context(|| format!("cannot pin {}", path.display()))?;
-        Ok(true)
     }
 
     /// Attaches `role`'s program to the device unless its pinned attachment is there.
@@ -368,7 +310,6 @@ impl<'p> PortPrograms<'p> {
         let prog = match role {
             Role::Ingress => &mut self.ingress,
             Role::Reply => &mut self.reply,
-            Role::IngressXdp => return self.attach_xdp(ifindex, ifname),
         };
         let id = prog.info()?.id();
         let attached =
@@ -392,28 +333,6 @@ impl<'p> PortPrograms<'p> {
             .with_context(|| format!("cannot pin {}", path.display()))?;
         Ok(true)
     }
-}
-
-/// Turns GRO on on the container's side of its veth (if it is off), which gives it the NAPI
-/// instance that frames redirected into the host veth by XDP are queued to. Left on after
-/// unexpose: GRO on a veth changes no packet, only how they are batched.
-fn enable_gro(ep: &Endpoint) -> Result<()> {
-    use crate::ethtool::{self, Feature};
-    let ifname = ep.ifname.clone();
-    ep.netns
-        .run(move || {
-            if !ethtool::get(&ifname, Feature::Gro)? {
-                ethtool::set(&ifname, Feature::Gro, true)?;
-            }
-            Ok(())
-        })
-        .with_context(|| {
-            format!(
-                "cannot turn GRO on on {}'s {} for the xdp datapath (its frames need NAPI there); \
-                 expose with --datapath tc",
-                ep.label, ep.ifname
-            )
-        })
 }
 
 /// Unpins (so detaches) `role`'s attachment on `ifindex`.
@@ -533,18 +452,8 @@ impl Datapath {
             .iter()
             .map(|m| (m.nic_ifindex, m.nic.as_str()))
             .collect();
-        if e.datapath == IngressDatapath::Xdp {
-            // veth's ndo_xdp_xmit queues a frame for its peer's NAPI, which runs only with an
-            // XDP program or GRO on the peer: without it every frame would be dropped.
-            enable_gro(e.endpoint)?;
-        }
-        let (wanted_role, other_role) = match e.datapath {
-            IngressDatapath::Tc => (Role::Ingress, Role::IngressXdp),
-            IngressDatapath::Xdp => (Role::IngressXdp, Role::Ingress),
-        };
         for (ifindex, name) in nics {
-            detach(&self.pins, other_role, ifindex)?;
-            programs.attach(wanted_role, ifindex, name)?;
+            programs.attach(Role::Ingress, ifindex, name)?;
         }
         if added > 0 {
             info!(
@@ -691,11 +600,9 @@ impl Datapath {
             .iter()
             .map(|(k, _)| k.nic_ifindex)
             .collect();
-        for role in [Role::Ingress, Role::IngressXdp] {
-            for nic in attachment_pins(&self.pins, role)? {
-                if !in_use.contains(&nic) {
-                    detach(&self.pins, role, nic)?;
-                }
+        for nic in attachment_pins(&self.pins, Role::Ingress)? {
+            if !in_use.contains(&nic) {
+                detach(&self.pins, Role::Ingress, nic)?;
             }
         }
         Ok(())

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 
 use super::{Which, links::Scope, pass::Shared};
 use crate::{
-    datapath::{ExposedPort, Exposure, IngressDatapath, Origin, PortMapping},
+    datapath::{ExposedPort, Exposure, Origin, PortMapping},
     docker::Container,
     endpoint::Endpoint,
     labels,
@@ -216,7 +216,6 @@ pub(super) fn apply(
             ports: &w.ports,
             origin: Origin::Watch,
             bypass_firewall: w.bypass_firewall,
-            datapath: IngressDatapath::Tc,
         };
         match table.expose(&exposure) {
             Ok(_) => {

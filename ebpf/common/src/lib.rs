@@ -246,7 +246,6 @@ pub mod ingress {
         pub const OWNERS: &str = "DXDP_PORT_OWNERS";
         pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
         pub const REPLY_PROGRAM: &str = "dxdp_reply";
-        pub const INGRESS_XDP_PROGRAM: &str = "dxdp_ingress_xdp";
     }
 
     pub const DEFAULT_MAX_PORTS: u32 = 16384;

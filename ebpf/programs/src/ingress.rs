@@ -10,20 +10,17 @@
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
-use core::ffi::c_void;
-
 use aya_ebpf::{
     bindings::{
         BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR, BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT,
-        TC_ACT_UNSPEC, bpf_fib_lookup, xdp_action,
+        TC_ACT_UNSPEC, bpf_fib_lookup,
     },
     helpers::generated::{
         bpf_csum_diff, bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect_neigh,
-        bpf_xdp_get_buff_len,
     },
-    programs::{TcContext, XdpContext},
+    programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortTarget};
+use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
 
 use crate::{
     maps::{FLOWS, PORT_VETHS, PORTS},
@@ -93,7 +90,9 @@ impl Packet {
 /// Parses an unfragmented IPv4 packet without options, or an IPv6 packet whose next header is
 /// TCP or UDP, carrying TCP or UDP; `None` for anything else.
 #[inline(always)]
-fn parse(start: usize, end: usize) -> Option<Packet> {
+fn parse(ctx: &TcContext) -> Option<Packet> {
+    let start = ctx.data();
+    let end = ctx.data_end();
     if start + ETH_HLEN > end {
         return None;
     }
@@ -189,38 +188,11 @@ fn handshake(proto: u8, l4: usize, end: usize) -> Option<(bool, bool)> {
 /// TCX ingress on a NIC: an exposed port's packets go straight into their container.
 #[inline(always)]
 pub fn ingress(ctx: &TcContext) -> i32 {
-    let Some(packet) = parse(ctx.data(), ctx.data_end()) else {
+    let Some(packet) = parse(ctx) else {
         return TC_ACT_UNSPEC;
     };
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let Some(target) = admit(ctx.skb.skb as *mut c_void, &packet, nic_ifindex) else {
-        return TC_ACT_UNSPEC;
-    };
-    // SAFETY: this CPU's copy of the value; nothing else writes it now.
-    let target = unsafe { &mut *target };
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&target.mac);
-    macs[6..].copy_from_slice(&target.gateway_mac);
-    if translate(ctx, &packet, false, &target.addr, target.port).is_err()
-        || ctx.store(0, &macs, 0).is_err()
-    {
-        // Half rewritten (the helpers fail only on memory pressure): a frame that cannot be
-        // delivered as translated must not reach the stack either.
-        return TC_ACT_SHOT;
-    }
-    target.in_packets += 1;
-    target.in_bytes += ctx.len() as u64;
-    // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
-    unsafe { aya_ebpf::helpers::generated::bpf_redirect_peer(target.veth_ifindex, 0) as i32 }
-}
-
-/// Whether the packet, arrived on the NIC `nic_ifindex`, belongs to an exposed port's admitted
-/// connection (a known one, or a new one it opens): that port's target, or `None` (counted as
-/// passed) for the stack. `fib_ctx` is the program's context, for the FIB lookup. Shared by the
-/// tc and the XDP program.
-#[inline(always)]
-fn admit(fib_ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> Option<*mut PortTarget> {
     let key = PortKey {
         nic_ifindex,
         port: packet.dport,
@@ -228,9 +200,11 @@ fn admit(fib_ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> Option<*mut
         _pad: 0,
         addr: packet.dst,
     };
-    let target_ptr = PORTS.get_ptr_mut(key)?;
+    let Some(target) = PORTS.get_ptr_mut(key) else {
+        return TC_ACT_UNSPEC;
+    };
     // SAFETY: this CPU's copy of the value; nothing else writes it now.
-    let target = unsafe { &mut *target_ptr };
+    let target = unsafe { &mut *target };
     let flow = FlowKey::new(
         target.veth_ifindex,
         packet.proto,
@@ -251,7 +225,7 @@ fn admit(fib_ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> Option<*mut
             // went). So does a client the host does not route back through this NIC.
             None => {
                 packet.opens
-                    && routes_back(fib_ctx, packet, nic_ifindex)
+                    && routes_back(ctx, &packet, nic_ifindex)
                     && FLOWS
                         .insert(
                             flow,
@@ -266,124 +240,29 @@ fn admit(fib_ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> Option<*mut
         };
     if !admitted {
         target.passed_packets += 1;
-        return None;
+        return TC_ACT_UNSPEC;
     }
-    Some(target_ptr)
-}
-
-/// Native XDP on a NIC (`dxdp expose --datapath xdp`): the same match and admission as
-/// [`ingress`], the destination rewritten with checksums updated by hand (RFC 1624: XDP has no
-/// checksum helpers), and the frame handed by `bpf_redirect_map` to the container's host veth,
-/// whose `ndo_xdp_xmit` queues it for the container's eth0 (which needs NAPI: GRO on).
-///
-/// An XDP frame carries no checksum state: the receiver verifies the layer-4 checksum in full,
-/// so a frame whose checksum a local sender left to offload (CHECKSUM_PARTIAL: only the
-/// pseudo-header sum is in the field) is dropped there. Frames from a wire are complete; on a
-/// veth "NIC", the sending end needs tx checksum offload off.
-#[inline(always)]
-pub fn ingress_xdp(ctx: &XdpContext) -> u32 {
-    let (start, end) = (ctx.data(), ctx.data_end());
-    let Some(packet) = parse(start, end) else {
-        return xdp_action::XDP_PASS;
-    };
-    let nic_ifindex = ctx.ingress_ifindex() as u32;
-    let Some(target) = admit(ctx.ctx as *mut c_void, &packet, nic_ifindex) else {
-        return xdp_action::XDP_PASS;
-    };
-    // SAFETY: this CPU's copy of the value; nothing else writes it now.
-    let target = unsafe { &mut *target };
-    if rewrite_destination(start, end, &packet, &target.addr, target.port).is_none() {
-        // A TCP header cut short of its checksum: the stack says what that is.
-        target.passed_packets += 1;
-        return xdp_action::XDP_PASS;
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&target.mac);
+    macs[6..].copy_from_slice(&target.gateway_mac);
+    if translate(ctx, &packet, false, &target.addr, target.port).is_err()
+        || ctx.store(0, &macs, 0).is_err()
+    {
+        // Half rewritten (the helpers fail only on memory pressure): a frame that cannot be
+        // delivered as translated must not reach the stack either.
+        return TC_ACT_SHOT;
     }
-    // SAFETY: bounds-checked by `parse` (the Ethernet header is there).
-    let eth = unsafe { &mut *(start as *mut [u8; 12]) };
-    eth[..6].copy_from_slice(&target.mac);
-    eth[6..].copy_from_slice(&target.gateway_mac);
     target.in_packets += 1;
-    // SAFETY: a plain helper call on this program's own context.
-    target.in_bytes += unsafe { bpf_xdp_get_buff_len(ctx.ctx) };
-    // Rewritten already: a veth gone since `admit` looked drops the frame (the low bits of the
-    // flags are the action on a miss) rather than handing the stack a half-translated one.
-    match PORT_VETHS.redirect(target.veth_ifindex, u64::from(xdp_action::XDP_DROP)) {
-        Ok(action) | Err(action) => action,
-    }
-}
-
-/// A pointer to `N` bytes of the frame at `off`, or `None` past its end.
-#[inline(always)]
-fn bytes_at<const N: usize>(start: usize, end: usize, off: usize) -> Option<&'static mut [u8; N]> {
-    if start + off + N > end {
-        return None;
-    }
-    // SAFETY: bounds-checked against data_end just above; the frame outlives the program run.
-    Some(unsafe { &mut *((start + off) as *mut [u8; N]) })
-}
-
-/// RFC 1624 (eqn. 3): the checksum `csum` after the 16-bit words `old` became `new`, in
-/// one's-complement arithmetic (byte order does not matter as long as it is one).
-#[inline(always)]
-fn csum_update<const N: usize>(csum: [u8; 2], old: &[u8; N], new: &[u8; N]) -> [u8; 2] {
-    let mut sum = u32::from(!u16::from_be_bytes(csum));
-    let mut i = 0;
-    while i + 1 < N {
-        sum += u32::from(!u16::from_be_bytes([old[i], old[i + 1]]));
-        sum += u32::from(u16::from_be_bytes([new[i], new[i + 1]]));
-        i += 2;
-    }
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    (!(sum as u16)).to_be_bytes()
-}
-
-/// [`translate`]'s destination half for XDP, by hand: the IPv4 header checksum, and the
-/// layer-4 checksum over the pseudo-header's address and the port. A UDP checksum of zero
-/// (none, IPv4 only) stays zero; one that comes out zero is sent as 0xffff (RFC 768).
-#[inline(always)]
-fn rewrite_destination(
-    start: usize,
-    end: usize,
-    packet: &Packet,
-    addr: &[u8; 16],
-    port: u16,
-) -> Option<()> {
-    let csum = bytes_at::<2>(start, end, packet.l4_csum)?;
-    let udp = packet.proto == PROTO_UDP;
-    let no_l4_csum = udp && *csum == [0, 0];
-    let old_port = packet.dport.to_be_bytes();
-    let new_port = port.to_be_bytes();
-    let mut l4 = *csum;
-    if packet.v6 {
-        l4 = csum_update(l4, &packet.dst, addr);
-        *bytes_at::<16>(start, end, packet.addr_offset(false))? = *addr;
-    } else {
-        let mut old = [0u8; 4];
-        old.copy_from_slice(&packet.dst[12..16]);
-        let mut new = [0u8; 4];
-        new.copy_from_slice(&addr[12..16]);
-        let ip_csum = bytes_at::<2>(start, end, packet.l3 + 10)?;
-        *ip_csum = csum_update(*ip_csum, &old, &new);
-        l4 = csum_update(l4, &old, &new);
-        *bytes_at::<4>(start, end, packet.addr_offset(false))? = new;
-    }
-    l4 = csum_update(l4, &old_port, &new_port);
-    *bytes_at::<2>(start, end, packet.port_offset(false))? = new_port;
-    if !no_l4_csum {
-        if udp && l4 == [0, 0] {
-            l4 = [0xff, 0xff];
-        }
-        // Reborrowed: the frame's bytes did not move.
-        *bytes_at::<2>(start, end, packet.l4_csum)? = l4;
-    }
-    Some(())
+    target.in_bytes += ctx.len() as u64;
+    // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
+    unsafe { aya_ebpf::helpers::generated::bpf_redirect_peer(target.veth_ifindex, 0) as i32 }
 }
 
 /// TCX ingress on an exposed container's host veth: replies of the connections `ingress` let in
 /// leave through the NIC they came from, as from the published address and port.
 #[inline(always)]
 pub fn reply(ctx: &TcContext) -> i32 {
-    let Some(packet) = parse(ctx.data(), ctx.data_end()) else {
+    let Some(packet) = parse(ctx) else {
         return TC_ACT_UNSPEC;
     };
     // SAFETY: as in `ingress`.
@@ -439,7 +318,7 @@ fn now() -> u64 {
 /// Whether the host routes the client's address back out of the NIC the packet came in on: only
 /// then can the replies leave there, as the stack would send them. Asked once per connection.
 #[inline(always)]
-fn routes_back(ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> bool {
+fn routes_back(ctx: &TcContext, packet: &Packet, nic_ifindex: u32) -> bool {
     // SAFETY: plain data; every field the lookup reads is set below or zero.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
     params.l4_protocol = packet.proto;
@@ -458,7 +337,7 @@ fn routes_back(ctx: *mut c_void, packet: &Packet, nic_ifindex: u32) -> bool {
     // SAFETY: the helper reads and writes `params`, which lives on this stack frame.
     let rc = unsafe {
         fib_lookup(
-            ctx,
+            ctx.skb.skb as *mut _,
             &mut params,
             core::mem::size_of::<bpf_fib_lookup>() as i32,
             BPF_FIB_LOOKUP_SKIP_NEIGH,

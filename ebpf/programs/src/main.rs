@@ -51,14 +51,6 @@ pub fn dxdp_ingress(ctx: TcContext) -> i32 {
     ingress::ingress(&ctx)
 }
 
-/// Native XDP on a NIC (`dxdp expose --datapath xdp`): [`dxdp_ingress`] as XDP, into the
-/// container's host veth through `DXDP_PORT_VETHS` (see `ingress::ingress_xdp`). Multi-buffer
-/// aware, like [`dxdp_xdp`]: only the headers in the first buffer are read.
-#[xdp(frags)]
-pub fn dxdp_ingress_xdp(ctx: XdpContext) -> u32 {
-    ingress::ingress_xdp(&ctx)
-}
-
 /// TCX ingress on an exposed container's host veth: replies of the connections `dxdp_ingress`
 /// let in leave through their NIC, translated back.
 #[classifier]
