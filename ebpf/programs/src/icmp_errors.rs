@@ -17,11 +17,13 @@ use aya_ebpf::{
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP, PortKey};
+use dxdp_common::ingress::{PROTO_TCP, PROTO_UDP};
 
 use crate::{
-    ingress::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, into_container, now, words},
-    maps::{FLOWS, PORT_VETHS, PORTS},
+    ingress::{
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, now, words,
+    },
+    maps::{FLOWS, PORT_VETHS},
     verdict::v4_mapped,
 };
 
@@ -71,24 +73,10 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
     let Some(q) = parse(ctx) else {
         return TC_ACT_UNSPEC;
     };
-    let key = PortKey {
-        nic_ifindex,
-        port: q.sport,
-        proto: q.proto,
-        _pad: 0,
-        addr: q.src,
-    };
-    let Some(target) = PORTS.get_ptr_mut(key) else {
+    let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, (q.src, q.sport), (q.dst, q.dport))
+    else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: this CPU's copy of the value; nothing else writes it now.
-    let target = unsafe { &mut *target };
-    let flow = FlowKey::new(
-        target.veth_ifindex,
-        q.proto,
-        (target.addr, target.port),
-        (q.dst, q.dport),
-    );
     // Only a connection the fast path carries: any other's errors are conntrack's to translate.
     let Some(known) = FLOWS.get_ptr_mut(flow) else {
         return TC_ACT_UNSPEC;

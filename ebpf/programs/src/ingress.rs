@@ -196,24 +196,14 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     let Some(packet) = parse(ctx) else {
         return icmp_errors::ingress(ctx, nic_ifindex);
     };
-    let key = PortKey {
+    let Some((key, target, flow)) = exposed(
         nic_ifindex,
-        port: packet.dport,
-        proto: packet.proto,
-        _pad: 0,
-        addr: packet.dst,
-    };
-    let Some(target) = PORTS.get_ptr_mut(key) else {
+        packet.proto,
+        (packet.dst, packet.dport),
+        (packet.src, packet.sport),
+    ) else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: this CPU's copy of the value; nothing else writes it now.
-    let target = unsafe { &mut *target };
-    let flow = FlowKey::new(
-        target.veth_ifindex,
-        packet.proto,
-        (target.addr, target.port),
-        (packet.src, packet.sport),
-    );
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either.
     let admitted = PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
@@ -247,6 +237,34 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     }
     let translated = translate(ctx, &packet, false, &target.addr, target.port);
     into_container(ctx, target, translated)
+}
+
+/// The exposed port at `published` (address, port) for `proto` on the NIC, and the key of
+/// `client`'s connection to its container; `None` if nothing is exposed there.
+#[inline(always)]
+pub(crate) fn exposed(
+    nic_ifindex: u32,
+    proto: u8,
+    published: ([u8; 16], u16),
+    client: ([u8; 16], u16),
+) -> Option<(PortKey, &'static mut PortTarget, FlowKey)> {
+    let key = PortKey {
+        nic_ifindex,
+        port: published.1,
+        proto,
+        _pad: 0,
+        addr: published.0,
+    };
+    let target = PORTS.get_ptr_mut(key)?;
+    // SAFETY: this CPU's copy of the value, valid for this invocation; nothing else writes it.
+    let target = unsafe { &mut *target };
+    let flow = FlowKey::new(
+        target.veth_ifindex,
+        proto,
+        (target.addr, target.port),
+        client,
+    );
+    Some((key, target, flow))
 }
 
 /// A packet `translated` for `target`'s container gets the container's MAC as destination and
