@@ -195,12 +195,14 @@ pub fn published_port<'a>(
 /// The rules that now keep a pinned exposed port on Docker's path, in one line (`None` if none
 /// does, or if its container's veth is gone: garbage collection takes such entries). The same
 /// walk as before exposing, on what the pinned record says: a rule added since, or Docker's
-/// DNAT for the port gone, is named.
+/// DNAT for the port gone, is named. `marks` holds each NIC's [`arriving_mark`], asked once per
+/// NIC however many ports it carries.
 pub fn pinned_port_blockers(
     rules: &firewall::RulesetCache,
     port: &ExposedPort,
     host: &[Interface],
     outside: &[(IpAddr, u8)],
+    marks: &mut std::collections::BTreeMap<u32, Option<u32>>,
 ) -> Result<Option<String>> {
     let name = |index: u32| host.iter().find(|i| i.index == index);
     let Some(veth) = name(port.veth_ifindex) else {
@@ -209,7 +211,9 @@ pub fn pinned_port_blockers(
     let bridge = veth.master.and_then(name).map_or("", |b| b.name.as_str());
     let nic = name(port.nic_ifindex).map_or("", |n| n.name.as_str());
     let walked = firewall::PublishedPort {
-        arriving_mark: arriving_mark(port.nic_ifindex, nic),
+        arriving_mark: *marks
+            .entry(port.nic_ifindex)
+            .or_insert_with(|| arriving_mark(port.nic_ifindex, nic)),
         nic,
         host_addrs: std::slice::from_ref(&port.host_addr),
         transport: if port.protocol == "udp" {

@@ -761,12 +761,18 @@ impl Clients {
             (true, Some(pid)) => Some(Pinned::to(pid, PINNED_CPU)?),
             (true, None) => bail!("the sockperf server's process is not known; cannot pin it"),
         };
-        let pin = format!("{PINNED_CPU}");
-        let taskset = ["taskset", "-c", &pin, "sockperf"];
-        let args: Vec<String> = taskset[usize::from(!one_cpu) * 3..]
+        let pin = PINNED_CPU.to_string();
+        // The client joins the server's CPU under taskset, which execs sockperf there.
+        let taskset: &[&str] = if one_cpu {
+            &["taskset", "-c", &pin]
+        } else {
+            &[]
+        };
+        let argv: Vec<String> = taskset
             .iter()
             .copied()
             .chain([
+                "sockperf",
                 "pp",
                 "--tcp",
                 "-i",
@@ -779,7 +785,7 @@ impl Clients {
             ])
             .map(str::to_owned)
             .collect();
-        let (program, args) = args.split_first().expect("sockperf or taskset");
+        let (program, args) = argv.split_first().expect("sockperf or taskset");
         parse_sockperf(&self.run(program, args, self.limit())?)
     }
 

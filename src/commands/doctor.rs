@@ -559,11 +559,13 @@ fn exposures(
             .map(|addrs| ports::container_prefixes(host, &addrs))
             .unwrap_or_default();
         let mut reported = std::collections::BTreeSet::new();
+        let mut marks = std::collections::BTreeMap::new();
         for p in exposed.iter().filter(|p| !p.bypasses_firewall) {
             if reported.contains(&p.veth_ifindex) {
                 continue;
             }
-            if let Ok(Some(why)) = ports::pinned_port_blockers(rules, p, host, &outside) {
+            if let Ok(Some(why)) = ports::pinned_port_blockers(rules, p, host, &outside, &mut marks)
+            {
                 reported.insert(p.veth_ifindex);
                 out.push(check(
                     Verdict::Fail,

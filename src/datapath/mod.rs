@@ -546,7 +546,6 @@ impl Datapath {
         state::Maps::new(&mut self.ebpf)?.managed()
     }
 
-    /// Other tools' programs on managed veths, as (veth name, description).
     /// Whether anything on `nic`'s ingress before netfilter may set a packet's mark: a TCX
     /// program other than dxdp's own `dxdp_ingress` (which only ever redirects), or a classic tc
     /// filter (`cls_bpf`, `action skbedit mark`, …). What cannot be read counts as "may".
@@ -565,6 +564,7 @@ impl Datapath {
         !matches!((tcx_foreign, classic), (Ok(false), Ok(false)))
     }
 
+    /// Other tools' programs on managed veths, as (veth name, description).
     pub fn foreign_programs(&mut self, host: &[Interface]) -> Result<Vec<(String, String)>> {
         let managed = self.interfaces()?;
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;

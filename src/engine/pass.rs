@@ -272,26 +272,18 @@ fn expose_ports<H: Host>(
         && pinned
             .iter()
             .any(|p| p.origin == Origin::Manual && !p.bypasses_firewall);
-    if !labeled && !by_hand {
-        let scope = seen.update(&ports::PortPlan::default(), which);
-        return ports::apply(
-            table,
-            &pinned,
-            &Default::default(),
-            &Default::default(),
-            &scope,
-        );
-    }
-    let ingress = host.ingress(shared.host, labeled)?;
-    let plan = if labeled {
-        ports::plan(shared, containers, &ingress)?
+    let ingress = if labeled || by_hand {
+        Some(host.ingress(shared.host, labeled)?)
     } else {
-        ports::PortPlan::default()
+        None
     };
-    let covered = if by_hand {
-        ports::covered_by_hand(shared, &pinned, &ingress)?
-    } else {
-        Default::default()
+    let plan = match &ingress {
+        Some(ingress) if labeled => ports::plan(shared, containers, ingress)?,
+        _ => ports::PortPlan::default(),
+    };
+    let covered = match &ingress {
+        Some(ingress) if by_hand => ports::covered_by_hand(shared, &pinned, ingress)?,
+        _ => Default::default(),
     };
     let scope = seen.update(&plan, which);
     ports::apply(table, &pinned, &plan.wanted, &covered, &scope)

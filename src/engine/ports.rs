@@ -202,6 +202,7 @@ pub(super) fn covered_by_hand(
     let host = shared.host;
     let rules = shared.rules()?;
     let mut covered = BTreeMap::new();
+    let mut marks = BTreeMap::new();
     for p in pinned
         .iter()
         .filter(|p| p.origin == Origin::Manual && !p.bypasses_firewall)
@@ -209,7 +210,9 @@ pub(super) fn covered_by_hand(
         if covered.contains_key(&p.veth_ifindex) {
             continue;
         }
-        if let Some(why) = ports::pinned_port_blockers(rules, p, host, &ingress.outside)? {
+        if let Some(why) =
+            ports::pinned_port_blockers(rules, p, host, &ingress.outside, &mut marks)?
+        {
             covered.insert(p.veth_ifindex, format!("{}: {why}", p.container));
         }
     }
