@@ -10,6 +10,8 @@
 # Usage: scripts/bench-ingress.sh [BENCH OPTIONS...]   e.g. --rounds 3 --seconds 5 --json FILE
 #   DXDP=PATH picks the binary (default: target/release/dxdp of this checkout).
 #   DXBI_CHECK_FIREWALL=1 lets `expose`'s firewall walk decide instead of --bypass-firewall.
+#   DXBI_WIRE=SUBNET is the bench's --wire (default 10.237.2.0/30: a veth from dxbi-client
+#   straight into dxbi-web, the reference no path through the NIC beats); DXBI_WIRE= skips it.
 set -euo pipefail
 
 log() { printf 'bench-ingress: %s\n' "$*" >&2; }
@@ -80,5 +82,7 @@ else
     # fixture's ports have no rule of their own, so the fast path skips nothing they need.
     log "exposing with --bypass-firewall (DXBI_CHECK_FIREWALL=1 to let the firewall walk decide)"
 fi
+wire=()
+[[ -n ${DXBI_WIRE-10.237.2.0/30} ]] && wire=(--wire "${DXBI_WIRE-10.237.2.0/30}")
 "$dxdp" --pin-dir "$pin_dir" bench-ingress "$web" --client "netns:$ns" --nic "$nic" \
-    "${bypass[@]}" "$@"
+    "${bypass[@]}" "${wire[@]}" "$@"

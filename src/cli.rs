@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
+    bench::wire::WireSubnet,
     datapath::{Capacity, Choice},
     endpoint::EndpointSpec,
 };
@@ -341,6 +342,11 @@ pub struct BenchIngressArgs {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub seconds: u32,
+    /// Also measure, each round, over a veth pair laid from the client namespace straight into
+    /// the container's, with addresses from this IPv4 subnet (container: its first host,
+    /// client: its second): the reference no path through the NIC can beat. Removed at the end.
+    #[arg(long, value_name = "SUBNET", value_parser = WireSubnet::parse)]
+    pub wire: Option<WireSubnet>,
     /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
     /// table then to stderr; shape: docs/json.md, `dxdp.bench-ingress/1`).
     #[arg(long, value_name = "FILE")]

@@ -175,6 +175,18 @@ pub fn targets(container: &str, nic: &str, ports: &[PortMapping]) -> Result<Vec<
     Ok(found)
 }
 
+/// `targets` at the container's end of the wire: its address there and the container ports.
+pub fn wire_targets(targets: &[Target], container_addr: Ipv4Addr) -> Vec<Target> {
+    targets
+        .iter()
+        .map(|t| Target {
+            host_addr: IpAddr::V4(container_addr),
+            host_port: t.need.port,
+            ..*t
+        })
+        .collect()
+}
+
 fn target(targets: &[Target], service: Service) -> Result<Target> {
     targets
         .iter()
@@ -266,15 +278,19 @@ pub enum Route {
     Docker,
     /// `dxdp expose`: the NIC's program straight into the container, and back.
     Fast,
+    /// `--wire`: a veth pair from the client namespace into the container's, no host between
+    /// (the reference; see [`super::wire`]).
+    Wire,
 }
 
 impl Route {
-    pub const BOTH: [Route; 2] = [Route::Docker, Route::Fast];
+    pub const ALL: [Route; 3] = [Route::Docker, Route::Fast, Route::Wire];
 
     pub fn name(self) -> &'static str {
         match self {
             Route::Docker => "docker",
             Route::Fast => "fast",
+            Route::Wire => "wire",
         }
     }
 }
@@ -399,7 +415,7 @@ impl Metric {
 /// Every sample: one per round, route and metric.
 #[derive(Clone, Debug, Default)]
 pub struct Results {
-    samples: [[Vec<f64>; Metric::ALL.len()]; 2],
+    samples: [[Vec<f64>; Metric::ALL.len()]; Route::ALL.len()],
     /// Packets the fast path let into the container in each fast round; zero would mean the
     /// round measured Docker's path after all.
     pub fast_packets_per_round: Vec<u64>,
@@ -420,9 +436,21 @@ impl Results {
 
     /// The fast path's median over Docker's.
     pub fn ratio(&self, metric: Metric) -> Option<f64> {
+        self.over_docker(Route::Fast, metric)
+    }
+
+    /// `route`'s median over Docker's.
+    pub fn over_docker(&self, route: Route, metric: Metric) -> Option<f64> {
         let docker = self.spread(Route::Docker, metric)?.median;
-        let fast = self.spread(Route::Fast, metric)?.median;
-        (docker > 0.0).then(|| fast / docker)
+        let other = self.spread(route, metric)?.median;
+        (docker > 0.0).then(|| other / docker)
+    }
+
+    /// Whether the wire was measured (`--wire`).
+    pub fn has_wire(&self) -> bool {
+        self.samples[Route::Wire as usize]
+            .iter()
+            .any(|s| !s.is_empty())
     }
 
     /// Whether the ratio meets the metric's goal; `None` without a goal or a ratio.
@@ -437,14 +465,20 @@ impl Results {
     }
 }
 
-/// The side-by-side table: one row per metric, Docker's path and the fast path as
-/// `median (min–max)`, their ratio and issue 24's goal.
+/// The side-by-side table: one row per metric, Docker's path and the fast path (and the wire,
+/// if measured) as `median (min–max)`, their ratios to Docker's and issue 24's goal.
 pub fn render(results: &Results, rounds: u32) -> String {
-    let mut rows = vec![
-        ["WORKLOAD", "UNIT", "DOCKER", "FAST", "FAST/DOCKER", "GOAL"]
-            .map(str::to_owned)
-            .to_vec(),
-    ];
+    let wire = results.has_wire();
+    let mut header = vec!["WORKLOAD", "UNIT", "DOCKER", "FAST"];
+    if wire {
+        header.push("WIRE");
+    }
+    header.push("FAST/DOCKER");
+    if wire {
+        header.push("WIRE/DOCKER");
+    }
+    header.push("GOAL");
+    let mut rows = vec![header.into_iter().map(str::to_owned).collect::<Vec<_>>()];
     for m in Metric::ALL {
         let goal = match (m.goal(), results.met(m)) {
             (None, _) => String::new(),
@@ -458,23 +492,36 @@ pub fn render(results: &Results, rounds: u32) -> String {
                 }
             ),
         };
-        rows.push(vec![
+        let mut row = vec![
             m.label().to_owned(),
             m.unit().to_owned(),
             table::cell(results.spread(Route::Docker, m)),
             table::cell(results.spread(Route::Fast, m)),
-            table::ratio(results.ratio(m)),
-            goal,
-        ]);
+        ];
+        if wire {
+            row.push(table::cell(results.spread(Route::Wire, m)));
+        }
+        row.push(table::ratio(results.ratio(m)));
+        if wire {
+            row.push(table::ratio(results.over_docker(Route::Wire, m)));
+        }
+        row.push(goal);
+        rows.push(row);
     }
     let ranges = if rounds > 1 {
         format!("; ranges are min–max over {rounds} rounds")
     } else {
         String::new()
     };
+    let wire_note = if wire {
+        "\nWIRE is a veth from the client namespace straight into the container's, no host in \
+         between: no path through the NIC can beat it"
+    } else {
+        ""
+    };
     format!(
         "{}\nmedians{ranges}; FAST/DOCKER is the fast path's median over Docker's: higher is \
-         better for rates, lower for latency\n",
+         better for rates, lower for latency{wire_note}\n",
         table::align(&rows)
     )
 }
@@ -484,14 +531,26 @@ pub fn render(results: &Results, rounds: u32) -> String {
 pub struct Plan {
     pub rounds: u32,
     pub seconds: u32,
+    /// Whether each round also measures the wire (`--wire`).
+    pub wire: bool,
 }
 
 impl Plan {
+    /// The routes each round measures, in order.
+    pub fn routes(&self) -> &'static [Route] {
+        if self.wire {
+            &Route::ALL
+        } else {
+            &Route::ALL[..2]
+        }
+    }
+
     /// Roughly how long the whole run takes: eight client runs per route and round, each of
     /// `seconds` and a second or so of start-up.
     pub fn estimate(&self) -> Duration {
         let per_route = u64::from(self.seconds) * 8 + 9;
-        Duration::from_secs(per_route * 2 * u64::from(self.rounds) + 10)
+        let routes = self.routes().len() as u64;
+        Duration::from_secs(per_route * routes * u64::from(self.rounds) + 10)
     }
 }
 
@@ -653,6 +712,10 @@ pub struct Clients {
     pub client_ns: PathBuf,
     pub container_ns: PathBuf,
     pub targets: Vec<Target>,
+    /// The same servers at the container's end of the wire (`--wire`).
+    pub wire_targets: Vec<Target>,
+    /// The route measured now: which of the two target lists the clients use.
+    pub route: Route,
     pub seconds: u32,
     /// Requests per second each redis-benchmark row reached last, to size the next run to
     /// about `seconds` (redis-benchmark counts requests, not time).
@@ -672,6 +735,8 @@ impl Clients {
             client_ns,
             container_ns,
             targets,
+            wire_targets: Vec::new(),
+            route: Route::Docker,
             seconds,
             redis_rate: [0.0; 2],
             sockperf_server: None,
@@ -682,6 +747,14 @@ impl Clients {
     pub fn with_sockperf_server(mut self, pid: Option<u32>) -> Self {
         self.sockperf_server = pid;
         self
+    }
+
+    /// The servers' addresses on the route measured now.
+    fn targets(&self) -> &[Target] {
+        match self.route {
+            Route::Wire => &self.wire_targets,
+            Route::Docker | Route::Fast => &self.targets,
+        }
     }
 
     /// A client tool in the client namespace; its stdout, or why it failed.
@@ -714,7 +787,7 @@ impl Clients {
         } else {
             2000 * u64::from(clients)
         };
-        let t = target(&self.targets, Service::Redis)?;
+        let t = target(self.targets(), Service::Redis)?;
         let args: Vec<String> = [
             "-h",
             &t.host_addr.to_string(),
@@ -737,7 +810,7 @@ impl Clients {
 
     /// Requests per second from wrk, and the errors it counted, if any.
     fn wrk(&self, seconds: u32) -> Result<(f64, Option<String>)> {
-        let t = target(&self.targets, Service::Nginx)?;
+        let t = target(self.targets(), Service::Nginx)?;
         let url = match t.host_addr {
             IpAddr::V4(a) => format!("http://{a}:{}/", t.host_port),
             IpAddr::V6(a) => format!("http://[{a}]:{}/", t.host_port),
@@ -755,7 +828,7 @@ impl Clients {
     /// a halted vCPU, on each side of each round trip, whatever the path: on one CPU the round
     /// trip is the path and two context switches.
     fn pingpong(&self, seconds: u32, one_cpu: bool) -> Result<(f64, f64)> {
-        let t = target(&self.targets, Service::Sockperf)?;
+        let t = target(self.targets(), Service::Sockperf)?;
         let _server_pinned = match (one_cpu, self.sockperf_server) {
             (false, _) => None,
             (true, Some(pid)) => Some(Pinned::to(pid, PINNED_CPU)?),
@@ -790,7 +863,7 @@ impl Clients {
     }
 
     fn iperf(&self, seconds: u32, extra: &[&str]) -> Result<serde_json::Value> {
-        let t = target(&self.targets, Service::Iperf3)?;
+        let t = target(self.targets(), Service::Iperf3)?;
         let runner = Runner {
             client_ns: self.client_ns.clone(),
             server_ns: self.container_ns.clone(),
@@ -963,8 +1036,9 @@ pub fn run(
 ) -> Result<Results> {
     let mut results = Results::default();
     for round in 1..=plan.rounds {
-        for route in Route::BOTH {
+        for &route in plan.routes() {
             check_interrupted()?;
+            clients.route = route;
             exposure.set(route)?;
             let carried_before = exposure.carried()?;
             let at = format!("round {round}/{}: {}", plan.rounds, route.name());
@@ -1045,6 +1119,8 @@ impl ExposureSwitch {
         match route {
             Route::Fast => self.expose(&self.plan.clone()),
             Route::Docker => self.unexpose(),
+            // The wire does not cross the NIC: the exposure stays as the round before left it.
+            Route::Wire => Ok(()),
         }
     }
 
@@ -1307,5 +1383,51 @@ mod tests {
         assert!(median.ends_with("≤ 0.80x missed"), "{median}");
         assert_eq!(r.met(Metric::TcpIn), None);
         assert_eq!(r.ratio(Metric::Udp64), Some(1.5));
+        assert!(!text.contains("WIRE"), "{text}");
+    }
+
+    #[test]
+    fn a_measured_wire_gets_its_own_columns_beside_the_fast_path() {
+        let mut r = Results::default();
+        for m in Metric::ALL {
+            r.push(Route::Docker, m, 10.0);
+            r.push(Route::Fast, m, 13.0);
+            r.push(Route::Wire, m, 14.5);
+        }
+        let text = render(&r, 1);
+        let header = text.lines().next().unwrap();
+        let columns: Vec<&str> = header.split_whitespace().collect();
+        assert_eq!(
+            columns,
+            [
+                "WORKLOAD",
+                "UNIT",
+                "DOCKER",
+                "FAST",
+                "WIRE",
+                "FAST/DOCKER",
+                "WIRE/DOCKER",
+                "GOAL"
+            ]
+        );
+        let wrk = text.lines().find(|l| l.starts_with("wrk")).unwrap();
+        assert!(
+            wrk.contains("1.30x") && wrk.contains("1.45x") && wrk.ends_with("≥ 1.40x missed"),
+            "{wrk}"
+        );
+        assert!(text.contains("no host in between"), "{text}");
+        assert_eq!(r.over_docker(Route::Wire, Metric::Wrk20), Some(1.45));
+    }
+
+    #[test]
+    fn the_wire_targets_are_the_container_ports_at_its_end_of_the_wire() {
+        let targets = targets("web", "dxbi-nic", &all()).unwrap();
+        let wired = wire_targets(&targets, Ipv4Addr::new(10, 237, 2, 1));
+        assert_eq!(wired.len(), targets.len());
+        for (w, t) in wired.iter().zip(&targets) {
+            assert_eq!(w.need, t.need);
+            assert_eq!(w.host_addr, IpAddr::V4(Ipv4Addr::new(10, 237, 2, 1)));
+            assert_eq!(w.host_port, t.need.port);
+        }
     }
 }

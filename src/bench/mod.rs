@@ -10,6 +10,7 @@ pub mod pps;
 pub mod stats;
 pub mod svg;
 pub mod table;
+pub mod wire;
 pub mod xsk;
 
 use std::{fmt, time::Duration};

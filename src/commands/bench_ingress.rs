@@ -23,6 +23,7 @@ use crate::{
         },
         measure,
         stats::Spread,
+        wire::{Wire, WireSubnet},
     },
     cli::BenchIngressArgs,
     datapath::Capacity,
@@ -35,6 +36,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     let plan = Plan {
         rounds: args.rounds,
         seconds: args.seconds,
+        wire: args.wire.is_some(),
     };
     if !nix::unistd::geteuid().is_root() {
         bail!("dxdp bench-ingress must run as root: it enters namespaces and exposes ports");
@@ -90,6 +92,11 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     }
 
     measure::catch_interrupts()?;
+    // Before the exposure is touched: a subnet in use is refused with nothing changed.
+    let wire = match args.wire {
+        Some(subnet) => Some(Wire::lay(&client_ns, container_ns.path(), subnet)?),
+        None => None,
+    };
     let veth = exposure_plan.endpoint.host_ifname.clone();
     let mut exposure =
         ExposureSwitch::snapshot(pin_dir, capacity, exposure_plan, client_addr, &host)?;
@@ -105,12 +112,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
             measure::MAX_BACKGROUND_PPS
         );
     }
+    let routes: Vec<&str> = plan.routes().iter().map(|r| r.name()).collect();
     eprintln!(
-        "benchmarking {name} from {client_addr} through {} ({}), {found}: {} round(s) of docker \
-         and fast, {}s per test, about {}s{}",
+        "benchmarking {name} from {client_addr} through {} ({}), {found}: {} round(s) of {}, \
+         {}s per test, about {}s{}",
         args.nic,
         targets[0].host_addr,
         plan.rounds,
+        routes.join(", "),
         plan.seconds,
         plan.estimate().as_secs(),
         if args.bypass_firewall {
@@ -127,6 +136,12 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         plan.seconds,
     )
     .with_sockperf_server(servers.pid(Service::Sockperf));
+    if let Some(wire) = &wire {
+        clients.wire_targets = ingress::wire_targets(&targets, wire.subnet.container_addr());
+        clients.route = Route::Wire;
+        clients.warm_up(|what| eprintln!("warm-up over the wire: {what}"))?;
+        clients.route = Route::Docker;
+    }
     exposure.set(Route::Docker)?;
     clients.warm_up(|what| eprintln!("warm-up: {what}"))?;
 
@@ -153,6 +168,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         after: load_average(),
     };
     drop(servers);
+    drop(wire);
     exposure
         .restore()
         .context("measured, but could not put the exposure back as it was")?;
@@ -187,6 +203,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
                 targets: &targets,
                 bypass_firewall: args.bypass_firewall,
                 found_exposed: exposure.found().is_some(),
+                wire: args.wire,
                 load,
             },
         );
@@ -217,6 +234,7 @@ struct RunInfo<'a> {
     targets: &'a [Target],
     bypass_firewall: bool,
     found_exposed: bool,
+    wire: Option<WireSubnet>,
     load: HostLoad,
 }
 
@@ -234,6 +252,9 @@ struct JsonReport<'a> {
     seconds_per_test: u32,
     bypass_firewall: bool,
     found_exposed: bool,
+    /// The wire's addresses, with `--wire`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire: Option<JsonWire>,
     host_load: HostLoad,
     metrics: Vec<JsonMetric>,
     fast_path_packets_per_round: &'a [u64],
@@ -248,9 +269,20 @@ struct JsonMetric {
     docker: JsonRoute,
     fast: JsonRoute,
     fast_over_docker: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire: Option<JsonRoute>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire_over_docker: Option<f64>,
     /// Issue 24's bound on `fast_over_docker`: at least (rates) or at most (latency).
     goal: Option<f64>,
     goal_met: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct JsonWire {
+    subnet: String,
+    container_addr: String,
+    client_addr: String,
 }
 
 #[derive(Serialize)]
@@ -278,6 +310,11 @@ impl<'a> JsonReport<'a> {
             seconds_per_test: cx.plan.seconds,
             bypass_firewall: cx.bypass_firewall,
             found_exposed: cx.found_exposed,
+            wire: cx.wire.map(|w| JsonWire {
+                subnet: w.to_string(),
+                container_addr: w.container_addr().to_string(),
+                client_addr: w.client_addr().to_string(),
+            }),
             host_load: cx.load,
             metrics: Metric::ALL
                 .iter()
@@ -289,6 +326,8 @@ impl<'a> JsonReport<'a> {
                     docker: route(Route::Docker, m),
                     fast: route(Route::Fast, m),
                     fast_over_docker: results.ratio(m),
+                    wire: results.has_wire().then(|| route(Route::Wire, m)),
+                    wire_over_docker: results.over_docker(Route::Wire, m),
                     goal: m.goal(),
                     goal_met: results.met(m),
                 })

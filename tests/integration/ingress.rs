@@ -679,9 +679,10 @@ fn ipv6_port_ranges_two_containers_and_a_linked_one() {
     );
 }
 
-/// `dxdp bench-ingress` for one round of 1 s tests through a veth "NIC": every row has a figure
-/// for Docker's path and for the fast path, the JSON has its schema, and the container is left
-/// unexposed as it was found. Host ports differ from the container ports on purpose.
+/// `dxdp bench-ingress --wire` for one round of 1 s tests through a veth "NIC": every row has a
+/// figure for Docker's path, the fast path and the wire, the JSON has its schema, the wire is
+/// gone afterwards and the container is left unexposed as it was found. A wire subnet the
+/// client already uses is refused first. Host ports differ from the container ports on purpose.
 #[test]
 fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
     if !require_docker() {
@@ -708,27 +709,45 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
     let pin_dir = world.dxdp.pin_dir.display().to_string();
     let client = format!("netns:{}", out.ns.name);
     let json_arg = json.display().to_string();
-    let bench = run_for(
-        &[
-            crate::support::DXDP,
-            "--pin-dir",
-            &pin_dir,
-            "bench-ingress",
-            &web,
-            "--client",
-            &client,
-            "--nic",
-            &out.nic,
-            "--rounds",
-            "1",
-            "--seconds",
-            "1",
-            "--bypass-firewall",
-            "--json",
-            &json_arg,
-        ],
-        Duration::from_secs(90),
+    let bench_with_wire = |wire: &str| {
+        run_for(
+            &[
+                crate::support::DXDP,
+                "--pin-dir",
+                &pin_dir,
+                "bench-ingress",
+                &web,
+                "--client",
+                &client,
+                "--nic",
+                &out.nic,
+                "--rounds",
+                "1",
+                "--seconds",
+                "1",
+                "--bypass-firewall",
+                "--wire",
+                wire,
+                "--json",
+                &json_arg,
+            ],
+            Duration::from_secs(120),
+        )
+    };
+    // A.B.C.0/30 of the NIC's A.B.C.1.
+    let first_30 =
+        |addr: &str| format!("{}.0/30", addr.rsplit_once('.').expect("an IPv4 address").0);
+    // The client's own subnet (10.236.k.0/30 holds 10.236.k.2): refused.
+    let refused = bench_with_wire(&first_30(&out.host_addr));
+    assert!(
+        !refused.success()
+            && refused
+                .stderr
+                .contains(&format!("already has {}", out.client_addr)),
+        "a wire subnet the client uses must be refused, naming its address: {refused}"
     );
+    let wire = first_30(&out.host_addr.replacen("10.236.", "10.239.", 1));
+    let bench = bench_with_wire(&wire);
     bench.assert_success();
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
@@ -736,8 +755,9 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
     assert_eq!(report["schema"], "dxdp.bench-ingress/1");
     let metrics = report["metrics"].as_array().expect("metrics");
     assert_eq!(metrics.len(), 10, "{report}");
+    assert_eq!(report["wire"]["subnet"], wire.as_str(), "{report}");
     for m in metrics {
-        for route in ["docker", "fast"] {
+        for route in ["docker", "fast", "wire"] {
             let samples = m[route]["samples"].as_array().expect("samples");
             assert!(
                 samples.len() == 1 && samples[0].as_f64().is_some_and(|v| v > 0.0),
@@ -746,11 +766,26 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
             );
         }
         assert!(m["fast_over_docker"].as_f64().is_some(), "{m}");
+        assert!(m["wire_over_docker"].as_f64().is_some(), "{m}");
         let row = m["label"].as_str().expect("label");
         assert!(bench.stdout.contains(row), "the table lacks {row}: {bench}");
     }
     let carried = report["fast_path_packets_per_round"][0].as_u64();
     assert!(carried.is_some_and(|p| p > 0), "{report}");
+    assert!(bench.stdout.contains("WIRE/DOCKER"), "{bench}");
+    let pid = world.pid(&web).to_string();
+    for ns in [
+        vec!["ip", "-n", &out.ns.name],
+        vec!["nsenter", "-t", &pid, "-n", "ip"],
+    ] {
+        let mut argv = ns.clone();
+        argv.extend(["link", "show", "dev", "dxbench-wire"]);
+        let left = run_for(&argv, Duration::from_secs(10));
+        assert!(
+            !left.success(),
+            "the wire is still there ({argv:?}): {left}"
+        );
+    }
     assert!(
         !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
         "the bench left {web} exposed"
