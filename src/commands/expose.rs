@@ -114,7 +114,9 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitC
     let host = netlink::interfaces(&NetnsPath::host())?;
     let plan = prepare(&args.container, &args.nics, args.bypass_firewall, &host)?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;
-    datapath.upgrade_programs()?;
+    for program in datapath.upgrade_programs()? {
+        println!("replaced the pinned {program} program with this binary's in every attachment");
+    }
     datapath.collect_garbage(&host)?;
     datapath.expose(&plan.exposure())?;
     for m in &plan.ports {

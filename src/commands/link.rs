@@ -18,8 +18,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
     }
     let kind = args.datapath.resolve();
     let mut datapath = Datapath::open(pin_dir, capacity)?;
-    for kind in datapath.upgrade_programs()? {
-        println!("replaced the pinned {kind} program with this binary's in every attachment");
+    for program in datapath.upgrade_programs()? {
+        println!("replaced the pinned {program} program with this binary's in every attachment");
     }
     datapath.collect_garbage(&host)?;
     let outcome = datapath.install(

@@ -336,19 +336,25 @@ impl Datapath {
         Pins::new(root).check_usable()
     }
 
-    /// Swaps in this binary's programs where the pinned ones differ (after an upgrade).
-    pub fn upgrade_programs(&mut self) -> Result<Vec<Kind>> {
-        let replaced = attach::Programs::upgrade(&mut self.ebpf, &self.pins)?;
-        for kind in &replaced {
+    /// Swaps in this binary's programs where the pinned ones differ (after an upgrade); returns
+    /// what was replaced: the link datapaths by kind (`tc`, `xdp`), the port programs by name.
+    pub fn upgrade_programs(&mut self) -> Result<Vec<String>> {
+        let links = attach::Programs::upgrade(&mut self.ebpf, &self.pins)?;
+        for kind in &links {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
-        for name in ports::upgrade(&mut self.ebpf, &self.pins)? {
+        let ports = ports::upgrade(&mut self.ebpf, &self.pins)?;
+        for name in &ports {
             info!(
                 program = name,
                 "replaced the pinned program with this binary's, in place"
             );
         }
-        Ok(replaced)
+        Ok(links
+            .iter()
+            .map(Kind::to_string)
+            .chain(ports.iter().map(|p| (*p).to_owned()))
+            .collect())
     }
 
     /// Installs both directions of a link, or nothing: every step taken is undone on failure.

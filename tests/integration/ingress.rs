@@ -9,8 +9,9 @@ use std::{
 };
 
 use crate::support::{
-    Background, FirewallRule, LinkGuard, NetnsGuard, World, iface_name, in_ns, must, next_id,
-    require_docker, run_for, wait_until,
+    Background, FirewallRule, LinkGuard, NetnsGuard, World, iface_name, in_ns, load_passing_tc,
+    must, next_id, pinned_link, pinned_program, require_docker, run_for, update_pinned_link,
+    wait_until,
 };
 
 /// A client namespace behind a veth "NIC": `host_addr` on the host end, `client_addr` in the
@@ -790,6 +791,131 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
         "the bench left {web} exposed"
     );
+}
+
+/// A newer dxdp meets port attachments running programs that differ from its own (here ones
+/// that let everything through, standing in for an older release's): the next `expose` swaps
+/// its own into each attachment, the NIC's and the veth's, with bpf_link_update and says so.
+/// The attachments stay (same bpf_link ids), the pinned programs are this binary's again, a
+/// transfer running across the swap arrives whole, and a new connection takes the fast path.
+#[test]
+fn an_upgraded_binary_swaps_its_port_programs_into_running_attachments() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("upg", &[]);
+    let host_port = 17060u16;
+    let publish = format!("{}:{host_port}:7000", out.host_addr);
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &publish],
+        &["sleep", "infinity"],
+    );
+    let pid = world.pid(&web);
+    let expose = || {
+        world
+            .dxdp
+            .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+    };
+    expose().assert_success();
+    let veth = exposures(&world)
+        .into_iter()
+        .find(|(c, ..)| *c == web)
+        .expect("web exposed")
+        .1;
+    let nic = must(&["cat", &format!("/sys/class/net/{}/ifindex", out.nic)]);
+    let pins = &world.dxdp.pin_dir;
+    // (program, its pin, the attachment running it).
+    let roles = [
+        ("dxdp_ingress", format!("links/ingress-{}", nic.trim())),
+        ("dxdp_reply", format!("links/reply-{veth}")),
+    ]
+    .map(|(name, link)| (name, pins.join("progs").join(name), pins.join(link)));
+    let ours: Vec<String> = roles.iter().map(|(_, p, _)| pinned_program(p).1).collect();
+    let link_ids: Vec<u64> = roles.iter().map(|(.., l)| pinned_link(l).0).collect();
+
+    // The state an older dxdp would have left: its programs pinned and in both attachments.
+    for (name, prog_pin, link_pin) in &roles {
+        let scratch = Path::new("/sys/fs/bpf").join(format!(
+            "dxdp-test-{}-{}-old-{name}",
+            std::process::id(),
+            next_id()
+        ));
+        let old = load_passing_tc(&scratch, "dxt_old");
+        update_pinned_link(link_pin, &old.path);
+        std::fs::remove_file(prog_pin).expect("unpin ours");
+        std::fs::rename(&old.path, prog_pin).expect("pin the old program in its place");
+        assert_eq!(
+            pinned_link(link_pin).1,
+            pinned_program(prog_pin).0,
+            "{name} runs the old one"
+        );
+    }
+    let inbound = || port_counters(&world, host_port, "tcp").map_or(0, |c| c.0);
+    let before = inbound();
+
+    // A transfer on Docker's path (the old programs pass everything), across the swap.
+    let payload = Payload::new("upgrade", 48);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-upgrade", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    let target = got.display().to_string();
+    let mut server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "receive", "7000", &target],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let file = payload.path.display().to_string();
+    let mut client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "send",
+            &file,
+            &out.host_addr,
+            &host_port.to_string(),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(1000));
+    let upgrade = expose();
+    upgrade.assert_success();
+    for (name, ..) in &roles {
+        assert!(
+            upgrade.stdout.contains(&format!(
+                "replaced the pinned {name} program with this binary's in every attachment"
+            )),
+            "{upgrade}"
+        );
+    }
+    assert!(client.wait_timeout(Duration::from_secs(30)).is_some());
+    assert!(server.wait_timeout(Duration::from_secs(5)).is_some());
+    assert_eq!(
+        sha256(&got),
+        payload.sha,
+        "the transfer across the swap lost bytes"
+    );
+    assert_eq!(
+        inbound(),
+        before,
+        "a connection that began on Docker's path must stay there"
+    );
+
+    for (((name, prog_pin, link_pin), tag), id) in roles.iter().zip(&ours).zip(&link_ids) {
+        let (new_id, new_tag) = pinned_program(prog_pin);
+        assert_eq!(
+            &new_tag, tag,
+            "{name}: the pinned program is not this binary's"
+        );
+        assert_eq!(
+            pinned_link(link_pin),
+            (*id, new_id),
+            "{name}: not the same attachment running the new program"
+        );
+    }
+    assert_carried(&world, &out, pid, host_port, "after-upgrade");
+    world.dxdp.run(&["unexpose", &web]).assert_success();
 }
 
 /// A client that connects again from the same address and port soon after `unexpose` takes

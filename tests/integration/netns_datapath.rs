@@ -27,7 +27,8 @@ use std::thread;
 
 use crate::support::{
     self, Counters, Node, Proto, Status, Topology, assert_ping, bpftool, host_tx_packets, in_ns,
-    iperf3, must, now_unix_secs, ping, require_privileges, xdp_prog_id,
+    iperf3, must, now_unix_secs, ping, pinned_link, pinned_program, require_privileges,
+    xdp_prog_id,
 };
 
 /// Echo requests per ping run (10 ms apart).
@@ -737,24 +738,6 @@ fn unlink_by_name_after_a_veth_was_recreated() {
     let status = topo.dxdp.status();
     assert!(!status.mentions(ha), "{status:#?}");
     status.assert_empty();
-}
-
-/// (program id, program tag) of the program pinned at `path`.
-fn pinned_program(path: &std::path::Path) -> (u64, String) {
-    let prog = bpftool(&["prog", "show", "pinned", &path.to_string_lossy()]);
-    (
-        prog["id"].as_u64().expect("prog id"),
-        prog["tag"].as_str().expect("prog tag").to_owned(),
-    )
-}
-
-/// (link id, program id) of the bpf_link pinned at `path`.
-fn pinned_link(path: &std::path::Path) -> (u64, u64) {
-    let link = bpftool(&["link", "show", "pinned", &path.to_string_lossy()]);
-    (
-        link["id"].as_u64().expect("link id"),
-        link["prog_id"].as_u64().expect("link prog_id"),
-    )
 }
 
 /// A newer dxdp meets attachments running a program that differs from its own (here one that

@@ -178,3 +178,21 @@ fn load_constant_program(path: &Path, name: &str, prog_type: u32, verdict: i32) 
         path: path.to_path_buf(),
     }
 }
+
+/// (program id, program tag) of the program pinned at `path`.
+pub fn pinned_program(path: &Path) -> (u64, String) {
+    let prog = bpftool(&["prog", "show", "pinned", &path.to_string_lossy()]);
+    (
+        prog["id"].as_u64().expect("prog id"),
+        prog["tag"].as_str().expect("prog tag").to_owned(),
+    )
+}
+
+/// (link id, program id) of the bpf_link pinned at `path`.
+pub fn pinned_link(path: &Path) -> (u64, u64) {
+    let link = bpftool(&["link", "show", "pinned", &path.to_string_lossy()]);
+    (
+        link["id"].as_u64().expect("link id"),
+        link["prog_id"].as_u64().expect("link prog_id"),
+    )
+}
