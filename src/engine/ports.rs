@@ -201,22 +201,10 @@ pub(super) fn covered_by_hand(
 ) -> Result<BTreeMap<u32, String>> {
     let host = shared.host;
     let rules = shared.rules()?;
-    let mut covered = BTreeMap::new();
-    let mut marks = BTreeMap::new();
-    for p in pinned
-        .iter()
-        .filter(|p| p.origin == Origin::Manual && !p.bypasses_firewall)
-    {
-        if covered.contains_key(&p.veth_ifindex) {
-            continue;
-        }
-        if let Some(why) =
-            ports::pinned_port_blockers(rules, p, host, &ingress.outside, &mut marks)?
-        {
-            covered.insert(p.veth_ifindex, format!("{}: {why}", p.container));
-        }
-    }
-    Ok(covered)
+    let by_hand = pinned.iter().filter(|p| p.origin == Origin::Manual);
+    ports::covered_exposures(rules, by_hand, host, &ingress.outside)
+        .map(|found| found.map(|(p, why)| (p.veth_ifindex, format!("{}: {why}", p.container))))
+        .collect()
 }
 
 /// Takes the watch's exposures within `scope` to `wanted`: those no longer wanted (label gone,
