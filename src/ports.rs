@@ -2,6 +2,7 @@
 //! watch's `dxdp.ingress` label): the NICs clients come in on, each published port as an entry
 //! per NIC address, and the rules that keep one on Docker's path.
 use std::{
+    cell::OnceCell,
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
 };
@@ -22,8 +23,36 @@ pub struct Nic {
     pub index: u32,
     pub name: String,
     pub addrs: Vec<IpAddr>,
-    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]).
-    pub arriving_mark: Option<u32>,
+    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]),
+    /// asked the first time a firewall walk needs it: it costs a TCX query and a qdisc dump,
+    /// and a pass whose containers all bypass the rules needs none.
+    arriving_mark: OnceCell<Option<u32>>,
+}
+
+impl Nic {
+    pub fn new(index: u32, name: String, addrs: Vec<IpAddr>) -> Self {
+        Self {
+            index,
+            name,
+            addrs,
+            arriving_mark: OnceCell::new(),
+        }
+    }
+
+    /// The NIC with its arriving mark known already, never asked (the unit tests' NICs).
+    pub fn with_arriving_mark(self, mark: Option<u32>) -> Self {
+        Self {
+            arriving_mark: OnceCell::from(mark),
+            ..self
+        }
+    }
+
+    /// The mark clients' packets carry when netfilter first sees them: asked once.
+    pub fn arriving_mark(&self) -> Option<u32> {
+        *self
+            .arriving_mark
+            .get_or_init(|| arriving_mark(self.index, &self.name))
+    }
 }
 
 /// The mark a packet from `nic` carries when netfilter first sees it, on Docker's path as on
@@ -69,12 +98,7 @@ pub fn nics(names: &[String], host: &[Interface], addrs: &HostAddresses) -> Resu
                 .collect();
             addrs.sort();
             addrs.dedup();
-            Ok(Nic {
-                index: iface.index,
-                arriving_mark: arriving_mark(iface.index, &name),
-                name,
-                addrs,
-            })
+            Ok(Nic::new(iface.index, name, addrs))
         })
         .collect()
 }
@@ -178,7 +202,7 @@ pub fn published_port<'a>(
         arriving_mark: nics
             .iter()
             .find(|n| n.index == m.nic_ifindex)
-            .and_then(|n| n.arriving_mark),
+            .and_then(Nic::arriving_mark),
         nic: &m.nic,
         host_addrs: std::slice::from_ref(&m.host_addr),
         transport: if m.udp {
@@ -365,12 +389,12 @@ mod tests {
     }
 
     fn nic(addrs: &[&str]) -> Nic {
-        Nic {
-            arriving_mark: Some(0),
-            index: 4,
-            name: "eth1".into(),
-            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        }
+        Nic::new(
+            4,
+            "eth1".into(),
+            addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        )
+        .with_arriving_mark(Some(0))
     }
 
     #[test]
@@ -412,6 +436,23 @@ mod tests {
         )
         .unwrap();
         assert!(elsewhere.is_empty());
+    }
+
+    #[test]
+    fn a_nics_arriving_mark_is_asked_only_by_a_walk_and_a_known_one_is_taken_as_is() {
+        let ep = endpoint(&["172.17.0.2"]);
+        let nics = [nic(&["192.0.2.1"]).with_arriving_mark(Some(0x10))];
+        let unasked = Nic::new(5, "eth2".into(), vec![]);
+        let got = mappings(&[published("0.0.0.0", false)], &nics, |_| {
+            Ok(Some(ep.clone()))
+        })
+        .unwrap();
+        assert!(
+            unasked.arriving_mark.get().is_none(),
+            "a NIC is not asked when made"
+        );
+        let port = published_port(&got[0].0, &got[0].1, &[], &nics);
+        assert_eq!(port.arriving_mark, Some(0x10));
     }
 
     fn exposed(veth: u32, host_port: u16, bypasses_firewall: bool) -> ExposedPort {

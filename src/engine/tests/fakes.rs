@@ -312,12 +312,10 @@ impl Host for FakeHost {
 
     fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
         Ok(Ingress {
-            nics: vec![Nic {
-                arriving_mark: Some(0),
-                index: NIC,
-                name: "nic0".to_owned(),
-                addrs: vec![IpAddr::from(NIC_ADDR)],
-            }],
+            nics: vec![
+                Nic::new(NIC, "nic0".to_owned(), vec![IpAddr::from(NIC_ADDR)])
+                    .with_arriving_mark(Some(0)),
+            ],
             outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
         })
     }
