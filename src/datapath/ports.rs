@@ -30,7 +30,7 @@ use super::{
 use crate::{endpoint::Endpoint, netlink::Interface};
 
 /// One published port to take from a NIC straight into its container.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PortMapping {
     pub nic_ifindex: u32,
     pub nic: String,
@@ -98,6 +98,22 @@ pub struct ExposedPort {
     /// Packets to the port left to Docker's path (fragments, IP options, the container's veth
     /// gone, a client not routed back through the NIC).
     pub passed_packets: u64,
+}
+
+impl ExposedPort {
+    /// The mapping this entry was exposed from, but for the NIC's name, which the pinned state
+    /// does not keep (empty: `nic_ifindex` says which NIC).
+    pub fn mapping(&self) -> PortMapping {
+        PortMapping {
+            nic_ifindex: self.nic_ifindex,
+            nic: String::new(),
+            host_addr: self.host_addr,
+            udp: self.protocol == "udp",
+            host_port: self.host_port,
+            container_addr: self.container_addr,
+            container_port: self.container_port,
+        }
+    }
 }
 
 struct PortMaps<'a> {
@@ -628,6 +644,42 @@ mod tests {
         assert_eq!(
             sixteen("192.0.2.7".parse().unwrap())[10..],
             [0xff, 0xff, 192, 0, 2, 7]
+        );
+    }
+
+    #[test]
+    fn an_exposed_ports_mapping_is_the_one_it_was_exposed_from_but_for_the_nics_name() {
+        let m = PortMapping {
+            nic_ifindex: 4,
+            nic: "eth1".into(),
+            host_addr: "192.0.2.1".parse().unwrap(),
+            udp: true,
+            host_port: 5353,
+            container_addr: "172.17.0.2".parse().unwrap(),
+            container_port: 53,
+        };
+        let pinned = ExposedPort {
+            container: "dns".into(),
+            veth_ifindex: 9,
+            nic_ifindex: m.nic_ifindex,
+            host_addr: m.host_addr,
+            protocol: "udp",
+            host_port: m.host_port,
+            container_addr: m.container_addr,
+            container_port: m.container_port,
+            origin: Origin::Watch,
+            bypasses_firewall: false,
+            created_unix_secs: 0,
+            inbound: Traffic::default(),
+            outbound: Traffic::default(),
+            passed_packets: 0,
+        };
+        assert_eq!(
+            pinned.mapping(),
+            PortMapping {
+                nic: String::new(),
+                ..m
+            }
         );
     }
 }

@@ -219,12 +219,12 @@ pub(super) fn apply(
     covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {
-    let mut have: BTreeMap<u32, (Origin, BTreeSet<Key>)> = BTreeMap::new();
+    let mut have: BTreeMap<u32, (Origin, BTreeSet<PortMapping>)> = BTreeMap::new();
     for p in pinned {
         let entry = have
             .entry(p.veth_ifindex)
             .or_insert_with(|| (p.origin, BTreeSet::new()));
-        entry.1.insert(Key::of_exposed(p));
+        entry.1.insert(p.mapping());
     }
     let mut done = PortsApplied::default();
     for (&veth, (origin, _)) in &have {
@@ -245,7 +245,7 @@ pub(super) fn apply(
         }
     }
     for (&veth, w) in wanted.iter().filter(|(v, _)| scope.covers(**v, **v)) {
-        let keys: BTreeSet<Key> = w.ports.iter().map(Key::of_mapping).collect();
+        let keys: BTreeSet<PortMapping> = w.ports.iter().map(key).collect();
         match have.get(&veth) {
             Some((Origin::Manual, _)) => continue,
             Some((_, present)) if *present == keys => continue,
@@ -270,37 +270,11 @@ pub(super) fn apply(
     Ok(done)
 }
 
-/// What identifies an entry and where it leads, for comparing the pinned with the wanted.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    nic_ifindex: u32,
-    host_addr: std::net::IpAddr,
-    udp: bool,
-    host_port: u16,
-    container_addr: std::net::IpAddr,
-    container_port: u16,
-}
-
-impl Key {
-    fn of_mapping(m: &PortMapping) -> Self {
-        Self {
-            nic_ifindex: m.nic_ifindex,
-            host_addr: m.host_addr,
-            udp: m.udp,
-            host_port: m.host_port,
-            container_addr: m.container_addr,
-            container_port: m.container_port,
-        }
-    }
-
-    fn of_exposed(p: &ExposedPort) -> Self {
-        Self {
-            nic_ifindex: p.nic_ifindex,
-            host_addr: p.host_addr,
-            udp: p.protocol == "udp",
-            host_port: p.host_port,
-            container_addr: p.container_addr,
-            container_port: p.container_port,
-        }
+/// What identifies an entry and where it leads, for comparing the pinned with the wanted: the
+/// mapping without its NIC's name, which the pinned state does not keep.
+fn key(m: &PortMapping) -> PortMapping {
+    PortMapping {
+        nic: String::new(),
+        ..m.clone()
     }
 }
