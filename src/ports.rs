@@ -1,7 +1,11 @@
 //! Published ports as the fast path from the NIC takes them (issue 24, `dxdp expose` and the
 //! watch's `dxdp.ingress` label): the NICs clients come in on, each published port as an entry
 //! per NIC address, and the rules that keep one on Docker's path.
-use std::net::IpAddr;
+use std::{
+    cell::OnceCell,
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use anyhow::{Context, Result, bail};
 
@@ -19,8 +23,36 @@ pub struct Nic {
     pub index: u32,
     pub name: String,
     pub addrs: Vec<IpAddr>,
-    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]).
-    pub arriving_mark: Option<u32>,
+    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]),
+    /// asked the first time a firewall walk needs it: it costs a TCX query and a qdisc dump,
+    /// and a pass whose containers all bypass the rules needs none.
+    arriving_mark: OnceCell<Option<u32>>,
+}
+
+impl Nic {
+    pub fn new(index: u32, name: String, addrs: Vec<IpAddr>) -> Self {
+        Self {
+            index,
+            name,
+            addrs,
+            arriving_mark: OnceCell::new(),
+        }
+    }
+
+    /// The NIC with its arriving mark known already, never asked (the unit tests' NICs).
+    pub fn with_arriving_mark(self, mark: Option<u32>) -> Self {
+        Self {
+            arriving_mark: OnceCell::from(mark),
+            ..self
+        }
+    }
+
+    /// The mark clients' packets carry when netfilter first sees them: asked once.
+    pub fn arriving_mark(&self) -> Option<u32> {
+        *self
+            .arriving_mark
+            .get_or_init(|| arriving_mark(self.index, &self.name))
+    }
 }
 
 /// The mark a packet from `nic` carries when netfilter first sees it, on Docker's path as on
@@ -66,12 +98,7 @@ pub fn nics(names: &[String], host: &[Interface], addrs: &HostAddresses) -> Resu
                 .collect();
             addrs.sort();
             addrs.dedup();
-            Ok(Nic {
-                index: iface.index,
-                arriving_mark: arriving_mark(iface.index, &name),
-                name,
-                addrs,
-            })
+            Ok(Nic::new(iface.index, name, addrs))
         })
         .collect()
 }
@@ -175,7 +202,7 @@ pub fn published_port<'a>(
         arriving_mark: nics
             .iter()
             .find(|n| n.index == m.nic_ifindex)
-            .and_then(|n| n.arriving_mark),
+            .and_then(Nic::arriving_mark),
         nic: &m.nic,
         host_addrs: std::slice::from_ref(&m.host_addr),
         transport: if m.udp {
@@ -192,17 +219,58 @@ pub fn published_port<'a>(
     }
 }
 
+/// The pinned exposures among `exposed` that a rule now keeps on Docker's path, each with the
+/// rules in one line: for each veth, the first of its ports found covered (the others are not
+/// walked). Exposures made to bypass the rules are skipped. Lazy: a caller that stops at the
+/// first error (the watch) walks no further; one that skips errors (`doctor`) goes on with the
+/// next port. Each NIC's [`arriving_mark`] is asked once however many ports it carries.
+pub fn covered_exposures<'a>(
+    rules: &'a firewall::RulesetCache,
+    exposed: impl IntoIterator<Item = &'a ExposedPort> + 'a,
+    host: &'a [Interface],
+    outside: &'a [(IpAddr, u8)],
+) -> impl Iterator<Item = Result<(&'a ExposedPort, String)>> + 'a {
+    let mut marks = BTreeMap::new();
+    first_covered_per_veth(exposed, move |p| {
+        pinned_port_blockers(rules, p, host, outside, &mut marks)
+    })
+}
+
+/// [`covered_exposures`] with the walk of one port given: what it skips and when it stops.
+fn first_covered_per_veth<'a>(
+    exposed: impl IntoIterator<Item = &'a ExposedPort> + 'a,
+    mut walk: impl FnMut(&ExposedPort) -> Result<Option<String>> + 'a,
+) -> impl Iterator<Item = Result<(&'a ExposedPort, String)>> + 'a {
+    let mut covered = BTreeSet::new();
+    exposed
+        .into_iter()
+        .filter(|p| !p.bypasses_firewall)
+        .filter_map(move |p| {
+            if covered.contains(&p.veth_ifindex) {
+                return None;
+            }
+            match walk(p) {
+                Ok(Some(why)) => {
+                    covered.insert(p.veth_ifindex);
+                    Some(Ok((p, why)))
+                }
+                Ok(None) => None,
+                Err(err) => Some(Err(err)),
+            }
+        })
+}
+
 /// The rules that now keep a pinned exposed port on Docker's path, in one line (`None` if none
 /// does, or if its container's veth is gone: garbage collection takes such entries). The same
 /// walk as before exposing, on what the pinned record says: a rule added since, or Docker's
 /// DNAT for the port gone, is named. `marks` holds each NIC's [`arriving_mark`], asked once per
 /// NIC however many ports it carries.
-pub fn pinned_port_blockers(
+fn pinned_port_blockers(
     rules: &firewall::RulesetCache,
     port: &ExposedPort,
     host: &[Interface],
     outside: &[(IpAddr, u8)],
-    marks: &mut std::collections::BTreeMap<u32, Option<u32>>,
+    marks: &mut BTreeMap<u32, Option<u32>>,
 ) -> Result<Option<String>> {
     let name = |index: u32| host.iter().find(|i| i.index == index);
     let Some(veth) = name(port.veth_ifindex) else {
@@ -321,12 +389,12 @@ mod tests {
     }
 
     fn nic(addrs: &[&str]) -> Nic {
-        Nic {
-            arriving_mark: Some(0),
-            index: 4,
-            name: "eth1".into(),
-            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        }
+        Nic::new(
+            4,
+            "eth1".into(),
+            addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        )
+        .with_arriving_mark(Some(0))
     }
 
     #[test]
@@ -368,5 +436,95 @@ mod tests {
         )
         .unwrap();
         assert!(elsewhere.is_empty());
+    }
+
+    #[test]
+    fn a_nics_arriving_mark_is_asked_only_by_a_walk_and_a_known_one_is_taken_as_is() {
+        let ep = endpoint(&["172.17.0.2"]);
+        let nics = [nic(&["192.0.2.1"]).with_arriving_mark(Some(0x10))];
+        let unasked = Nic::new(5, "eth2".into(), vec![]);
+        let got = mappings(&[published("0.0.0.0", false)], &nics, |_| {
+            Ok(Some(ep.clone()))
+        })
+        .unwrap();
+        assert!(
+            unasked.arriving_mark.get().is_none(),
+            "a NIC is not asked when made"
+        );
+        let port = published_port(&got[0].0, &got[0].1, &[], &nics);
+        assert_eq!(port.arriving_mark, Some(0x10));
+    }
+
+    fn exposed(veth: u32, host_port: u16, bypasses_firewall: bool) -> ExposedPort {
+        ExposedPort {
+            container: format!("c{veth}"),
+            veth_ifindex: veth,
+            nic_ifindex: 4,
+            host_addr: "192.0.2.1".parse().unwrap(),
+            protocol: "tcp",
+            host_port,
+            container_addr: "172.17.0.2".parse().unwrap(),
+            container_port: 80,
+            origin: crate::datapath::Origin::Manual,
+            bypasses_firewall,
+            created_unix_secs: 0,
+            inbound: Default::default(),
+            outbound: Default::default(),
+            passed_packets: 0,
+        }
+    }
+
+    #[test]
+    fn each_veth_is_named_once_for_its_first_covered_port_and_bypassing_ones_are_not_walked() {
+        let pinned = [
+            exposed(7, 80, false),
+            exposed(7, 81, false),
+            exposed(7, 82, false),
+            exposed(8, 80, true),
+            exposed(9, 80, false),
+        ];
+        let mut walked = Vec::new();
+        let found: Vec<(u32, u16, String)> = first_covered_per_veth(&pinned, |p| {
+            walked.push((p.veth_ifindex, p.host_port));
+            Ok((p.host_port != 80).then(|| format!("rule for {}", p.host_port)))
+        })
+        .map(|r| r.map(|(p, why)| (p.veth_ifindex, p.host_port, why)))
+        .collect::<Result<_>>()
+        .unwrap();
+        assert_eq!(found, [(7, 81, "rule for 81".to_owned())]);
+        // Port 82 of veth 7 is not walked once 81 covered it; veth 8 bypasses the rules.
+        assert_eq!(walked, [(7, 80), (7, 81), (9, 80)]);
+    }
+
+    #[test]
+    fn a_walk_that_fails_stops_a_caller_that_stops_and_not_one_that_skips_it() {
+        let pinned = [
+            exposed(7, 80, false),
+            exposed(7, 81, false),
+            exposed(9, 80, false),
+        ];
+        let walk = |p: &ExposedPort| -> Result<Option<String>> {
+            if p.host_port == 80 && p.veth_ifindex == 7 {
+                bail!("rules not read");
+            }
+            Ok(Some("a rule".to_owned()))
+        };
+        let mut walks = 0;
+        let stopped: Result<Vec<_>> = first_covered_per_veth(&pinned, |p| {
+            walks += 1;
+            walk(p)
+        })
+        .collect();
+        assert!(stopped.is_err());
+        assert_eq!(
+            walks, 1,
+            "collecting into a Result walks no further than the error"
+        );
+        let skipped: Vec<(u32, u16)> = first_covered_per_veth(&pinned, walk)
+            .flatten()
+            .map(|(p, _)| (p.veth_ifindex, p.host_port))
+            .collect();
+        // The failed port's veth is walked on: its next port is named.
+        assert_eq!(skipped, [(7, 81), (9, 80)]);
     }
 }

@@ -558,24 +558,16 @@ fn exposures(
         let outside = ports::host_addresses()
             .map(|addrs| ports::container_prefixes(host, &addrs))
             .unwrap_or_default();
-        let mut reported = std::collections::BTreeSet::new();
-        let mut marks = std::collections::BTreeMap::new();
-        for p in exposed.iter().filter(|p| !p.bypasses_firewall) {
-            if reported.contains(&p.veth_ifindex) {
-                continue;
-            }
-            if let Ok(Some(why)) = ports::pinned_port_blockers(rules, p, host, &outside, &mut marks)
-            {
-                reported.insert(p.veth_ifindex);
-                out.push(check(
-                    Verdict::Fail,
-                    format!(
-                        "exposed container {} bypasses a rule that came after its exposure: {why}",
-                        p.container
-                    ),
-                    Some(&format!("dxdp unexpose {}", p.container)),
-                ));
-            }
+        // A walk fails only on rules never read, and these were: such a port names no rule.
+        for (p, why) in ports::covered_exposures(rules, &exposed, host, &outside).flatten() {
+            out.push(check(
+                Verdict::Fail,
+                format!(
+                    "exposed container {} bypasses a rule that came after its exposure: {why}",
+                    p.container
+                ),
+                Some(&format!("dxdp unexpose {}", p.container)),
+            ));
         }
     }
     let containers: std::collections::BTreeSet<&str> =

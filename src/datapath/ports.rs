@@ -30,7 +30,7 @@ use super::{
 use crate::{endpoint::Endpoint, netlink::Interface};
 
 /// One published port to take from a NIC straight into its container.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PortMapping {
     pub nic_ifindex: u32,
     pub nic: String,
@@ -100,6 +100,22 @@ pub struct ExposedPort {
     pub passed_packets: u64,
 }
 
+impl ExposedPort {
+    /// The mapping this entry was exposed from, but for the NIC's name, which the pinned state
+    /// does not keep (empty: `nic_ifindex` says which NIC).
+    pub fn mapping(&self) -> PortMapping {
+        PortMapping {
+            nic_ifindex: self.nic_ifindex,
+            nic: String::new(),
+            host_addr: self.host_addr,
+            udp: self.protocol == "udp",
+            host_port: self.host_port,
+            container_addr: self.container_addr,
+            container_port: self.container_port,
+        }
+    }
+}
+
 struct PortMaps<'a> {
     ports: PerCpuHashMap<&'a mut MapData, PortKey, PortTarget>,
     flows: HashMap<&'a mut MapData, FlowKey, Flow>,
@@ -142,21 +158,57 @@ impl<'a> PortMaps<'a> {
         Ok(out)
     }
 
-    fn of_veth(&self, veth_ifindex: u32) -> Result<Vec<(PortKey, PortTarget)>> {
-        Ok(self
-            .all()?
-            .into_iter()
+    /// Removes the veth's ports (those of `entries`, as [`Self::all`] read them), owner and
+    /// liveness entry; its connections stay (they drain).
+    fn forget_veth(&mut self, veth_ifindex: u32, entries: &[(PortKey, PortTarget)]) -> Result<()> {
+        for (key, _) in entries
+            .iter()
             .filter(|(_, t)| t.veth_ifindex == veth_ifindex)
-            .collect())
-    }
-
-    /// Removes the veth's ports, owner and liveness entry; its connections stay (they drain).
-    fn forget_veth(&mut self, veth_ifindex: u32) -> Result<()> {
-        for (key, _) in self.of_veth(veth_ifindex)? {
-            ignore_absent(self.ports.remove(&key))?;
+        {
+            ignore_absent(self.ports.remove(key))?;
         }
         ignore_absent(self.owners.remove(&veth_ifindex))?;
         ignore_absent(self.veths.remove(veth_ifindex))
+    }
+
+    /// `entries` (as [`Self::all`] read them) as exposed ports, with their owners' records,
+    /// sorted by container, port, protocol and address.
+    fn exposed_ports(&self, entries: &[(PortKey, PortTarget)]) -> Result<Vec<ExposedPort>> {
+        let mut out = Vec::new();
+        for &(key, target) in entries {
+            let owner = absent_is_none(self.owners.get(&target.veth_ifindex, 0))?;
+            out.push(ExposedPort {
+                container: owner.map_or_else(String::new, |o| unfixed_name(&o.name)),
+                veth_ifindex: target.veth_ifindex,
+                nic_ifindex: key.nic_ifindex,
+                host_addr: from_sixteen(key.addr),
+                protocol: if key.proto == PROTO_UDP { "udp" } else { "tcp" },
+                host_port: key.port,
+                container_addr: from_sixteen(target.addr),
+                container_port: target.port,
+                origin: Origin::from_code(owner.map_or(0, |o| o.origin)),
+                bypasses_firewall: owner.is_some_and(|o| o.firewall == FIREWALL_BYPASSED),
+                created_unix_secs: owner.map_or(0, |o| o.created_unix_secs),
+                inbound: Traffic {
+                    packets: target.in_packets,
+                    bytes: target.in_bytes,
+                },
+                outbound: Traffic {
+                    packets: target.out_packets,
+                    bytes: target.out_bytes,
+                },
+                passed_packets: target.passed_packets,
+            });
+        }
+        out.sort_by(|a, b| {
+            (&a.container, a.host_port, a.protocol, a.host_addr).cmp(&(
+                &b.container,
+                b.host_port,
+                b.protocol,
+                b.host_addr,
+            ))
+        });
+        Ok(out)
     }
 
     /// The veth's connections, with how long each has been idle.
@@ -471,17 +523,19 @@ impl Datapath {
     /// until the connection is quiet (`DRAIN_IDLE`), when the garbage collection of a later
     /// `dxdp` command or the watch's resync lets them go. Returns the ports it had.
     pub fn unexpose(&mut self, veth_ifindex: u32) -> Result<Vec<ExposedPort>> {
-        let had: Vec<ExposedPort> = self
-            .exposed()?
-            .into_iter()
-            .filter(|p| p.veth_ifindex == veth_ifindex)
-            .collect();
         let mut maps = PortMaps::new(&mut self.ebpf)?;
-        maps.forget_veth(veth_ifindex)?;
+        // One read of the ports map: the veth's entries are what it had and what goes, the
+        // others' NICs are those that keep their program.
+        let (own, others): (Vec<_>, Vec<_>) = maps
+            .all()?
+            .into_iter()
+            .partition(|(_, t)| t.veth_ifindex == veth_ifindex);
+        let had = maps.exposed_ports(&own)?;
+        maps.forget_veth(veth_ifindex, &own)?;
         if maps.drop_flows(veth_ifindex, DRAIN_IDLE)? == 0 {
             detach(&self.pins, Role::Reply, veth_ifindex)?;
         }
-        self.drop_idle_nics()?;
+        detach_idle_nics(&self.pins, &others)?;
         if let Some(first) = had.first() {
             info!(container = %first.container, ports = had.len(), "published ports unexposed");
         }
@@ -510,41 +564,7 @@ impl Datapath {
     /// Every exposed port, with what it carried.
     pub fn exposed(&mut self) -> Result<Vec<ExposedPort>> {
         let maps = PortMaps::new(&mut self.ebpf)?;
-        let mut out = Vec::new();
-        for (key, target) in maps.all()? {
-            let owner = absent_is_none(maps.owners.get(&target.veth_ifindex, 0))?;
-            out.push(ExposedPort {
-                container: owner.map_or_else(String::new, |o| unfixed_name(&o.name)),
-                veth_ifindex: target.veth_ifindex,
-                nic_ifindex: key.nic_ifindex,
-                host_addr: from_sixteen(key.addr),
-                protocol: if key.proto == PROTO_UDP { "udp" } else { "tcp" },
-                host_port: key.port,
-                container_addr: from_sixteen(target.addr),
-                container_port: target.port,
-                origin: Origin::from_code(owner.map_or(0, |o| o.origin)),
-                bypasses_firewall: owner.is_some_and(|o| o.firewall == FIREWALL_BYPASSED),
-                created_unix_secs: owner.map_or(0, |o| o.created_unix_secs),
-                inbound: Traffic {
-                    packets: target.in_packets,
-                    bytes: target.in_bytes,
-                },
-                outbound: Traffic {
-                    packets: target.out_packets,
-                    bytes: target.out_bytes,
-                },
-                passed_packets: target.passed_packets,
-            });
-        }
-        out.sort_by(|a, b| {
-            (&a.container, a.host_port, a.protocol, a.host_addr).cmp(&(
-                &b.container,
-                b.host_port,
-                b.protocol,
-                b.host_addr,
-            ))
-        });
-        Ok(out)
+        maps.exposed_ports(&maps.all()?)
     }
 
     /// Forgets exposures whose veth is gone (the container stopped), as `collect_garbage` does
@@ -595,18 +615,20 @@ impl Datapath {
 
     /// Detaches the NIC program where no port is exposed on that NIC any more.
     fn drop_idle_nics(&mut self) -> Result<()> {
-        let in_use: BTreeSet<u32> = PortMaps::new(&mut self.ebpf)?
-            .all()?
-            .iter()
-            .map(|(k, _)| k.nic_ifindex)
-            .collect();
-        for nic in attachment_pins(&self.pins, Role::Ingress)? {
-            if !in_use.contains(&nic) {
-                detach(&self.pins, Role::Ingress, nic)?;
-            }
-        }
-        Ok(())
+        let entries = PortMaps::new(&mut self.ebpf)?.all()?;
+        detach_idle_nics(&self.pins, &entries)
     }
+}
+
+/// Detaches the NIC program from the NICs no entry of `entries` (the ports map as it is) is on.
+fn detach_idle_nics(pins: &Pins, entries: &[(PortKey, PortTarget)]) -> Result<()> {
+    let in_use: BTreeSet<u32> = entries.iter().map(|(k, _)| k.nic_ifindex).collect();
+    for nic in attachment_pins(pins, Role::Ingress)? {
+        if !in_use.contains(&nic) {
+            detach(pins, Role::Ingress, nic)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -622,6 +644,42 @@ mod tests {
         assert_eq!(
             sixteen("192.0.2.7".parse().unwrap())[10..],
             [0xff, 0xff, 192, 0, 2, 7]
+        );
+    }
+
+    #[test]
+    fn an_exposed_ports_mapping_is_the_one_it_was_exposed_from_but_for_the_nics_name() {
+        let m = PortMapping {
+            nic_ifindex: 4,
+            nic: "eth1".into(),
+            host_addr: "192.0.2.1".parse().unwrap(),
+            udp: true,
+            host_port: 5353,
+            container_addr: "172.17.0.2".parse().unwrap(),
+            container_port: 53,
+        };
+        let pinned = ExposedPort {
+            container: "dns".into(),
+            veth_ifindex: 9,
+            nic_ifindex: m.nic_ifindex,
+            host_addr: m.host_addr,
+            protocol: "udp",
+            host_port: m.host_port,
+            container_addr: m.container_addr,
+            container_port: m.container_port,
+            origin: Origin::Watch,
+            bypasses_firewall: false,
+            created_unix_secs: 0,
+            inbound: Traffic::default(),
+            outbound: Traffic::default(),
+            passed_packets: 0,
+        };
+        assert_eq!(
+            pinned.mapping(),
+            PortMapping {
+                nic: String::new(),
+                ..m
+            }
         );
     }
 }

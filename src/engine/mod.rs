@@ -89,6 +89,15 @@ impl<H: Host> Engine<H> {
         }
     }
 
+    /// The links table as opened already (loaded, not locked), for the first pass to take
+    /// rather than open it again; `None` leaves that to the first pass.
+    pub fn with_links(mut self, links: Option<H::Idle>) -> Self {
+        if let Some(held) = &mut self.held {
+            held.links = links;
+        }
+        self
+    }
+
     /// A periodic resync: whole, and every [`FRESH_EVERY`]th one from scratch.
     pub async fn resync(&mut self, source: &impl ContainerSource) -> Option<Outcome> {
         self.resyncs += 1;

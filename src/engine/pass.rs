@@ -17,7 +17,7 @@ use super::{
     Which,
     endpoints::{EndpointCache, Find},
     host::Host,
-    links::{self, LinkStore, Resolved, Scope, Wanted},
+    links::{self, LinkStore, LinkTable, Resolved, Scope, Wanted},
     ports::{self, PortStore},
 };
 use crate::{
@@ -159,12 +159,26 @@ pub(super) fn run<H: Host>(
         table.collect_garbage(&interfaces)?;
         phases.mark("garbage");
     }
+    // One read of the pinned links, after the garbage collection, serves the check of the
+    // links made by hand and the diff.
+    let mut pinned = table.links();
+    // Links made by hand are held to the rules as firmly as the watch's own. Those a rule now
+    // covers go first, from the table and from what the diff starts from.
+    let mut hand_made_removed = 0;
+    if which.is_whole()
+        && let Ok(pinned) = &mut pinned
+    {
+        match hold_hand_made_links(&mut shared, &mut table, pinned) {
+            Ok(removed) => hand_made_removed = removed,
+            Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
+        }
+    }
     let expedited = if attaches_new(&table, &plan.wanted, &scope) {
         host.expedite()
     } else {
         None
     };
-    let applied = links::apply(&mut table, &plan.wanted, &scope);
+    let applied = pinned.and_then(|pinned| links::apply(&mut table, &pinned, &plan.wanted, &scope));
     drop(expedited);
     // A container's addresses as this pass read them (IPv6 added later) are the only sources
     // its links redirect: the datapath passes frames from any other to the bridge.
@@ -176,14 +190,6 @@ pub(super) fn run<H: Host>(
         .collect();
     if let Err(err) = table.refresh_sources(&resolved) {
         warn!("cannot update the containers' source addresses: {err:#}");
-    }
-    // Links made by hand are held to the rules as firmly as the watch's own.
-    let mut hand_made_removed = 0;
-    if which.is_whole() {
-        match hold_hand_made_links(&mut shared, &mut table) {
-            Ok(removed) => hand_made_removed = removed,
-            Err(err) => warn!("cannot check the links made by hand against the rules: {err:#}"),
-        }
     }
     let mut removed_exposures = 0;
     match expose_ports(
@@ -245,7 +251,7 @@ pub(super) fn run<H: Host>(
         }
     }
     Ok(Applied {
-        links: applied.links.saturating_sub(hand_made_removed),
+        links: applied.links,
         unreadable: plan.unreadable,
         removed_by_rules,
         exposures_removed_by_rules: removed_exposures,
@@ -386,14 +392,18 @@ fn plan_links(
     Ok(plan)
 }
 
-/// Removes the links made by hand (without `--bypass-firewall`) that a rule now covers, each
-/// logged with the rule; returns how many. The rules are read once a pass, as for the watch's
-/// own links.
-fn hold_hand_made_links(shared: &mut Shared<'_>, table: &mut impl LinkStore) -> Result<usize> {
-    let by_hand: Vec<LinkRecord> = table
-        .links()?
-        .into_iter()
+/// Removes the links made by hand (without `--bypass-firewall`) that a rule now covers, from
+/// the table and from `pinned` (its links as this pass read them), each logged with the rule;
+/// returns how many. The rules are read once a pass, as for the watch's own links.
+fn hold_hand_made_links(
+    shared: &mut Shared<'_>,
+    table: &mut impl LinkStore,
+    pinned: &mut Vec<LinkRecord>,
+) -> Result<usize> {
+    let by_hand: Vec<LinkRecord> = pinned
+        .iter()
         .filter(|l| l.origin == Origin::Manual && !l.bypasses_firewall)
+        .cloned()
         .collect();
     if by_hand.is_empty() {
         return Ok(0);
@@ -407,7 +417,9 @@ fn hold_hand_made_links(shared: &mut Shared<'_>, table: &mut impl LinkStore) -> 
         "link them again with --bypass-firewall",
     )?;
     for c in &covered {
-        table.remove(c.link.low_ifindex, c.link.high_ifindex)?;
+        let pair = (c.link.low_ifindex, c.link.high_ifindex);
+        table.remove(pair.0, pair.1)?;
+        pinned.retain(|l| (l.low_ifindex, l.high_ifindex) != pair);
         warn!("removed a link made by hand: {}", c.message);
     }
     Ok(covered.len())

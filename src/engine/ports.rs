@@ -201,22 +201,10 @@ pub(super) fn covered_by_hand(
 ) -> Result<BTreeMap<u32, String>> {
     let host = shared.host;
     let rules = shared.rules()?;
-    let mut covered = BTreeMap::new();
-    let mut marks = BTreeMap::new();
-    for p in pinned
-        .iter()
-        .filter(|p| p.origin == Origin::Manual && !p.bypasses_firewall)
-    {
-        if covered.contains_key(&p.veth_ifindex) {
-            continue;
-        }
-        if let Some(why) =
-            ports::pinned_port_blockers(rules, p, host, &ingress.outside, &mut marks)?
-        {
-            covered.insert(p.veth_ifindex, format!("{}: {why}", p.container));
-        }
-    }
-    Ok(covered)
+    let by_hand = pinned.iter().filter(|p| p.origin == Origin::Manual);
+    ports::covered_exposures(rules, by_hand, host, &ingress.outside)
+        .map(|found| found.map(|(p, why)| (p.veth_ifindex, format!("{}: {why}", p.container))))
+        .collect()
 }
 
 /// Takes the watch's exposures within `scope` to `wanted`: those no longer wanted (label gone,
@@ -231,12 +219,12 @@ pub(super) fn apply(
     covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {
-    let mut have: BTreeMap<u32, (Origin, BTreeSet<Key>)> = BTreeMap::new();
+    let mut have: BTreeMap<u32, (Origin, BTreeSet<PortMapping>)> = BTreeMap::new();
     for p in pinned {
         let entry = have
             .entry(p.veth_ifindex)
             .or_insert_with(|| (p.origin, BTreeSet::new()));
-        entry.1.insert(Key::of_exposed(p));
+        entry.1.insert(p.mapping());
     }
     let mut done = PortsApplied::default();
     for (&veth, (origin, _)) in &have {
@@ -257,7 +245,7 @@ pub(super) fn apply(
         }
     }
     for (&veth, w) in wanted.iter().filter(|(v, _)| scope.covers(**v, **v)) {
-        let keys: BTreeSet<Key> = w.ports.iter().map(Key::of_mapping).collect();
+        let keys: BTreeSet<PortMapping> = w.ports.iter().map(key).collect();
         match have.get(&veth) {
             Some((Origin::Manual, _)) => continue,
             Some((_, present)) if *present == keys => continue,
@@ -282,37 +270,11 @@ pub(super) fn apply(
     Ok(done)
 }
 
-/// What identifies an entry and where it leads, for comparing the pinned with the wanted.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Key {
-    nic_ifindex: u32,
-    host_addr: std::net::IpAddr,
-    udp: bool,
-    host_port: u16,
-    container_addr: std::net::IpAddr,
-    container_port: u16,
-}
-
-impl Key {
-    fn of_mapping(m: &PortMapping) -> Self {
-        Self {
-            nic_ifindex: m.nic_ifindex,
-            host_addr: m.host_addr,
-            udp: m.udp,
-            host_port: m.host_port,
-            container_addr: m.container_addr,
-            container_port: m.container_port,
-        }
-    }
-
-    fn of_exposed(p: &ExposedPort) -> Self {
-        Self {
-            nic_ifindex: p.nic_ifindex,
-            host_addr: p.host_addr,
-            udp: p.protocol == "udp",
-            host_port: p.host_port,
-            container_addr: p.container_addr,
-            container_port: p.container_port,
-        }
+/// What identifies an entry and where it leads, for comparing the pinned with the wanted: the
+/// mapping without its NIC's name, which the pinned state does not keep.
+fn key(m: &PortMapping) -> PortMapping {
+    PortMapping {
+        nic: String::new(),
+        ..m.clone()
     }
 }

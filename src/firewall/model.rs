@@ -66,7 +66,8 @@ pub(super) enum Cond {
     },
     /// The destination is an address of this host (`-m addrtype --dst-type LOCAL`).
     DstLocal { negate: bool },
-    /// The packet's mark, masked, equals `value` (`-m mark --mark VALUE[/MASK]`).
+    /// The packet's mark, masked, equals `value` (`-m mark --mark VALUE[/MASK]`, nft
+    /// `meta mark VALUE`, `meta mark & MASK == VALUE`).
     Mark { value: u32, mask: u32, negate: bool },
     /// Holds for any bridged packet (`--physdev-is-bridged`).
     Always,

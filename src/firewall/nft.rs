@@ -205,6 +205,9 @@ fn condition(m: &Value) -> Vec<Cond> {
     let (Some(left), Some(right)) = (m.get("left"), m.get("right")) else {
         return vec![Cond::Unknown];
     };
+    if let Some(mask) = mark_mask(left) {
+        return vec![mark_cond(m, mask, right, negate)];
+    }
     if let Some(meta) = left
         .get("meta")
         .and_then(|m| m.get("key"))
@@ -274,6 +277,39 @@ fn condition(m: &Value) -> Vec<Cond> {
         };
     }
     vec![Cond::Unknown]
+}
+
+/// The mask a `meta mark` comparison applies: all bits for `meta mark 0x10`, `0xff00` for
+/// `meta mark & 0xff00 == 0x2000` (`{"&": [{"meta": {"key": "mark"}}, 65280]}`); `None` when the
+/// left side is not the mark, or is the mark under another operation.
+fn mark_mask(left: &Value) -> Option<u32> {
+    let is_mark = |v: &Value| {
+        v.get("meta")
+            .and_then(|m| m.get("key"))
+            .and_then(Value::as_str)
+            == Some("mark")
+    };
+    if is_mark(left) {
+        return Some(u32::MAX);
+    }
+    match left.get("&").and_then(Value::as_array).map(Vec::as_slice) {
+        Some([mark, mask]) if is_mark(mark) => mask.as_u64().and_then(|m| u32::try_from(m).ok()),
+        _ => None,
+    }
+}
+
+/// The packet's mark, masked, equal (or not) to one value, as iptables' `-m mark --mark V/M`.
+/// A set or a range of marks, or a flag test (`in`), stays unknown.
+fn mark_cond(m: &Value, mask: u32, right: &Value, negate: bool) -> Cond {
+    let value = right.as_u64().and_then(|v| u32::try_from(v).ok());
+    match (m.get("op").and_then(Value::as_str), value) {
+        (Some("==" | "!="), Some(value)) => Cond::Mark {
+            value,
+            mask,
+            negate,
+        },
+        _ => Cond::Unknown,
+    }
 }
 
 fn family_cond(right: &Value, negate: bool) -> Cond {
@@ -658,5 +694,124 @@ mod tests {
             r(r#"[{"limit":{"rate":1}},{"drop":null}]"#).conds,
             [Cond::Unknown]
         );
+    }
+
+    /// Rules added to a chain without a hook, each with its text and its `expr` as nftables
+    /// 1.0.6's `nft -j list table` prints it (`meta mark & 0xff00 == 0x2000` prints as the
+    /// `and` form does).
+    const MARK_RULES: &[(&str, &str)] = &[
+        (
+            "meta mark 0x10 accept",
+            r#"[{"match": {"op": "==", "left": {"meta": {"key": "mark"}}, "right": 16}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark != 0x10 accept",
+            r#"[{"match": {"op": "!=", "left": {"meta": {"key": "mark"}}, "right": 16}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark and 0xff00 == 0x2000 accept",
+            r#"[{"match": {"op": "==", "left": {"&": [{"meta": {"key": "mark"}}, 65280]}, "right": 8192}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark & 0xff00 != 0x2000 accept",
+            r#"[{"match": {"op": "!=", "left": {"&": [{"meta": {"key": "mark"}}, 65280]}, "right": 8192}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark & 0xff00 == 0 accept",
+            r#"[{"match": {"op": "==", "left": {"&": [{"meta": {"key": "mark"}}, 65280]}, "right": 0}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark { 0x1, 0x2 } accept",
+            r#"[{"match": {"op": "==", "left": {"meta": {"key": "mark"}}, "right": {"set": [1, 2]}}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark 0x1-0x5 accept",
+            r#"[{"match": {"op": "==", "left": {"meta": {"key": "mark"}}, "right": {"range": [1, 5]}}}, {"accept": null}]"#,
+        ),
+        (
+            "meta mark set 0x10 accept",
+            r#"[{"mangle": {"key": {"meta": {"key": "mark"}}, "value": 16}}, {"accept": null}]"#,
+        ),
+    ];
+
+    #[test]
+    fn meta_mark_compared_with_one_value_masked_or_not_is_a_mark_condition() {
+        let mark = |value, mask, negate| {
+            vec![Cond::Mark {
+                value,
+                mask,
+                negate,
+            }]
+        };
+        let expected = [
+            (mark(0x10, u32::MAX, false), Action::Accept),
+            (mark(0x10, u32::MAX, true), Action::Accept),
+            (mark(0x2000, 0xff00, false), Action::Accept),
+            (mark(0x2000, 0xff00, true), Action::Accept),
+            (mark(0, 0xff00, false), Action::Accept),
+            // A set or a range of marks is not evaluated.
+            (vec![Cond::Unknown], Action::Accept),
+            (vec![Cond::Unknown], Action::Accept),
+            // Setting the mark changes the packet: refused, as any mark-setting rule.
+            (vec![], Action::Block),
+        ];
+        for ((text, json), (conds, action)) in MARK_RULES.iter().zip(expected) {
+            let got = rule(
+                &serde_json::from_str::<Vec<Value>>(json).unwrap(),
+                String::new(),
+            );
+            assert_eq!((got.conds, got.action), (conds, action), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_flag_test_on_the_mark_or_the_mark_under_another_operation_stays_unknown() {
+        let m = |s: &str| condition(&serde_json::from_str(s).unwrap());
+        assert_eq!(
+            m(r#"{"op":"in","left":{"meta":{"key":"mark"}},"right":16}"#),
+            [Cond::Unknown]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"|":[{"meta":{"key":"mark"}},16]},"right":16}"#),
+            [Cond::Unknown]
+        );
+        assert_eq!(
+            m(r#"{"op":"==","left":{"ct":{"key":"mark"}},"right":16}"#),
+            [Cond::Unknown]
+        );
+    }
+
+    #[test]
+    fn a_drop_by_mark_blocks_only_packets_whose_mark_may_match() {
+        let json = r#"{"nftables": [
+            {"table": {"family": "inet", "name": "marks", "handle": 1}},
+            {"chain": {"family": "inet", "table": "marks", "name": "forward", "handle": 1,
+              "type": "filter", "hook": "forward", "prio": 0, "policy": "accept"}},
+            {"rule": {"family": "inet", "table": "marks", "chain": "forward", "handle": 2,
+              "expr": [{"match": {"op": "==", "left": {"&": [{"meta": {"key": "mark"}}, 65280]},
+                "right": 8192}}, {"drop": null}]}}]}"#;
+        let tables = parse(json, |_, _| false, &Listing::default()).unwrap();
+        let (src, dst) = (
+            ["172.18.0.2".parse().unwrap()],
+            ["172.18.0.3".parse().unwrap()],
+        );
+        let passes = |mark| {
+            let flow = Flow {
+                family: Family::V4,
+                src: &src,
+                dst: &dst,
+                mark,
+                ..Flow::default()
+            };
+            tables[0].passes(&tables[0].bases[0], &flow).is_ok()
+        };
+        assert!(passes(Some(0)), "unmarked packets do not match");
+        assert!(
+            passes(Some(0x0100_00ff)),
+            "bits outside the mask do not count"
+        );
+        assert!(!passes(Some(0x2000)));
+        assert!(!passes(Some(0x1234_20ff)), "nor do they hide a match");
+        assert!(!passes(None), "an unknown mark may match");
     }
 }

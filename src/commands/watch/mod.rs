@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use super::runtime;
 use crate::{
     cli::WatchArgs,
-    datapath::{Capacity, Datapath, Origin},
+    datapath::{Capacity, Datapath, Origin, Unlocked},
     docker::Docker,
     engine::{
         Engine, Outcome, RealHost, Which,
@@ -94,22 +94,26 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
     // could not create or open (no bpffs, a mount a sandbox made read-only) ends the watch
     // here, where a service manager sees the start fail, rather than leaving a watch that
     // reports ready and links nothing; nothing is created here. An upgraded
-    // binary also swaps its programs into the running attachments here, before anything else.
+    // binary also swaps its programs into the running attachments here, before anything else;
+    // the first pass takes the state opened here, unlocked, rather than loading it again.
     let startup_dir = pin_dir.clone();
-    tokio::task::spawn_blocking(move || -> Result<()> {
+    let opened = tokio::task::spawn_blocking(move || -> Result<Option<Unlocked>> {
         if startup_dir.exists() {
-            Datapath::open(&startup_dir, capacity)?.upgrade_programs()?;
+            let mut datapath = Datapath::open(&startup_dir, capacity)?;
+            datapath.upgrade_programs()?;
+            Ok(Some(datapath.unlock()))
         } else {
             Datapath::check_usable(&startup_dir)?;
+            Ok(None)
         }
-        Ok(())
     })
     .await??;
     let mut engine = Engine::new(
         RealHost::new(pin_dir.clone(), capacity, args.expedite_rcu)
             .with_ingress_nics(args.ingress_nics.clone()),
         Arc::clone(&stats),
-    );
+    )
+    .with_links(opened);
     let mut notify = if args.once {
         Notifier::disabled()
     } else {

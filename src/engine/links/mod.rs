@@ -183,17 +183,18 @@ pub struct Applied<'w, L> {
     pub links: usize,
 }
 
-/// Takes the table to `wanted` within `scope`, by [`diff`].
+/// Takes the table from `actual` (its links, as the pass read them) to `wanted` within
+/// `scope`, by [`diff`].
 pub fn apply<'w, T: LinkTable>(
     table: &mut T,
+    actual: &[LinkRecord],
     wanted: &'w [Wanted<T::Link>],
     scope: &Scope,
 ) -> Result<Applied<'w, T::Link>>
 where
     T::Link: PartialEq,
 {
-    let actual = table.links()?;
-    let intents = diff(wanted, &actual, scope, |record, link| {
+    let intents = diff(wanted, actual, scope, |record, link| {
         table.complete(record, link)
     });
     let mut applied = Applied {

@@ -152,7 +152,8 @@ fn apply_removes_before_installing_and_one_failure_does_not_stop_the_others() {
         want(3, 4, Kind::Tc),
         want(5, 6, Kind::Xdp),
     ];
-    let applied = apply(&mut table, &wanted, &Scope::Whole).unwrap();
+    let actual = table.links().unwrap();
+    let applied = apply(&mut table, &actual, &wanted, &Scope::Whole).unwrap();
     assert_eq!(
         table.calls,
         [
@@ -174,7 +175,8 @@ fn apply_removes_before_installing_and_one_failure_does_not_stop_the_others() {
     // A second pass retries only what failed.
     table.calls.clear();
     table.refuse.clear();
-    let again = apply(&mut table, &wanted, &Scope::Whole).unwrap();
+    let actual = table.links().unwrap();
+    let again = apply(&mut table, &actual, &wanted, &Scope::Whole).unwrap();
     assert_eq!(table.calls, ["install 3-4 tc"]);
     assert_eq!(again.links, 4);
 }
@@ -225,10 +227,18 @@ fn a_scoped_apply_then_a_whole_one_reach_the_same_table() {
         want(5, 6, Kind::Tc),
         want(7, 8, Kind::Tc),
     ];
-    let scoped = apply(&mut table, &wanted, &Scope::Touching(BTreeSet::from([3]))).unwrap();
+    let actual = table.links().unwrap();
+    let scoped = apply(
+        &mut table,
+        &actual,
+        &wanted,
+        &Scope::Touching(BTreeSet::from([3])),
+    )
+    .unwrap();
     assert_eq!(table.calls, ["install 1-3 tc"]);
     assert_eq!(scoped.links, 3);
-    let whole = apply(&mut table, &wanted, &Scope::Whole).unwrap();
+    let actual = table.links().unwrap();
+    let whole = apply(&mut table, &actual, &wanted, &Scope::Whole).unwrap();
     assert_eq!(whole.removed, [(1, 2)]);
     assert_eq!(table.calls[1..], ["remove 1-2", "install 7-8 tc"]);
     assert_eq!(whole.links, 3);

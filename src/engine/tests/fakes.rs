@@ -48,10 +48,12 @@ pub(super) struct World {
     pub(super) generation: u32,
     /// Reading the rules fails (a tool missing, a table it cannot parse).
     pub(super) rules_unreadable: bool,
-    /// Counters: container inspects, namespace inspections by container name, full rule reads.
+    /// Counters: container inspects, namespace inspections by container name, full rule reads,
+    /// reads of the pinned links.
     pub(super) inspected: Vec<String>,
     pub(super) endpoint_lookups: BTreeMap<String, usize>,
     pub(super) rule_reads: usize,
+    pub(super) link_reads: usize,
 }
 
 /// The world, shared by the fakes and the test.
@@ -312,12 +314,10 @@ impl Host for FakeHost {
 
     fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
         Ok(Ingress {
-            nics: vec![Nic {
-                arriving_mark: Some(0),
-                index: NIC,
-                name: "nic0".to_owned(),
-                addrs: vec![IpAddr::from(NIC_ADDR)],
-            }],
+            nics: vec![
+                Nic::new(NIC, "nic0".to_owned(), vec![IpAddr::from(NIC_ADDR)])
+                    .with_arriving_mark(Some(0)),
+            ],
             outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
         })
     }
@@ -373,7 +373,9 @@ impl LinkTable for FakeLinks {
     type Link = Resolved;
 
     fn links(&mut self) -> Result<Vec<LinkRecord>> {
-        Ok(self.0.world().links.clone())
+        let mut world = self.0.world();
+        world.link_reads += 1;
+        Ok(world.links.clone())
     }
 
     fn complete(&mut self, _: &LinkRecord, _: &Resolved) -> bool {

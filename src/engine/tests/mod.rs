@@ -205,8 +205,15 @@ fn a_whole_pass_removes_a_hand_made_link_a_rule_covers_unless_it_bypasses_the_fi
     // An event's pass is not about hand-made links.
     rig.about(&["x"]);
     assert_eq!(rig.pinned(), ["21-22 Manual", "23-24 Manual"]);
-    rig.pass(Which::Known);
+    rig.shared.world().link_reads = 0;
+    let outcome = rig.pass(Which::Known).map(|o| o.links);
     assert_eq!(rig.pinned(), ["23-24 Manual"]);
+    assert_eq!(outcome, Some(1), "the link taken away is not counted");
+    assert_eq!(
+        rig.shared.world().link_reads,
+        1,
+        "one read serves the hand-made links' check and the diff"
+    );
 }
 
 #[test]
