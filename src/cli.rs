@@ -347,6 +347,11 @@ pub struct BenchIngressArgs {
     /// client: its second): the reference no path through the NIC can beat. Removed at the end.
     #[arg(long, value_name = "SUBNET", value_parser = WireSubnet::parse)]
     pub wire: Option<WireSubnet>,
+    /// Run every client tool on CPU 0 and every server on CPU 1 (the one-CPU ping-pong keeps
+    /// both on CPU 0): where the scheduler puts them moves a small machine's rates by a fifth
+    /// between runs; pinned, each route is measured in the same place every round.
+    #[arg(long)]
+    pub pin_cpus: bool,
     /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
     /// table then to stderr; shape: docs/json.md, `dxdp.bench-ingress/1`).
     #[arg(long, value_name = "FILE")]

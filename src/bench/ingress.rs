@@ -21,7 +21,9 @@ use serde::Serialize;
 
 use super::{
     Step,
-    measure::{self, KillOnDrop, Runner, check_interrupted, in_netns, run_bounded},
+    measure::{
+        self, KillOnDrop, Placement, Runner, check_interrupted, in_netns, on_cpu, run_bounded,
+    },
     stats::Spread,
     table,
 };
@@ -567,7 +569,8 @@ const LISTEN_WAIT: Duration = Duration::from_secs(10);
 impl Servers {
     /// Starts redis, nginx and sockperf on their [`NEEDS`] ports in `container` (iperf3 runs one
     /// server per test) and waits until each listens.
-    pub fn start(container: &NetnsPath) -> Result<Self> {
+    /// With `placement`, every server runs on its server CPU.
+    pub fn start(container: &NetnsPath, placement: Option<Placement>) -> Result<Self> {
         let dir = std::env::temp_dir().join(format!("dxdp-bench-ingress-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -616,6 +619,9 @@ impl Servers {
             let log = servers.log(service);
             let out = File::create(&log).with_context(|| format!("cannot create {log:?}"))?;
             let mut cmd = in_netns(container.path(), program);
+            if let Some(p) = placement {
+                on_cpu(&mut cmd, p.server_cpu)?;
+            }
             cmd.args(args)
                 .stdin(Stdio::null())
                 .stdout(out.try_clone()?)
@@ -722,6 +728,8 @@ pub struct Clients {
     redis_rate: [f64; 2],
     /// The sockperf server's process, pinned for the one-CPU ping-pong.
     sockperf_server: Option<u32>,
+    /// `--pin-cpus`: the CPU every client tool runs on (and the servers', for iperf3's).
+    pub placement: Option<Placement>,
 }
 
 impl Clients {
@@ -740,6 +748,7 @@ impl Clients {
             seconds,
             redis_rate: [0.0; 2],
             sockperf_server: None,
+            placement: None,
         }
     }
 
@@ -757,9 +766,18 @@ impl Clients {
         }
     }
 
-    /// A client tool in the client namespace; its stdout, or why it failed.
-    fn run(&self, program: &str, args: &[String], limit: Duration) -> Result<String> {
+    /// A client tool in the client namespace, on `cpu` if given; its stdout, or why it failed.
+    fn run_on(
+        &self,
+        cpu: Option<usize>,
+        program: &str,
+        args: &[String],
+        limit: Duration,
+    ) -> Result<String> {
         let mut cmd = in_netns(&self.client_ns, program);
+        if let Some(cpu) = cpu {
+            on_cpu(&mut cmd, cpu)?;
+        }
         cmd.args(args);
         let out = run_bounded(cmd, limit, program)?;
         if !out.status.success() {
@@ -771,6 +789,11 @@ impl Clients {
             );
         }
         Ok(out.stdout)
+    }
+
+    /// [`Self::run_on`] the client CPU of `--pin-cpus`, or wherever the scheduler puts it.
+    fn run(&self, program: &str, args: &[String], limit: Duration) -> Result<String> {
+        self.run_on(self.placement.map(|p| p.client_cpu), program, args, limit)
     }
 
     fn limit(&self) -> Duration {
@@ -834,32 +857,26 @@ impl Clients {
             (true, Some(pid)) => Some(Pinned::to(pid, PINNED_CPU)?),
             (true, None) => bail!("the sockperf server's process is not known; cannot pin it"),
         };
-        let pin = PINNED_CPU.to_string();
-        // The client joins the server's CPU under taskset, which execs sockperf there.
-        let taskset: &[&str] = if one_cpu {
-            &["taskset", "-c", &pin]
+        let args: Vec<String> = [
+            "pp",
+            "--tcp",
+            "-i",
+            &t.host_addr.to_string(),
+            "-p",
+            &t.host_port.to_string(),
+            "-t",
+            &seconds.to_string(),
+            "--full-rtt",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        // The client joins the server's CPU.
+        let cpu = if one_cpu {
+            Some(PINNED_CPU)
         } else {
-            &[]
+            self.placement.map(|p| p.client_cpu)
         };
-        let argv: Vec<String> = taskset
-            .iter()
-            .copied()
-            .chain([
-                "sockperf",
-                "pp",
-                "--tcp",
-                "-i",
-                &t.host_addr.to_string(),
-                "-p",
-                &t.host_port.to_string(),
-                "-t",
-                &seconds.to_string(),
-                "--full-rtt",
-            ])
-            .map(str::to_owned)
-            .collect();
-        let (program, args) = argv.split_first().expect("sockperf or taskset");
-        parse_sockperf(&self.run(program, args, self.limit())?)
+        parse_sockperf(&self.run_on(cpu, "sockperf", &args, self.limit())?)
     }
 
     fn iperf(&self, seconds: u32, extra: &[&str]) -> Result<serde_json::Value> {
@@ -871,6 +888,7 @@ impl Clients {
             port: t.host_port,
             seconds,
             label: format!("to {}", t.addr()),
+            placement: self.placement,
         };
         runner.iperf_via(t.need.port, extra)
     }

@@ -6,6 +6,7 @@
 use std::{
     io::Read,
     net::{IpAddr, Ipv4Addr},
+    os::unix::process::CommandExt,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::atomic::{AtomicBool, Ordering},
@@ -14,6 +15,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
 use serde_json::Value;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -110,6 +112,37 @@ pub(crate) fn in_netns(netns: &Path, program: &str) -> Command {
         .arg("--")
         .arg(program);
     cmd
+}
+
+/// Runs `cmd`'s process on `cpu` alone (its threads and children too): set between fork and
+/// exec, so that nothing of it ever runs elsewhere.
+pub(crate) fn on_cpu(cmd: &mut Command, cpu: usize) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu)
+        .with_context(|| format!("CPU {cpu} is out of range"))?;
+    // SAFETY: sched_setaffinity is a plain system call, safe between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                .map_err(std::io::Error::from)
+        });
+    }
+    Ok(())
+}
+
+/// Where `--pin-cpus` puts the client tools and the servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    pub client_cpu: usize,
+    pub server_cpu: usize,
+}
+
+impl Placement {
+    /// Clients on CPU 0, servers on CPU 1.
+    pub const SPLIT: Placement = Placement {
+        client_cpu: 0,
+        server_cpu: 1,
+    };
 }
 
 /// A child that is killed and reaped when dropped, however the caller leaves.
@@ -321,6 +354,8 @@ pub struct Runner {
     pub seconds: u32,
     /// Names the path in error messages.
     pub label: String,
+    /// The CPUs the client and the server run on; `None`: where the scheduler puts them.
+    pub placement: Option<Placement>,
 }
 
 /// How long an iperf3 server may take to bind its port before the bench gives up.
@@ -364,6 +399,9 @@ impl Runner {
     pub(crate) fn iperf_via(&self, server_port: u16, extra: &[&str]) -> Result<Value> {
         let port = self.port.to_string();
         let mut server = in_netns(&self.server_ns, "iperf3");
+        if let Some(p) = self.placement {
+            on_cpu(&mut server, p.server_cpu)?;
+        }
         server
             .args(["-s", "-1", "-p", &server_port.to_string()])
             .stdin(Stdio::null())
@@ -385,6 +423,9 @@ impl Runner {
                 );
             }
             let mut client = in_netns(&self.client_ns, "iperf3");
+            if let Some(p) = self.placement {
+                on_cpu(&mut client, p.client_cpu)?;
+            }
             client
                 .args(["-c", &self.target.to_string(), "-p", &port])
                 .args(["-t", &self.seconds.to_string(), "--json"])
@@ -437,6 +478,21 @@ mod tests {
     const TCP: &str = include_str!("testdata/iperf3-tcp-P2.json");
     const UDP: &str = include_str!("testdata/iperf3-udp-l64.json");
     const REFUSED: &str = include_str!("testdata/iperf3-refused.json");
+
+    #[test]
+    fn a_command_put_on_a_cpu_runs_there_alone() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpu = cpus - 1;
+        let mut cmd = Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        on_cpu(&mut cmd, cpu).unwrap();
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("Cpus_allowed_list:\t{cpu}")
+        );
+    }
     const PING: &str = include_str!("testdata/ping-lo.txt");
 
     #[test]

@@ -115,6 +115,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         port: args.port,
         seconds: plan.seconds,
         label: format!("{} -> {} ({server_ip})", a.label, b.label),
+        placement: None,
     };
     let loopback = Runner {
         client_ns: a.netns.path().to_path_buf(),

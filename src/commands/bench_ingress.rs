@@ -21,7 +21,7 @@ use crate::{
             self, Clients, ExposureSwitch, Metric, NEEDS, Plan, Progress, Results, Route, Servers,
             Service, Target,
         },
-        measure,
+        measure::{self, Placement},
         stats::Spread,
         wire::{Wire, WireSubnet},
     },
@@ -40,6 +40,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     };
     if !nix::unistd::geteuid().is_root() {
         bail!("dxdp bench-ingress must run as root: it enters namespaces and exposes ports");
+    }
+    let placement = args.pin_cpus.then_some(Placement::SPLIT);
+    if placement.is_some() && cpus() < 2 {
+        bail!(
+            "--pin-cpus puts the clients on CPU 0 and the servers on CPU 1, but this machine \
+             has {} CPU; leave it out",
+            cpus()
+        );
     }
     let missing = ingress::missing_tools();
     if !missing.is_empty() {
@@ -128,7 +136,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
             ""
         }
     );
-    let servers = Servers::start(&container_ns)?;
+    let servers = Servers::start(&container_ns, placement)?;
     let mut clients = Clients::new(
         client_ns.clone(),
         container_ns.path().to_path_buf(),
@@ -136,6 +144,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         plan.seconds,
     )
     .with_sockperf_server(servers.pid(Service::Sockperf));
+    clients.placement = placement;
     if let Some(wire) = &wire {
         clients.wire_targets = ingress::wire_targets(&targets, wire.subnet.container_addr());
         clients.route = Route::Wire;
@@ -177,10 +186,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         started.elapsed().as_secs()
     );
     let load_line = format!(
-        "load average {} before, {} after, on {} CPUs",
+        "load average {} before, {} after, on {} CPUs{}",
         load.before.map_or("?".into(), |l| format!("{l:.2}")),
         load.after.map_or("?".into(), |l| format!("{l:.2}")),
-        load.cpus
+        load.cpus,
+        placement.map_or(String::new(), |p| format!(
+            "; clients on CPU {}, servers on CPU {}",
+            p.client_cpu, p.server_cpu
+        ))
     );
 
     let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
@@ -204,6 +217,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
                 bypass_firewall: args.bypass_firewall,
                 found_exposed: exposure.found().is_some(),
                 wire: args.wire,
+                placement,
                 load,
             },
         );
@@ -235,6 +249,7 @@ struct RunInfo<'a> {
     bypass_firewall: bool,
     found_exposed: bool,
     wire: Option<WireSubnet>,
+    placement: Option<Placement>,
     load: HostLoad,
 }
 
@@ -255,6 +270,8 @@ struct JsonReport<'a> {
     /// The wire's addresses, with `--wire`.
     #[serde(skip_serializing_if = "Option::is_none")]
     wire: Option<JsonWire>,
+    /// `--pin-cpus`: where the clients and the servers ran; `null`: where the scheduler put them.
+    placement: Option<Placement>,
     host_load: HostLoad,
     metrics: Vec<JsonMetric>,
     fast_path_packets_per_round: &'a [u64],
@@ -315,6 +332,7 @@ impl<'a> JsonReport<'a> {
                 container_addr: w.container_addr().to_string(),
                 client_addr: w.client_addr().to_string(),
             }),
+            placement: cx.placement,
             host_load: cx.load,
             metrics: Metric::ALL
                 .iter()

@@ -680,8 +680,9 @@ fn ipv6_port_ranges_two_containers_and_a_linked_one() {
     );
 }
 
-/// `dxdp bench-ingress --wire` for one round of 1 s tests through a veth "NIC": every row has a
-/// figure for Docker's path, the fast path and the wire, the JSON has its schema, the wire is
+/// `dxdp bench-ingress --wire --pin-cpus` for one round of 1 s tests through a veth "NIC": every
+/// row has a figure for Docker's path, the fast path and the wire, the JSON has its schema and
+/// placement, the wire is
 /// gone afterwards and the container is left unexposed as it was found. A wire subnet the
 /// client already uses is refused first. Host ports differ from the container ports on purpose.
 #[test]
@@ -729,6 +730,7 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
                 "--bypass-firewall",
                 "--wire",
                 wire,
+                "--pin-cpus",
                 "--json",
                 &json_arg,
             ],
@@ -757,6 +759,11 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
     let metrics = report["metrics"].as_array().expect("metrics");
     assert_eq!(metrics.len(), 10, "{report}");
     assert_eq!(report["wire"]["subnet"], wire.as_str(), "{report}");
+    assert_eq!(
+        report["placement"],
+        serde_json::json!({"client_cpu": 0, "server_cpu": 1}),
+        "{report}"
+    );
     for m in metrics {
         for route in ["docker", "fast", "wire"] {
             let samples = m[route]["samples"].as_array().expect("samples");
