@@ -294,11 +294,11 @@ pub(crate) fn into_container(
 /// leave through the NIC they came from, as from the published address and port.
 #[inline(always)]
 pub fn reply(ctx: &TcContext) -> i32 {
-    let Some(packet) = parse(ctx) else {
-        return TC_ACT_UNSPEC;
-    };
     // SAFETY: as in `ingress`.
     let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let Some(packet) = parse(ctx) else {
+        return icmp_errors::reply(ctx, veth_ifindex);
+    };
     // The reply's source is the container, its destination the client.
     let flow = FlowKey::new(
         veth_ifindex,
@@ -325,7 +325,21 @@ pub fn reply(ctx: &TcContext) -> i32 {
     // The flow alone decides, also after the port was unexposed: only this veth's container,
     // from the address and port the connection was let in to, to that very client, is
     // answered as the published port, which is what it is.
-    if translate(ctx, &packet, true, &port.addr, port.port).is_err() {
+    let translated = translate(ctx, &packet, true, &port.addr, port.port);
+    out_of_nic(ctx, &port, target, veth_ifindex, translated)
+}
+
+/// A packet from `veth_ifindex`'s container `translated` to be from the published `port` is
+/// counted (where the port still leads to that veth) and leaves through the port's NIC.
+#[inline(always)]
+pub(crate) fn out_of_nic(
+    ctx: &TcContext,
+    port: &PortKey,
+    target: Option<*mut PortTarget>,
+    veth_ifindex: u32,
+    translated: Result<(), i64>,
+) -> i32 {
+    if translated.is_err() {
         return TC_ACT_SHOT;
     }
     if let Some(target) = target {
