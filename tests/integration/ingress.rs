@@ -988,6 +988,19 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     download("again from the same port, on Docker's path");
 }
 
+/// A container "web" on a new dual-stack network `net`, publishing `port` on both of the NIC's
+/// addresses to `target` (a container port, with a protocol or not).
+fn dual_stack_web(world: &mut World, out: &Outside, net: &str, port: u16, target: &str) -> String {
+    let net = world.network_v6(net, true, &[]);
+    let v4 = format!("{}:{port}:{target}", out.host_addr);
+    let v6 = format!("[{}]:{port}:{target}", out.host_addr6);
+    world.run(
+        "web",
+        &["--network", &net, "-p", &v4, "-p", &v6],
+        &["iperf3", "-s"],
+    )
+}
+
 /// A router between the NIC and the client whose link towards the client has a smaller MTU
 /// than the rest of the path: the container's full-size replies draw "fragmentation needed"
 /// (IPv4) and "packet too big" (IPv6) errors, addressed to the published address. The NIC's
@@ -1101,20 +1114,8 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         &out.nic,
     ]);
 
-    let net = world.network_v6("pmtu", true, &[]);
     let port = 17050u16;
-    let web = world.run(
-        "web",
-        &[
-            "--network",
-            &net,
-            "-p",
-            &format!("{}:{port}:7001", out.host_addr),
-            "-p",
-            &format!("[{}]:{port}:7001", out.host_addr6),
-        ],
-        &["iperf3", "-s"],
-    );
+    let web = dual_stack_web(&mut world, &out, "pmtu", port, "7001");
     let pid = world.pid(&web);
     let payload = Payload::new("pmtu", 4);
     let got = PathBuf::from(format!("/tmp/dxt-{}-got-pmtu", std::process::id()));
@@ -1189,20 +1190,8 @@ fn a_containers_port_unreachable_reaches_the_client_as_a_refusal() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let net = world.network_v6("refuse", true, &[]);
     let port = 17070u16;
-    let web = world.run(
-        "web",
-        &[
-            "--network",
-            &net,
-            "-p",
-            &format!("{}:{port}:7009/udp", out.host_addr),
-            "-p",
-            &format!("[{}]:{port}:7009/udp", out.host_addr6),
-        ],
-        &["iperf3", "-s"],
-    );
+    let web = dual_stack_web(&mut world, &out, "refuse", port, "7009/udp");
     world
         .dxdp
         .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])

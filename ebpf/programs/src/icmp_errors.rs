@@ -1,5 +1,6 @@
-//! ICMP errors about the fast path's replies, taken to the container that sent them, as
-//! conntrack takes them on Docker's path (as RELATED, translated).
+//! ICMP errors about the fast path's replies, taken to the container that sent them, and a
+//! container's errors about the fast path's packets, taken to the client, as conntrack takes
+//! them on Docker's path (as RELATED, translated).
 //!
 //! A router between the host and a client that cannot forward a reply (a link with a smaller
 //! MTU: "fragmentation needed" / "packet too big"; an unreachable or expired route) answers the
@@ -11,7 +12,12 @@
 //! a connection in `DXDP_FLOWS` (from the exposed address and port to that client) gets the
 //! container's address as destination, the quoted packet the container's address and port as
 //! source, the checksums made right, and goes into the container like the connection's packets.
-//! Any other ICMP passes to the stack.
+//!
+//! The other way, the same errors a container sends about a packet a client sent it over the
+//! fast path (a UDP datagram to a port nothing listens on: "port unreachable", which the
+//! client's socket takes as ECONNREFUSED) leave through the NIC as conntrack translates them:
+//! from the published address, quoting the published address and port as the destination,
+//! the checksums made right. Any other ICMP passes to the stack.
 use aya_ebpf::{
     bindings::{BPF_F_PSEUDO_HDR, TC_ACT_UNSPEC},
     helpers::generated::bpf_csum_diff,
@@ -21,8 +27,8 @@ use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP};
 
 use crate::{
     ingress::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, now,
-        out_of_nic, words,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, known_flow,
+        now, out_of_nic, words,
     },
     maps::{FLOWS, PORT_VETHS, PORTS},
     verdict::v4_mapped,
@@ -56,10 +62,8 @@ struct Quoted {
     inner_local: usize,
     inner_local_port: usize,
     proto: u8,
-    local: [u8; 16],
-    local_port: u16,
-    remote: [u8; 16],
-    remote_port: u16,
+    local: ([u8; 16], u16),
+    remote: ([u8; 16], u16),
 }
 
 /// An ICMP error arriving on a NIC about a fast-path reply goes to its container; anything
@@ -69,12 +73,7 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
     let Some(q) = parse(ctx, false) else {
         return TC_ACT_UNSPEC;
     };
-    let Some((_, target, flow)) = exposed(
-        nic_ifindex,
-        q.proto,
-        (q.local, q.local_port),
-        (q.remote, q.remote_port),
-    ) else {
+    let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, q.local, q.remote) else {
         return TC_ACT_UNSPEC;
     };
     // Only a connection the fast path carries: any other's errors are conntrack's to translate.
@@ -98,18 +97,12 @@ pub fn reply(ctx: &TcContext, veth_ifindex: u32) -> i32 {
     let Some(q) = parse(ctx, true) else {
         return TC_ACT_UNSPEC;
     };
-    let flow = FlowKey::new(
-        veth_ifindex,
-        q.proto,
-        (q.local, q.local_port),
-        (q.remote, q.remote_port),
-    );
-    let Some(known) = FLOWS.get_ptr_mut(flow) else {
+    // The quoted packet came from the client to the container.
+    let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
+    let Some((known, port)) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: a map value pointer, valid for this invocation; the key is copied out, then a
-    // plain store.
-    let port = unsafe { (*known).port };
+    // SAFETY: a map value pointer, valid for this invocation; a plain store.
     unsafe { (*known).last_seen_ns = now() };
     let translated = translate(ctx, &q, &port.addr, port.port);
     out_of_nic(
@@ -178,10 +171,11 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
                 inner_local: inner + inner_v4,
                 inner_local_port: inner + IPV4_HLEN + port,
                 proto,
-                local,
-                local_port: u16::from_be_bytes([ports[port], ports[port + 1]]),
-                remote,
-                remote_port: u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                local: (local, u16::from_be_bytes([ports[port], ports[port + 1]])),
+                remote: (
+                    remote,
+                    u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                ),
             })
         }
         ETH_P_IPV6 => {
@@ -224,10 +218,11 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
                 inner_local: inner + inner_v6,
                 inner_local_port: inner + IPV6_HLEN + port,
                 proto,
-                local,
-                local_port: u16::from_be_bytes([ports[port], ports[port + 1]]),
-                remote,
-                remote_port: u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                local: (local, u16::from_be_bytes([ports[port], ports[port + 1]])),
+                remote: (
+                    remote,
+                    u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                ),
             })
         }
         _ => None,
@@ -238,12 +233,12 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
 /// packet's become `addr`, the quoted local port `port`. ICMPv4's checksum covers the ICMP
 /// message only (the quoted header's own checksum changes with its address, and is part of
 /// it); ICMPv6's also covers the pseudo-header, where the outer address changed. The quoted
-/// packet's layer-4 checksum is left alone: only 8 bytes of it may be quoted, and conntrack
-/// leaves it (a TCP one) as well.
+/// packet's own TCP or UDP checksum is left as it was (conntrack updates it where the whole
+/// header is quoted): an error's receiver reads only the addresses and ports.
 #[inline(always)]
 fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<(), i64> {
     if q.v6 {
-        let mut from = words(&q.local);
+        let mut from = words(&q.local.0);
         let mut to = words(addr);
         // SAFETY: both buffers are 16 bytes on this stack frame.
         let diff = unsafe { bpf_csum_diff(from.as_mut_ptr(), 16, to.as_mut_ptr(), 16, 0) };
@@ -256,7 +251,7 @@ fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<
         ctx.store(q.outer, addr, 0)?;
         ctx.store(q.inner_local, addr, 0)?;
     } else {
-        let from = words(&q.local)[3] as u64;
+        let from = words(&q.local.0)[3] as u64;
         let to = words(addr)[3] as u64;
         // The outer header: its address, with its checksum.
         ctx.l3_csum_replace(ETH_HLEN + 10, from, to, 4)?;
@@ -272,7 +267,7 @@ fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<
         ctx.l4_csum_replace(q.icmp_csum, old_csum as u64, new_csum as u64, 2)?;
         ctx.store(q.inner_local, &v4, 0)?;
     }
-    let from = u16::from_ne_bytes(q.local_port.to_be_bytes()) as u64;
+    let from = u16::from_ne_bytes(q.local.1.to_be_bytes()) as u64;
     let to = u16::from_ne_bytes(port.to_be_bytes()) as u64;
     ctx.l4_csum_replace(q.icmp_csum, from, to, 2)?;
     ctx.store(q.inner_local_port, &port.to_be_bytes(), 0)?;

@@ -9,7 +9,8 @@
 //!   connection gets the published address and port back as source, and leaves through the NIC
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
 //!
-//! - ICMP errors about those replies go to the container too (`icmp_errors`).
+//! - ICMP errors about those replies go to the container too, and the container's errors about
+//!   its connections' packets leave through the NIC as the published port's (`icmp_errors`).
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
 use aya_ebpf::{
@@ -306,11 +307,9 @@ pub fn reply(ctx: &TcContext) -> i32 {
         (packet.src, packet.sport),
         (packet.dst, packet.dport),
     );
-    let Some(known) = FLOWS.get_ptr_mut(flow) else {
+    let Some((known, port)) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
-    let port = unsafe { (*known).port };
     let target = PORTS.get_ptr_mut(port);
     // A SYN-ACK answers a connection's first packet: if the port no longer leads here, that
     // packet came over Docker's path (a client reusing its address and port after an
@@ -327,6 +326,14 @@ pub fn reply(ctx: &TcContext) -> i32 {
     // answered as the published port, which is what it is.
     let translated = translate(ctx, &packet, true, &port.addr, port.port);
     out_of_nic(ctx, &port, target, veth_ifindex, translated)
+}
+
+/// The connection `flow` in `DXDP_FLOWS`: its entry and the exposed port it was let in through.
+#[inline(always)]
+pub(crate) fn known_flow(flow: FlowKey) -> Option<(*mut Flow, PortKey)> {
+    let known = FLOWS.get_ptr_mut(flow)?;
+    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
+    Some((known, unsafe { (*known).port }))
 }
 
 /// A packet from `veth_ifindex`'s container `translated` to be from the published `port` is
