@@ -988,6 +988,19 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     download("again from the same port, on Docker's path");
 }
 
+/// A container "web" on a new dual-stack network `net`, publishing `port` on both of the NIC's
+/// addresses to `target` (a container port, with a protocol or not).
+fn dual_stack_web(world: &mut World, out: &Outside, net: &str, port: u16, target: &str) -> String {
+    let net = world.network_v6(net, true, &[]);
+    let v4 = format!("{}:{port}:{target}", out.host_addr);
+    let v6 = format!("[{}]:{port}:{target}", out.host_addr6);
+    world.run(
+        "web",
+        &["--network", &net, "-p", &v4, "-p", &v6],
+        &["iperf3", "-s"],
+    )
+}
+
 /// A router between the NIC and the client whose link towards the client has a smaller MTU
 /// than the rest of the path: the container's full-size replies draw "fragmentation needed"
 /// (IPv4) and "packet too big" (IPv6) errors, addressed to the published address. The NIC's
@@ -1101,20 +1114,8 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         &out.nic,
     ]);
 
-    let net = world.network_v6("pmtu", true, &[]);
     let port = 17050u16;
-    let web = world.run(
-        "web",
-        &[
-            "--network",
-            &net,
-            "-p",
-            &format!("{}:{port}:7001", out.host_addr),
-            "-p",
-            &format!("[{}]:{port}:7001", out.host_addr6),
-        ],
-        &["iperf3", "-s"],
-    );
+    let web = dual_stack_web(&mut world, &out, "pmtu", port, "7001");
     let pid = world.pid(&web);
     let payload = Payload::new("pmtu", 4);
     let got = PathBuf::from(format!("/tmp/dxt-{}-got-pmtu", std::process::id()));
@@ -1170,6 +1171,61 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         assert!(
             cached.contains("mtu 1280"),
             "from {host}: no path MTU in the container: {cached}"
+        );
+    }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// A client's connected UDP socket sending to an exposed UDP port where nothing listens in the
+/// container: the container's "port unreachable" (IPv4) and "destination unreachable, port
+/// unreachable" (IPv6) about the fast path's datagram leave through the NIC translated as
+/// conntrack translates them on Docker's path (from the published address, quoting it), so
+/// the client's socket gets ECONNREFUSED, in both families, and the port's out counter shows
+/// the fast path carried the error. Without the translation the client sees no error (checked
+/// by hand: both families time out).
+#[test]
+fn a_containers_port_unreachable_reaches_the_client_as_a_refusal() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17070u16;
+    let web = dual_stack_web(&mut world, &out, "refuse", port, "7009/udp");
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    // A few tries, each bounded: the first datagram may wait for a neighbour.
+    const ASK: &str = "import socket, sys\n\
+        host, port = sys.argv[1], int(sys.argv[2])\n\
+        s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_DGRAM)\n\
+        s.settimeout(1.5)\n\
+        s.connect((host, port))\n\
+        for _ in range(3):\n    \
+            try:\n        \
+                s.send(b'anyone?')\n        \
+                s.recv(64)\n        \
+                sys.exit('answered')\n    \
+            except ConnectionRefusedError:\n        \
+                print('refused')\n        \
+                sys.exit(0)\n    \
+            except socket.timeout:\n        \
+                pass\n\
+        sys.exit('no error within the time')\n";
+    for host in [out.host_addr.as_str(), out.host_addr6.as_str()] {
+        let run = out.run(
+            &["python3", "-c", ASK, host, &port.to_string()],
+            Duration::from_secs(10),
+        );
+        assert!(
+            run.success() && run.stdout.contains("refused"),
+            "to {host}: the client's socket was not refused: {run}"
+        );
+        let counters = counters_at(&world, Some(host), port, "udp").expect("exposed");
+        assert!(
+            counters.0 > 0 && counters.1 > 0 && counters.2 == 0,
+            "to {host}: the error did not take the fast path: (in, out, passed) {counters:?}"
         );
     }
     world.dxdp.run(&["unexpose", &web]).assert_success();

@@ -1,5 +1,6 @@
-//! ICMP errors about the fast path's replies, taken to the container that sent them, as
-//! conntrack takes them on Docker's path (as RELATED, translated).
+//! ICMP errors about the fast path's replies, taken to the container that sent them, and a
+//! container's errors about the fast path's packets, taken to the client, as conntrack takes
+//! them on Docker's path (as RELATED, translated).
 //!
 //! A router between the host and a client that cannot forward a reply (a link with a smaller
 //! MTU: "fragmentation needed" / "packet too big"; an unreachable or expired route) answers the
@@ -11,19 +12,25 @@
 //! a connection in `DXDP_FLOWS` (from the exposed address and port to that client) gets the
 //! container's address as destination, the quoted packet the container's address and port as
 //! source, the checksums made right, and goes into the container like the connection's packets.
-//! Any other ICMP passes to the stack.
+//!
+//! The other way, the same errors a container sends about a packet a client sent it over the
+//! fast path (a UDP datagram to a port nothing listens on: "port unreachable", which the
+//! client's socket takes as ECONNREFUSED) leave through the NIC as conntrack translates them:
+//! from the published address, quoting the published address and port as the destination,
+//! the checksums made right. Any other ICMP passes to the stack.
 use aya_ebpf::{
     bindings::{BPF_F_PSEUDO_HDR, TC_ACT_UNSPEC},
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::{PROTO_TCP, PROTO_UDP};
+use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP};
 
 use crate::{
     ingress::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, now, words,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, known_flow,
+        now, out_of_nic, words,
     },
-    maps::{FLOWS, PORT_VETHS},
+    maps::{FLOWS, PORT_VETHS, PORTS},
     verdict::v4_mapped,
 };
 
@@ -40,41 +47,33 @@ const ICMPV6_DEST_UNREACH: u8 = 1;
 const ICMPV6_PACKET_TOO_BIG: u8 = 2;
 const ICMPV6_TIME_EXCEEDED: u8 = 3;
 
-/// Where an error and the reply it quotes sit, and what the reply was.
+/// Where an error and the packet it quotes sit, and what that packet was. Its `local` end is
+/// this host's: the exposed address and port an error from a client's router is about (the
+/// quoted reply's source), or the container's an error from the container is about (the quoted
+/// packet's destination); its `remote` end is the client.
 struct Quoted {
     v6: bool,
-    /// Offsets of the outer destination address, the ICMP checksum, the quoted IP header.
-    outer_dst: usize,
+    /// Offsets of the outer address that is the local end (the error's destination coming in,
+    /// its source going out), the ICMP checksum, the quoted IP header, the quoted local address
+    /// and port.
+    outer: usize,
     icmp_csum: usize,
     inner: usize,
-    /// The quoted reply: its protocol, its source (the exposed address and port) and its
-    /// destination (the client).
+    inner_local: usize,
+    inner_local_port: usize,
     proto: u8,
-    src: [u8; 16],
-    sport: u16,
-    dst: [u8; 16],
-    dport: u16,
-}
-
-impl Quoted {
-    fn inner_src(&self) -> usize {
-        self.inner + if self.v6 { 8 } else { 12 }
-    }
-
-    fn inner_sport(&self) -> usize {
-        self.inner + if self.v6 { IPV6_HLEN } else { IPV4_HLEN }
-    }
+    local: ([u8; 16], u16),
+    remote: ([u8; 16], u16),
 }
 
 /// An ICMP error arriving on a NIC about a fast-path reply goes to its container; anything
 /// else passes.
 #[inline(always)]
 pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
-    let Some(q) = parse(ctx) else {
+    let Some(q) = parse(ctx, false) else {
         return TC_ACT_UNSPEC;
     };
-    let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, (q.src, q.sport), (q.dst, q.dport))
-    else {
+    let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, q.local, q.remote) else {
         return TC_ACT_UNSPEC;
     };
     // Only a connection the fast path carries: any other's errors are conntrack's to translate.
@@ -90,10 +89,36 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
     into_container(ctx, target, translated)
 }
 
-/// An unfragmented ICMPv4 error without IP options quoting a TCP or UDP packet without options,
-/// or an ICMPv6 error (no extension headers) quoting a TCP or UDP packet without any.
+/// An ICMP error a container sends about a fast-path connection (its quoted packet one the
+/// client sent it through `DXDP_FLOWS`) leaves through the NIC as from the published address
+/// and port, as conntrack translates it on Docker's path; anything else passes.
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<Quoted> {
+pub fn reply(ctx: &TcContext, veth_ifindex: u32) -> i32 {
+    let Some(q) = parse(ctx, true) else {
+        return TC_ACT_UNSPEC;
+    };
+    // The quoted packet came from the client to the container.
+    let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
+    let Some((known, port)) = known_flow(flow) else {
+        return TC_ACT_UNSPEC;
+    };
+    // SAFETY: a map value pointer, valid for this invocation; a plain store.
+    unsafe { (*known).last_seen_ns = now() };
+    let translated = translate(ctx, &q, &port.addr, port.port);
+    out_of_nic(
+        ctx,
+        &port,
+        PORTS.get_ptr_mut(port),
+        veth_ifindex,
+        translated,
+    )
+}
+
+/// An unfragmented ICMPv4 error without IP options quoting a TCP or UDP packet without options,
+/// or an ICMPv6 error (no extension headers) quoting a TCP or UDP packet without any; about a
+/// packet from its destination coming in, to its source going out (`outward`).
+#[inline(always)]
+fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
     let start = ctx.data();
     let end = ctx.data_end();
     if start + ETH_HLEN > end {
@@ -102,6 +127,13 @@ fn parse(ctx: &TcContext) -> Option<Quoted> {
     // SAFETY: bounds-checked against data_end just above.
     let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
     let l3 = start + ETH_HLEN;
+    // Within an IP header: where the local end's address is outside and inside, and where
+    // the local port is after the quoted header.
+    let (outer_v4, inner_v4, outer_v6, inner_v6, port) = if outward {
+        (12, 16, 8, 24, 2)
+    } else {
+        (16, 12, 24, 8, 0)
+    };
     match u16::from_be_bytes([eth[12], eth[13]]) {
         ETH_P_IP => {
             const LEN: usize = IPV4_HLEN + ICMP_HLEN + IPV4_HLEN + QUOTED_L4;
@@ -119,24 +151,31 @@ fn parse(ctx: &TcContext) -> Option<Quoted> {
             }
             let inner = &ip[IPV4_HLEN + ICMP_HLEN..];
             let proto = inner[9];
-            // About a packet this host sent from the address the error is for.
+            // About a packet to or from the address the error is from or for.
             if inner[0] != 0x45
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
-                || ip[16..20] != inner[12..16]
+                || ip[outer_v4..outer_v4 + 4] != inner[inner_v4..inner_v4 + 4]
             {
                 return None;
             }
+            let remote_v4 = 28 - inner_v4;
+            let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
+            let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);
             let ports = &inner[IPV4_HLEN..];
+            let inner = ETH_HLEN + IPV4_HLEN + ICMP_HLEN;
             Some(Quoted {
                 v6: false,
-                outer_dst: ETH_HLEN + 16,
+                outer: ETH_HLEN + outer_v4,
                 icmp_csum: ETH_HLEN + IPV4_HLEN + 2,
-                inner: ETH_HLEN + IPV4_HLEN + ICMP_HLEN,
+                inner,
+                inner_local: inner + inner_v4,
+                inner_local_port: inner + IPV4_HLEN + port,
                 proto,
-                src: v4_mapped(&inner[12..16]),
-                dst: v4_mapped(&inner[16..20]),
-                sport: u16::from_be_bytes([ports[0], ports[1]]),
-                dport: u16::from_be_bytes([ports[2], ports[3]]),
+                local: (local, u16::from_be_bytes([ports[port], ports[port + 1]])),
+                remote: (
+                    remote,
+                    u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                ),
             })
         }
         ETH_P_IPV6 => {
@@ -160,70 +199,77 @@ fn parse(ctx: &TcContext) -> Option<Quoted> {
             let proto = inner[6];
             if inner[0] >> 4 != 6
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
-                || ip[24..40] != inner[8..24]
+                || ip[outer_v6..outer_v6 + 16] != inner[inner_v6..inner_v6 + 16]
             {
                 return None;
             }
-            let mut src = [0u8; 16];
-            src.copy_from_slice(&inner[8..24]);
-            let mut dst = [0u8; 16];
-            dst.copy_from_slice(&inner[24..40]);
+            let remote_v6 = 32 - inner_v6;
+            let mut local = [0u8; 16];
+            local.copy_from_slice(&inner[inner_v6..inner_v6 + 16]);
+            let mut remote = [0u8; 16];
+            remote.copy_from_slice(&inner[remote_v6..remote_v6 + 16]);
             let ports = &inner[IPV6_HLEN..];
+            let inner = ETH_HLEN + IPV6_HLEN + ICMP_HLEN;
             Some(Quoted {
                 v6: true,
-                outer_dst: ETH_HLEN + 24,
+                outer: ETH_HLEN + outer_v6,
                 icmp_csum: ETH_HLEN + IPV6_HLEN + 2,
-                inner: ETH_HLEN + IPV6_HLEN + ICMP_HLEN,
+                inner,
+                inner_local: inner + inner_v6,
+                inner_local_port: inner + IPV6_HLEN + port,
                 proto,
-                src,
-                dst,
-                sport: u16::from_be_bytes([ports[0], ports[1]]),
-                dport: u16::from_be_bytes([ports[2], ports[3]]),
+                local: (local, u16::from_be_bytes([ports[port], ports[port + 1]])),
+                remote: (
+                    remote,
+                    u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
+                ),
             })
         }
         _ => None,
     }
 }
 
-/// The error's destination and its quoted packet's source become the container's `addr`, the
-/// quoted source port `port`. ICMPv4's checksum covers the ICMP message only (the quoted
-/// header's own checksum changes with its source, and is part of it); ICMPv6's also covers the
-/// pseudo-header, where the destination changed.
+/// The error's local end (its destination coming in, its source going out) and its quoted
+/// packet's become `addr`, the quoted local port `port`. ICMPv4's checksum covers the ICMP
+/// message only (the quoted header's own checksum changes with its address, and is part of
+/// it); ICMPv6's also covers the pseudo-header, where the outer address changed. The quoted
+/// packet's own TCP or UDP checksum is left as it was (conntrack updates it where the whole
+/// header is quoted): an error's receiver reads only the addresses and ports.
 #[inline(always)]
 fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<(), i64> {
     if q.v6 {
-        let mut from = words(&q.src);
+        let mut from = words(&q.local.0);
         let mut to = words(addr);
         // SAFETY: both buffers are 16 bytes on this stack frame.
         let diff = unsafe { bpf_csum_diff(from.as_mut_ptr(), 16, to.as_mut_ptr(), 16, 0) };
         if diff < 0 {
             return Err(diff);
         }
-        // The outer destination (in the pseudo-header) and the quoted source change alike.
+        // The outer address (in the pseudo-header) and the quoted one change alike.
         ctx.l4_csum_replace(q.icmp_csum, 0, diff as u64, BPF_F_PSEUDO_HDR as u64)?;
         ctx.l4_csum_replace(q.icmp_csum, 0, diff as u64, 0)?;
-        ctx.store(q.outer_dst, addr, 0)?;
-        ctx.store(q.inner_src(), addr, 0)?;
+        ctx.store(q.outer, addr, 0)?;
+        ctx.store(q.inner_local, addr, 0)?;
     } else {
-        let from = words(&q.src)[3] as u64;
+        let from = words(&q.local.0)[3] as u64;
         let to = words(addr)[3] as u64;
-        // The outer header: its destination, with its checksum.
+        // The outer header: its address, with its checksum.
         ctx.l3_csum_replace(ETH_HLEN + 10, from, to, 4)?;
         let mut v4 = [0u8; 4];
         v4.copy_from_slice(&addr[12..16]);
-        ctx.store(q.outer_dst, &v4, 0)?;
-        // The quoted header: its source, its checksum, and both in the ICMP checksum.
+        ctx.store(q.outer, &v4, 0)?;
+        // The quoted header: its address, its checksum, and both in the ICMP checksum.
         let inner_csum = q.inner + 10;
         let old_csum: u16 = ctx.load(inner_csum)?;
         ctx.l3_csum_replace(inner_csum, from, to, 4)?;
         let new_csum: u16 = ctx.load(inner_csum)?;
         ctx.l4_csum_replace(q.icmp_csum, from, to, 4)?;
         ctx.l4_csum_replace(q.icmp_csum, old_csum as u64, new_csum as u64, 2)?;
-        ctx.store(q.inner_src(), &v4, 0)?;
+        ctx.store(q.inner_local, &v4, 0)?;
     }
-    let from = u16::from_ne_bytes(q.sport.to_be_bytes()) as u64;
+    let from = u16::from_ne_bytes(q.local.1.to_be_bytes()) as u64;
     let to = u16::from_ne_bytes(port.to_be_bytes()) as u64;
     ctx.l4_csum_replace(q.icmp_csum, from, to, 2)?;
-    ctx.store(q.inner_sport(), &port.to_be_bytes(), 0)?;
+    ctx.store(q.inner_local_port, &port.to_be_bytes(), 0)?;
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!   connection gets the published address and port back as source, and leaves through the NIC
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
 //!
-//! - ICMP errors about those replies go to the container too (`icmp_errors`).
+//! - ICMP errors about those replies go to the container too, and the container's errors about
+//!   its connections' packets leave through the NIC as the published port's (`icmp_errors`).
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
 use aya_ebpf::{
@@ -294,11 +295,11 @@ pub(crate) fn into_container(
 /// leave through the NIC they came from, as from the published address and port.
 #[inline(always)]
 pub fn reply(ctx: &TcContext) -> i32 {
-    let Some(packet) = parse(ctx) else {
-        return TC_ACT_UNSPEC;
-    };
     // SAFETY: as in `ingress`.
     let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let Some(packet) = parse(ctx) else {
+        return icmp_errors::reply(ctx, veth_ifindex);
+    };
     // The reply's source is the container, its destination the client.
     let flow = FlowKey::new(
         veth_ifindex,
@@ -306,11 +307,9 @@ pub fn reply(ctx: &TcContext) -> i32 {
         (packet.src, packet.sport),
         (packet.dst, packet.dport),
     );
-    let Some(known) = FLOWS.get_ptr_mut(flow) else {
+    let Some((known, port)) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
-    let port = unsafe { (*known).port };
     let target = PORTS.get_ptr_mut(port);
     // A SYN-ACK answers a connection's first packet: if the port no longer leads here, that
     // packet came over Docker's path (a client reusing its address and port after an
@@ -325,7 +324,29 @@ pub fn reply(ctx: &TcContext) -> i32 {
     // The flow alone decides, also after the port was unexposed: only this veth's container,
     // from the address and port the connection was let in to, to that very client, is
     // answered as the published port, which is what it is.
-    if translate(ctx, &packet, true, &port.addr, port.port).is_err() {
+    let translated = translate(ctx, &packet, true, &port.addr, port.port);
+    out_of_nic(ctx, &port, target, veth_ifindex, translated)
+}
+
+/// The connection `flow` in `DXDP_FLOWS`: its entry and the exposed port it was let in through.
+#[inline(always)]
+pub(crate) fn known_flow(flow: FlowKey) -> Option<(*mut Flow, PortKey)> {
+    let known = FLOWS.get_ptr_mut(flow)?;
+    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
+    Some((known, unsafe { (*known).port }))
+}
+
+/// A packet from `veth_ifindex`'s container `translated` to be from the published `port` is
+/// counted (where the port still leads to that veth) and leaves through the port's NIC.
+#[inline(always)]
+pub(crate) fn out_of_nic(
+    ctx: &TcContext,
+    port: &PortKey,
+    target: Option<*mut PortTarget>,
+    veth_ifindex: u32,
+    translated: Result<(), i64>,
+) -> i32 {
+    if translated.is_err() {
         return TC_ACT_SHOT;
     }
     if let Some(target) = target {
