@@ -151,10 +151,13 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             }
             let inner = &ip[IPV4_HLEN + ICMP_HLEN..];
             let proto = inner[9];
-            // About a packet to or from the address the error is from or for.
+            // About a packet to or from the address the error is from or for; one the container
+            // sends goes to the client whose packet it quotes, and nowhere else (a router's
+            // error coming in is from anywhere).
             if inner[0] != 0x45
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
                 || ip[outer_v4..outer_v4 + 4] != inner[inner_v4..inner_v4 + 4]
+                || (outward && ip[16..20] != inner[12..16])
             {
                 return None;
             }
@@ -200,6 +203,7 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             if inner[0] >> 4 != 6
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
                 || ip[outer_v6..outer_v6 + 16] != inner[inner_v6..inner_v6 + 16]
+                || (outward && ip[24..40] != inner[8..24])
             {
                 return None;
             }
