@@ -348,8 +348,8 @@ pub struct BenchIngressArgs {
     #[arg(long, value_name = "SUBNET", value_parser = WireSubnet::parse)]
     pub wire: Option<WireSubnet>,
     /// Run every client tool on CPU 0 and every server on CPU 1 (the one-CPU ping-pong keeps
-    /// both on CPU 0): where the scheduler puts them moves a small machine's rates by a fifth
-    /// between runs; pinned, each route is measured in the same place every round.
+    /// both on CPU 0), so that every round of every route has the same placement rather than
+    /// the scheduler's of the moment.
     #[arg(long)]
     pub pin_cpus: bool,
     /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
