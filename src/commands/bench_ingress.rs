@@ -286,13 +286,19 @@ struct JsonMetric {
     docker: JsonRoute,
     fast: JsonRoute,
     fast_over_docker: Option<f64>,
+    /// Each round's fast sample over the same round's Docker sample.
+    fast_over_docker_per_round: Vec<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wire: Option<JsonRoute>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wire_over_docker: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire_over_docker_per_round: Option<Vec<f64>>,
     /// Issue 24's bound on `fast_over_docker`: at least (rates) or at most (latency).
     goal: Option<f64>,
     goal_met: Option<bool>,
+    /// How many of `fast_over_docker_per_round` meet the goal.
+    goal_met_rounds: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -344,10 +350,15 @@ impl<'a> JsonReport<'a> {
                     docker: route(Route::Docker, m),
                     fast: route(Route::Fast, m),
                     fast_over_docker: results.ratio(m),
+                    fast_over_docker_per_round: results.per_round(Route::Fast, m),
                     wire: results.has_wire().then(|| route(Route::Wire, m)),
                     wire_over_docker: results.over_docker(Route::Wire, m),
+                    wire_over_docker_per_round: results
+                        .has_wire()
+                        .then(|| results.per_round(Route::Wire, m)),
                     goal: m.goal(),
                     goal_met: results.met(m),
+                    goal_met_rounds: results.rounds_meeting_goal(m).map(|(met, _)| met),
                 })
                 .collect(),
             fast_path_packets_per_round: &results.fast_packets_per_round,

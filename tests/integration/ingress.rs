@@ -775,6 +775,14 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         }
         assert!(m["fast_over_docker"].as_f64().is_some(), "{m}");
         assert!(m["wire_over_docker"].as_f64().is_some(), "{m}");
+        // One round: its own ratio is the medians' ratio.
+        for ratio in ["fast_over_docker", "wire_over_docker"] {
+            assert_eq!(
+                m[format!("{ratio}_per_round")],
+                serde_json::json!([m[ratio]]),
+                "{m}"
+            );
+        }
         let row = m["label"].as_str().expect("label");
         assert!(bench.stdout.contains(row), "the table lacks {row}: {bench}");
     }
