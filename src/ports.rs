@@ -2,7 +2,7 @@
 //! watch's `dxdp.ingress` label): the NICs clients come in on, each published port as an entry
 //! per NIC address, and the rules that keep one on Docker's path.
 use std::{
-    cell::OnceCell,
+    cell::RefCell,
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
 };
@@ -23,35 +23,34 @@ pub struct Nic {
     pub index: u32,
     pub name: String,
     pub addrs: Vec<IpAddr>,
-    /// The mark clients' packets carry when netfilter first sees them ([`arriving_mark`]),
-    /// asked the first time a firewall walk needs it: it costs a TCX query and a qdisc dump,
-    /// and a pass whose containers all bypass the rules needs none.
-    arriving_mark: OnceCell<Option<u32>>,
 }
 
 impl Nic {
     pub fn new(index: u32, name: String, addrs: Vec<IpAddr>) -> Self {
-        Self {
-            index,
-            name,
-            addrs,
-            arriving_mark: OnceCell::new(),
-        }
+        Self { index, name, addrs }
+    }
+}
+
+/// Each NIC's [`arriving_mark`], asked the first time a firewall walk needs it and kept for
+/// the caller's pass, whether the walk is of a port to expose or of one exposed already: asking
+/// costs a TCX query and a qdisc dump, and a pass whose containers all bypass the rules asks
+/// none.
+#[derive(Default)]
+pub struct ArrivingMarks(RefCell<BTreeMap<u32, Option<u32>>>);
+
+impl ArrivingMarks {
+    /// Marks known already, never asked (the unit tests' NICs).
+    pub fn known(marks: impl IntoIterator<Item = (u32, Option<u32>)>) -> Self {
+        Self(RefCell::new(marks.into_iter().collect()))
     }
 
-    /// The NIC with its arriving mark known already, never asked (the unit tests' NICs).
-    pub fn with_arriving_mark(self, mark: Option<u32>) -> Self {
-        Self {
-            arriving_mark: OnceCell::from(mark),
-            ..self
-        }
-    }
-
-    /// The mark clients' packets carry when netfilter first sees them: asked once.
-    pub fn arriving_mark(&self) -> Option<u32> {
+    /// The arriving mark of the NIC `index` (`name`): asked once.
+    pub fn of(&self, index: u32, name: &str) -> Option<u32> {
         *self
-            .arriving_mark
-            .get_or_init(|| arriving_mark(self.index, &self.name))
+            .0
+            .borrow_mut()
+            .entry(index)
+            .or_insert_with(|| arriving_mark(index, name))
     }
 }
 
@@ -196,13 +195,10 @@ pub fn published_port<'a>(
     m: &'a PortMapping,
     endpoint: &'a Endpoint,
     outside: &'a [(IpAddr, u8)],
-    nics: &[Nic],
+    marks: &ArrivingMarks,
 ) -> firewall::PublishedPort<'a> {
     firewall::PublishedPort {
-        arriving_mark: nics
-            .iter()
-            .find(|n| n.index == m.nic_ifindex)
-            .and_then(Nic::arriving_mark),
+        arriving_mark: marks.of(m.nic_ifindex, &m.nic),
         nic: &m.nic,
         host_addrs: std::slice::from_ref(&m.host_addr),
         transport: if m.udp {
@@ -223,16 +219,16 @@ pub fn published_port<'a>(
 /// rules in one line: for each veth, the first of its ports found covered (the others are not
 /// walked). Exposures made to bypass the rules are skipped. Lazy: a caller that stops at the
 /// first error (the watch) walks no further; one that skips errors (`doctor`) goes on with the
-/// next port. Each NIC's [`arriving_mark`] is asked once however many ports it carries.
+/// next port.
 pub fn covered_exposures<'a>(
     rules: &'a firewall::RulesetCache,
     exposed: impl IntoIterator<Item = &'a ExposedPort> + 'a,
     host: &'a [Interface],
     outside: &'a [(IpAddr, u8)],
+    marks: &'a ArrivingMarks,
 ) -> impl Iterator<Item = Result<(&'a ExposedPort, String)>> + 'a {
-    let mut marks = BTreeMap::new();
     first_covered_per_veth(exposed, move |p| {
-        pinned_port_blockers(rules, p, host, outside, &mut marks)
+        pinned_port_blockers(rules, p, host, outside, marks)
     })
 }
 
@@ -263,14 +259,13 @@ fn first_covered_per_veth<'a>(
 /// The rules that now keep a pinned exposed port on Docker's path, in one line (`None` if none
 /// does, or if its container's veth is gone: garbage collection takes such entries). The same
 /// walk as before exposing, on what the pinned record says: a rule added since, or Docker's
-/// DNAT for the port gone, is named. `marks` holds each NIC's [`arriving_mark`], asked once per
-/// NIC however many ports it carries.
+/// DNAT for the port gone, is named.
 fn pinned_port_blockers(
     rules: &firewall::RulesetCache,
     port: &ExposedPort,
     host: &[Interface],
     outside: &[(IpAddr, u8)],
-    marks: &mut BTreeMap<u32, Option<u32>>,
+    marks: &ArrivingMarks,
 ) -> Result<Option<String>> {
     let name = |index: u32| host.iter().find(|i| i.index == index);
     let Some(veth) = name(port.veth_ifindex) else {
@@ -279,9 +274,7 @@ fn pinned_port_blockers(
     let bridge = veth.master.and_then(name).map_or("", |b| b.name.as_str());
     let nic = name(port.nic_ifindex).map_or("", |n| n.name.as_str());
     let walked = firewall::PublishedPort {
-        arriving_mark: *marks
-            .entry(port.nic_ifindex)
-            .or_insert_with(|| arriving_mark(port.nic_ifindex, nic)),
+        arriving_mark: marks.of(port.nic_ifindex, nic),
         nic,
         host_addrs: std::slice::from_ref(&port.host_addr),
         transport: if port.protocol == "udp" {
@@ -394,7 +387,6 @@ mod tests {
             "eth1".into(),
             addrs.iter().map(|a| a.parse().unwrap()).collect(),
         )
-        .with_arriving_mark(Some(0))
     }
 
     #[test]
@@ -439,19 +431,15 @@ mod tests {
     }
 
     #[test]
-    fn a_nics_arriving_mark_is_asked_only_by_a_walk_and_a_known_one_is_taken_as_is() {
+    fn a_known_arriving_mark_is_taken_as_is() {
         let ep = endpoint(&["172.17.0.2"]);
-        let nics = [nic(&["192.0.2.1"]).with_arriving_mark(Some(0x10))];
-        let unasked = Nic::new(5, "eth2".into(), vec![]);
+        let nics = [nic(&["192.0.2.1"])];
+        let marks = ArrivingMarks::known([(4, Some(0x10))]);
         let got = mappings(&[published("0.0.0.0", false)], &nics, |_| {
             Ok(Some(ep.clone()))
         })
         .unwrap();
-        assert!(
-            unasked.arriving_mark.get().is_none(),
-            "a NIC is not asked when made"
-        );
-        let port = published_port(&got[0].0, &got[0].1, &[], &nics);
+        let port = published_port(&got[0].0, &got[0].1, &[], &marks);
         assert_eq!(port.arriving_mark, Some(0x10));
     }
 

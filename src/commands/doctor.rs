@@ -559,7 +559,9 @@ fn exposures(
             .map(|addrs| ports::container_prefixes(host, &addrs))
             .unwrap_or_default();
         // A walk fails only on rules never read, and these were: such a port names no rule.
-        for (p, why) in ports::covered_exposures(rules, &exposed, host, &outside).flatten() {
+        let marks = ports::ArrivingMarks::default();
+        for (p, why) in ports::covered_exposures(rules, &exposed, host, &outside, &marks).flatten()
+        {
             out.push(check(
                 Verdict::Fail,
                 format!(

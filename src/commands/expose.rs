@@ -12,8 +12,8 @@ use crate::{
     netlink::{self, Interface},
     netns::NetnsPath,
     ports::{
-        container_prefixes, describe, endpoint_of, host_addresses, mappings, named, nics,
-        published_port,
+        ArrivingMarks, container_prefixes, describe, endpoint_of, host_addresses, mappings, named,
+        nics, published_port,
     },
 };
 
@@ -83,8 +83,9 @@ pub(super) fn prepare(
     if !bypass_firewall {
         let rules = Ruleset::read()?;
         let outside = container_prefixes(host, &addrs);
+        let marks = ArrivingMarks::default();
         for (m, e) in &mappings {
-            let port = published_port(m, e, &outside, &nics);
+            let port = published_port(m, e, &outside, &marks);
             if let Some(rule) = named(&rules.published_port_blockers(&port)) {
                 bail!(
                     "cannot expose {name} port {}: a rule may drop or change its packets on \

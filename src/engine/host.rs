@@ -109,6 +109,7 @@ impl Host for RealHost {
                 vec![]
             },
             outside: crate::ports::container_prefixes(host, &addrs),
+            marks: crate::ports::ArrivingMarks::default(),
         })
     }
 

@@ -30,6 +30,9 @@ pub trait PortStore {
 /// Where clients come in and which prefixes none is on: what the kind needs of the host.
 pub struct Ingress {
     pub nics: Vec<Nic>,
+    /// The NICs' arriving marks, asked at most once in the pass, by either walk (a labeled
+    /// container's ports, or a port exposed by hand).
+    pub marks: ports::ArrivingMarks,
     /// The host's container networks ([`ports::container_prefixes`]).
     pub outside: Vec<(std::net::IpAddr, u8)>,
 }
@@ -98,7 +101,7 @@ pub(super) fn plan(
         if !bypass_firewall {
             let rules = shared.rules()?;
             let refusal = mappings.iter().find_map(|(m, e)| {
-                let port = ports::published_port(m, e, &ingress.outside, &ingress.nics);
+                let port = ports::published_port(m, e, &ingress.outside, &ingress.marks);
                 ports::named(&rules.published_port_blockers(&port).ok()?)
                     .map(|rule| format!("port {}: {rule}", ports::describe(m)))
             });
@@ -202,7 +205,7 @@ pub(super) fn covered_by_hand(
     let host = shared.host;
     let rules = shared.rules()?;
     let by_hand = pinned.iter().filter(|p| p.origin == Origin::Manual);
-    ports::covered_exposures(rules, by_hand, host, &ingress.outside)
+    ports::covered_exposures(rules, by_hand, host, &ingress.outside, &ingress.marks)
         .map(|found| found.map(|(p, why)| (p.veth_ifindex, format!("{}: {why}", p.container))))
         .collect()
 }

@@ -21,7 +21,7 @@ use crate::{
     netlink::Interface,
     netns::NetnsPath,
     plan::{ContainerView, NetworkView},
-    ports::Nic,
+    ports::{ArrivingMarks, Nic},
 };
 
 pub(super) const BRIDGE: u32 = 2;
@@ -314,10 +314,12 @@ impl Host for FakeHost {
 
     fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
         Ok(Ingress {
-            nics: vec![
-                Nic::new(NIC, "nic0".to_owned(), vec![IpAddr::from(NIC_ADDR)])
-                    .with_arriving_mark(Some(0)),
-            ],
+            nics: vec![Nic::new(
+                NIC,
+                "nic0".to_owned(),
+                vec![IpAddr::from(NIC_ADDR)],
+            )],
+            marks: ArrivingMarks::known([(NIC, Some(0))]),
             outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
         })
     }
