@@ -35,7 +35,7 @@ impl WireSubnet {
             len.parse().ok().filter(|l| *l <= 30).ok_or_else(|| {
                 format!("{text:?}: the length must be 0 to 30 (two host addresses)")
             })?;
-        let host_bits = u32::MAX.checked_shr(u32::from(prefix_len)).unwrap_or(0);
+        let host_bits = host_bits(prefix_len);
         if u32::from(network) & host_bits != 0 {
             return Err(format!(
                 "{text:?}: host bits are set; the network is {}/{prefix_len}",
@@ -57,11 +57,13 @@ impl WireSubnet {
     }
 
     fn contains(&self, addr: Ipv4Addr) -> bool {
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.prefix_len))
-            .unwrap_or(0);
-        u32::from(addr) & mask == u32::from(self.network)
+        u32::from(addr) & !host_bits(self.prefix_len) == u32::from(self.network)
     }
+}
+
+/// The bits of an IPv4 address under a `prefix_len` netmask that name the host.
+fn host_bits(prefix_len: u8) -> u32 {
+    u32::MAX.checked_shr(u32::from(prefix_len)).unwrap_or(0)
 }
 
 impl std::fmt::Display for WireSubnet {
