@@ -4,7 +4,6 @@ use std::{
     net::{IpAddr, Ipv4Addr},
     path::Path,
     process::ExitCode,
-    thread,
     time::{Duration, Instant},
 };
 
@@ -18,6 +17,7 @@ use super::{
 use crate::{
     bench::{
         self, Config, Metric, Plan, Results, Step,
+        host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
         pair::PairState,
         pps,
@@ -125,13 +125,13 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         ..over_pair.clone()
     };
     run.announce("tests", bench::estimate(&plan));
-    let load_before = load_average();
+    let load_start = host_load::start();
     let started = Instant::now();
     let results = show_steps(|tell| bench::run(&plan, &mut pair, &over_pair, &loopback, tell));
     let results = results?;
     run.restored(&mut pair, started)?;
 
-    let load = HostLoad::since(load_before);
+    let load = HostLoad::since(&load_start);
     let mtu = pair_mtu(&a, &b);
     run.emit(&table::render(&results, plan.rounds), || {
         Ok(serde_json::to_string_pretty(&JsonReport {
@@ -309,11 +309,11 @@ impl Run<'_> {
             "live frames per run",
             pps::estimate(configs, rounds, self.plan.seconds),
         );
-        let load_before = load_average();
+        let load_start = host_load::start();
         let started = Instant::now();
         let results = show_steps(|tell| pps::run(configs, rounds, pair, &setup, tell))?;
         self.restored(pair, started)?;
-        let load = HostLoad::since(load_before);
+        let load = HostLoad::since(&load_start);
         let mtu = pair_mtu(a, b);
         self.emit(&pps::render(&results, rounds), || {
             Ok(serde_json::to_string_pretty(&PpsReport {
@@ -356,21 +356,6 @@ fn on_bridge(network: &str, bridge: &str) -> String {
     } else {
         format!("{network} ({bridge})")
     }
-}
-
-pub(super) fn cpus() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The 1-minute load average, recorded with the results because a loaded host explains both
-/// wide ranges and ratios that do not reproduce.
-pub(super) fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 fn check_ports(plan: &Plan, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()> {
@@ -468,24 +453,6 @@ struct PpsReport {
     seconds_per_run: u32,
     src_ip: String,
     configs: Vec<pps::JsonConfig>,
-}
-
-#[derive(Clone, Copy, Serialize)]
-pub(super) struct HostLoad {
-    pub cpus: usize,
-    /// 1-minute load averages when the measurement started and ended.
-    pub before: Option<f64>,
-    pub after: Option<f64>,
-}
-
-impl HostLoad {
-    fn since(before: Option<f64>) -> Self {
-        Self {
-            cpus: cpus(),
-            before,
-            after: load_average(),
-        }
-    }
 }
 
 #[derive(Serialize)]

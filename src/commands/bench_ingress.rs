@@ -11,12 +11,10 @@ use std::{
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use super::{
-    bench::{HostLoad, cpus, load_average},
-    expose::prepare,
-};
+use super::expose::prepare;
 use crate::{
     bench::{
+        host_load::{self, HostLoad, cpus},
         ingress::{
             self, Clients, ExposureSwitch, Metric, NEEDS, Plan, Progress, Results, Route, Servers,
             Service, Target,
@@ -154,8 +152,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     exposure.set(Route::Docker)?;
     clients.warm_up(|what| eprintln!("warm-up: {what}"))?;
 
-    let load_before = load_average();
-    if let Some(load) = load_before
+    let load_start = host_load::start();
+    if let Some(load) = load_start.load()
         && load > 1.0
     {
         eprintln!(
@@ -171,11 +169,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
     });
     progress.close();
     let results = results?;
-    let load = HostLoad {
-        cpus: cpus(),
-        before: load_before,
-        after: load_average(),
-    };
+    let load = HostLoad::since(&load_start);
     drop(servers);
     drop(wire);
     exposure
@@ -186,10 +180,8 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         started.elapsed().as_secs()
     );
     let load_line = format!(
-        "load average {} before, {} after, on {} CPUs{}",
-        load.before.map_or("?".into(), |l| format!("{l:.2}")),
-        load.after.map_or("?".into(), |l| format!("{l:.2}")),
-        load.cpus,
+        "{}{}",
+        load.describe(),
         placement.map_or(String::new(), |p| format!(
             "; clients on CPU {}, servers on CPU {}",
             p.client_cpu, p.server_cpu

@@ -764,6 +764,12 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         serde_json::json!({"client_cpu": 0, "server_cpu": 1}),
         "{report}"
     );
+    let steal = report["host_load"]["steal_percent"].as_f64();
+    assert!(
+        steal.is_some_and(|s| (0.0..=100.0).contains(&s)),
+        "{report}"
+    );
+    assert!(bench.stdout.contains(", steal "), "{bench}");
     for m in metrics {
         for route in ["docker", "fast", "wire"] {
             let samples = m[route]["samples"].as_array().expect("samples");
