@@ -3,6 +3,7 @@
 //! Rounds interleave the configurations (bridge, tc, xdp, loopback, bridge, tc, …) rather than
 //! running each one's rounds back to back, so that a slow drift of the host (thermal, a noisy
 //! neighbour, page cache) spreads over every configuration instead of biasing the last one.
+pub mod cpu_idle;
 pub mod host_load;
 pub mod ingress;
 pub mod measure;

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::expose::prepare;
 use crate::{
     bench::{
+        cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus},
         ingress::{
             self, Clients, ExposureSwitch, Metric, NEEDS, Plan, Progress, Results, Route, Servers,
@@ -179,13 +180,17 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         "done in {}s; {name} is {found} again",
         started.elapsed().as_secs()
     );
+    let cpu_idle = CpuIdle::read();
     let load_line = format!(
-        "{}{}",
+        "{}{}{}",
         load.describe(),
         placement.map_or(String::new(), |p| format!(
             "; clients on CPU {}, servers on CPU {}",
             p.client_cpu, p.server_cpu
-        ))
+        )),
+        cpu_idle
+            .as_ref()
+            .map_or(String::new(), |idle| format!("\n{}", idle.describe()))
     );
 
     let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
@@ -211,6 +216,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
                 wire: args.wire,
                 placement,
                 load,
+                cpu_idle,
             },
         );
         write_json(path, &(serde_json::to_string_pretty(&report)? + "\n"))?;
@@ -243,6 +249,7 @@ struct RunInfo<'a> {
     wire: Option<WireSubnet>,
     placement: Option<Placement>,
     load: HostLoad,
+    cpu_idle: Option<CpuIdle>,
 }
 
 #[derive(Serialize)]
@@ -265,6 +272,9 @@ struct JsonReport<'a> {
     /// `--pin-cpus`: where the clients and the servers ran; `null`: where the scheduler put them.
     placement: Option<Placement>,
     host_load: HostLoad,
+    /// How idle CPUs wait (`null` without cpuidle): it sets the cost of a wake-up, which every
+    /// round trip between two CPUs pays.
+    cpu_idle: Option<CpuIdle>,
     metrics: Vec<JsonMetric>,
     fast_path_packets_per_round: &'a [u64],
 }
@@ -332,6 +342,7 @@ impl<'a> JsonReport<'a> {
             }),
             placement: cx.placement,
             host_load: cx.load,
+            cpu_idle: cx.cpu_idle.clone(),
             metrics: Metric::ALL
                 .iter()
                 .map(|&m| JsonMetric {

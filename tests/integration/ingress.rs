@@ -770,6 +770,14 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         "{report}"
     );
     assert!(bench.stdout.contains(", steal "), "{bench}");
+    let driver = std::fs::read_to_string("/sys/devices/system/cpu/cpuidle/current_driver")
+        .ok()
+        .map(|d| d.trim().to_owned());
+    assert_eq!(
+        report["cpu_idle"]["driver"].as_str(),
+        driver.as_deref(),
+        "{report}"
+    );
     for m in metrics {
         for route in ["docker", "fast", "wire"] {
             let samples = m[route]["samples"].as_array().expect("samples");
