@@ -371,18 +371,7 @@ fn a_rule_on_a_published_port_refuses_expose_and_names_it() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let net = world.network("pub", &[]);
-    let port = 17010u16;
-    let web = world.run(
-        "web",
-        &[
-            "--network",
-            &net,
-            "-p",
-            &format!("{}:{port}:5201", out.host_addr),
-        ],
-        &["iperf3", "-s"],
-    );
+    let web = one_port_web(&mut world, &out, "pub", 17010, "5201", &["iperf3", "-s"]);
     let source = format!("{}/32", out.client_addr);
     let rule = FirewallRule::insert(
         "iptables",
@@ -479,27 +468,56 @@ fn assert_carried(world: &World, out: &Outside, pid: u32, host_port: u16, tag: &
 /// [`assert_carried`] to `addr`:`ports.0`, which the container publishes from `ports.1`.
 fn carried_to(world: &World, out: &Outside, addr: &str, pid: u32, ports: (u16, u16), tag: &str) {
     let (host_port, container_port) = ports;
-    let payload = Payload::new(tag, 4);
-    let got = PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
-    let _cleanup = Files(vec![got.clone()]);
     let inbound = || counters_at(world, Some(addr), host_port, "tcp").map_or(0, |c| c.0);
     let before = inbound();
-    let target = got.display().to_string();
-    let listen = container_port.to_string();
-    let mut server = Background::spawn(&in_container(
-        pid,
-        &["python3", PEER, "receive", &listen, &target],
-    ));
-    std::thread::sleep(Duration::from_millis(300));
-    let file = payload.path.display().to_string();
+    let mut upload = Upload::listen(pid, container_port, tag, 4);
+    let file = upload.payload.path.display().to_string();
     let sent = out.run(
         &["python3", PEER, "send", &file, addr, &host_port.to_string()],
         Duration::from_secs(30),
     );
     sent.assert_success();
-    assert!(server.wait_timeout(Duration::from_secs(10)).is_some());
-    assert_eq!(sha256(&got), payload.sha, "{tag}: bytes lost");
+    assert!(
+        upload
+            .receiver
+            .wait_timeout(Duration::from_secs(10))
+            .is_some()
+    );
+    assert_eq!(sha256(&upload.got), upload.payload.sha, "{tag}: bytes lost");
     assert!(inbound() > before, "{tag}: the fast path carried nothing");
+}
+
+/// A file on its way from the client into a container: the client sends `payload`, the
+/// container's receiver writes it to `got`. Fields drop in order: the receiver is stopped
+/// before its file and the payload are removed.
+struct Upload {
+    receiver: Background,
+    got: PathBuf,
+    _cleanup: Files,
+    payload: Payload,
+}
+
+impl Upload {
+    /// `megabytes` of random bytes tagged `tag`, and a receiver for them on `container_port`
+    /// in the container of `pid`, given time to listen before the client connects.
+    fn listen(pid: u32, container_port: u16, tag: &str, megabytes: u32) -> Self {
+        let payload = Payload::new(tag, megabytes);
+        let got = PathBuf::from(format!("/tmp/dxt-{}-got-{tag}", std::process::id()));
+        let _cleanup = Files(vec![got.clone()]);
+        let target = got.display().to_string();
+        let listen = container_port.to_string();
+        let receiver = Background::spawn(&in_container(
+            pid,
+            &["python3", PEER, "receive", &listen, &target],
+        ));
+        std::thread::sleep(Duration::from_millis(300));
+        Self {
+            receiver,
+            got,
+            _cleanup,
+            payload,
+        }
+    }
 }
 
 /// `dxdp watch --ingress-nic` exposes a container labeled `dxdp.ingress=true`, follows it
@@ -834,12 +852,13 @@ fn an_upgraded_binary_swaps_its_port_programs_into_running_attachments() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let net = world.network("upg", &[]);
     let host_port = 17060u16;
-    let publish = format!("{}:{host_port}:7000", out.host_addr);
-    let web = world.run(
-        "web",
-        &["--network", &net, "-p", &publish],
+    let web = one_port_web(
+        &mut world,
+        &out,
+        "upg",
+        host_port,
+        "7000",
         &["sleep", "infinity"],
     );
     let pid = world.pid(&web);
@@ -886,16 +905,8 @@ fn an_upgraded_binary_swaps_its_port_programs_into_running_attachments() {
     let before = inbound();
 
     // A transfer on Docker's path (the old programs pass everything), across the swap.
-    let payload = Payload::new("upgrade", 48);
-    let got = PathBuf::from(format!("/tmp/dxt-{}-got-upgrade", std::process::id()));
-    let _cleanup = Files(vec![got.clone()]);
-    let target = got.display().to_string();
-    let mut server = Background::spawn(&in_container(
-        pid,
-        &["python3", PEER, "receive", "7000", &target],
-    ));
-    std::thread::sleep(Duration::from_millis(300));
-    let file = payload.path.display().to_string();
+    let mut upload = Upload::listen(pid, 7000, "upgrade", 48);
+    let file = upload.payload.path.display().to_string();
     let mut client = Background::spawn(&in_ns(
         &out.ns.name,
         &[
@@ -919,10 +930,15 @@ fn an_upgraded_binary_swaps_its_port_programs_into_running_attachments() {
         );
     }
     assert!(client.wait_timeout(Duration::from_secs(30)).is_some());
-    assert!(server.wait_timeout(Duration::from_secs(5)).is_some());
+    assert!(
+        upload
+            .receiver
+            .wait_timeout(Duration::from_secs(5))
+            .is_some()
+    );
     assert_eq!(
-        sha256(&got),
-        payload.sha,
+        sha256(&upload.got),
+        upload.payload.sha,
         "the transfer across the swap lost bytes"
     );
     assert_eq!(
@@ -958,14 +974,8 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let net = world.network("pub", &[]);
     let port = 17040u16;
-    let publish = format!("{}:{port}:7001", out.host_addr);
-    let web = world.run(
-        "web",
-        &["--network", &net, "-p", &publish],
-        &["iperf3", "-s"],
-    );
+    let web = one_port_web(&mut world, &out, "pub", port, "7001", &["iperf3", "-s"]);
     let pid = world.pid(&web);
     let payload = Payload::new("reuse", 2);
     let got = PathBuf::from(format!("/tmp/dxt-{}-got-reuse", std::process::id()));
@@ -1008,6 +1018,21 @@ fn a_client_reusing_its_port_after_unexpose_is_answered_on_dockers_path() {
     );
     world.dxdp.run(&["unexpose", &web]).assert_success();
     download("again from the same port, on Docker's path");
+}
+
+/// A container "web" running `cmd` on a new network `net`, publishing `port` on the NIC's IPv4
+/// address to `target` (a container port, with a protocol or not).
+fn one_port_web(
+    world: &mut World,
+    out: &Outside,
+    net: &str,
+    port: u16,
+    target: &str,
+    cmd: &[&str],
+) -> String {
+    let net = world.network(net, &[]);
+    let publish = format!("{}:{port}:{target}", out.host_addr);
+    world.run("web", &["--network", &net, "-p", &publish], cmd)
 }
 
 /// A container "web" on a new dual-stack network `net`, publishing `port` on both of the NIC's
