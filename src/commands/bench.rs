@@ -17,6 +17,7 @@ use super::{
 use crate::{
     bench::{
         self, Config, Metric, Plan, Results, Step,
+        cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
         pair::PairState,
@@ -282,6 +283,7 @@ impl Run<'_> {
             port: self.args.port,
             rounds: self.plan.rounds,
             host_load: load,
+            cpu_idle: CpuIdle::read(),
             mtu,
         }
     }
@@ -428,6 +430,8 @@ struct PairInfo {
     port: u16,
     rounds: u32,
     host_load: HostLoad,
+    /// How idle CPUs wait (`null` without cpuidle): the cost of every wake-up in an RTT.
+    cpu_idle: Option<CpuIdle>,
     /// The pair's MTU (`null` if it could not be read).
     mtu: Option<u32>,
 }

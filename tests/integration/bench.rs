@@ -18,7 +18,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::support::{can_run, missing_root_and_bpffs, missing_tools};
+use crate::support::{assert_host_facts, can_run, missing_root_and_bpffs, missing_tools};
 
 /// The benches measure timing on a shared CPU: one at a time, even under a parallel harness.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -262,6 +262,7 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
     assert_eq!(report["schema"], "dxdp.bench/1");
     assert_eq!(report["baseline"], "bridge");
     assert_eq!(report["mtu"], 1500, "the pair's MTU rides in the JSON too");
+    assert_host_facts(&report);
     for config in configs {
         let name = config["name"].as_str().unwrap();
         let metrics = config["metrics"].as_array().unwrap();

@@ -24,6 +24,7 @@
 //!
 //! The items are re-exported here: areas `use crate::support::{…}`.
 
+pub mod bench_report;
 pub mod bpf;
 pub mod docker_cli;
 pub mod docker_proxy;
@@ -45,7 +46,7 @@ pub mod watch;
 pub mod world;
 
 pub use self::{
-    bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*, host::*, labeled::*,
-    names::*, pinned::*, prereq::*, process::*, rcu_switch::*, rng::*, topology::*, traffic::*,
-    watch::*, world::*,
+    bench_report::*, bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*,
+    host::*, labeled::*, names::*, pinned::*, prereq::*, process::*, rcu_switch::*, rng::*,
+    topology::*, traffic::*, watch::*, world::*,
 };
