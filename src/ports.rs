@@ -25,12 +25,6 @@ pub struct Nic {
     pub addrs: Vec<IpAddr>,
 }
 
-impl Nic {
-    pub fn new(index: u32, name: String, addrs: Vec<IpAddr>) -> Self {
-        Self { index, name, addrs }
-    }
-}
-
 /// Each NIC's [`arriving_mark`], asked the first time a firewall walk needs it and kept for
 /// the caller's pass, whether the walk is of a port to expose or of one exposed already: asking
 /// costs a TCX query and a qdisc dump, and a pass whose containers all bypass the rules asks
@@ -97,7 +91,11 @@ pub fn nics(names: &[String], host: &[Interface], addrs: &HostAddresses) -> Resu
                 .collect();
             addrs.sort();
             addrs.dedup();
-            Ok(Nic::new(iface.index, name, addrs))
+            Ok(Nic {
+                index: iface.index,
+                name,
+                addrs,
+            })
         })
         .collect()
 }
@@ -382,11 +380,11 @@ mod tests {
     }
 
     fn nic(addrs: &[&str]) -> Nic {
-        Nic::new(
-            4,
-            "eth1".into(),
-            addrs.iter().map(|a| a.parse().unwrap()).collect(),
-        )
+        Nic {
+            index: 4,
+            name: "eth1".into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+        }
     }
 
     #[test]

@@ -314,11 +314,11 @@ impl Host for FakeHost {
 
     fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
         Ok(Ingress {
-            nics: vec![Nic::new(
-                NIC,
-                "nic0".to_owned(),
-                vec![IpAddr::from(NIC_ADDR)],
-            )],
+            nics: vec![Nic {
+                index: NIC,
+                name: "nic0".to_owned(),
+                addrs: vec![IpAddr::from(NIC_ADDR)],
+            }],
             marks: ArrivingMarks::known([(NIC, Some(0))]),
             outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
         })
