@@ -486,12 +486,13 @@ impl Results {
     /// In how many rounds the fast path's ratio met the metric's goal, of how many; `None`
     /// without a goal.
     pub fn rounds_meeting_goal(&self, metric: Metric) -> Option<(usize, usize)> {
+        metric.goal()?;
         let ratios = self.per_round(Route::Fast, metric);
         let met = ratios
             .iter()
             .filter(|&&r| metric.meets(r) == Some(true))
             .count();
-        metric.goal().map(|_| (met, ratios.len()))
+        Some((met, ratios.len()))
     }
 }
 
