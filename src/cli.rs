@@ -39,6 +39,18 @@ pub struct Cli {
     )]
     pub max_endpoints: u32,
 
+    /// Most connections at once through exposed ports in a pin directory made from scratch
+    /// (see --max-links); beyond it the least recently used is forgotten. A quarter as many
+    /// more may be opening: their clients have not answered the container yet.
+    #[arg(
+        long,
+        global = true,
+        env = "DXDP_MAX_CONNECTIONS",
+        default_value_t = dxdp_common::ingress::DEFAULT_MAX_FLOWS,
+        value_parser = clap::value_parser!(u32).range(1..=MAX_CAPACITY)
+    )]
+    pub max_connections: u32,
+
     /// Log lines on stderr as human text, or as one JSON object per line (for journald, Loki
     /// and other collectors). `DXDP_LOG` sets the level, as `RUST_LOG` would.
     #[arg(
@@ -61,7 +73,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Upper bound of --max-links and --max-endpoints: the maps are preallocated, per CPU.
+/// Upper bound of --max-links, --max-endpoints and --max-connections: the maps are
+/// preallocated (some per CPU).
 const MAX_CAPACITY: i64 = 1 << 20;
 
 impl Cli {
@@ -70,6 +83,7 @@ impl Cli {
         Capacity {
             max_endpoints: self.max_endpoints,
             max_links: self.max_links,
+            max_connections: self.max_connections,
         }
     }
 }

@@ -703,6 +703,7 @@ mod tests {
             capacity: Capacity {
                 max_endpoints: 8,
                 max_links: 4,
+                max_connections: 16,
             },
         };
         let text = render(

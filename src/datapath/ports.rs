@@ -1,5 +1,5 @@
 //! Exposed published ports (issue 24): the pinned maps `DXDP_PORTS`, `DXDP_FLOWS`,
-//! `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
+//! `DXDP_OPENING`, `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
 //! them: `dxdp_ingress` on every NIC a port is exposed on, `dxdp_reply` on every exposed
 //! container's host veth.
 use std::{
@@ -17,7 +17,9 @@ use aya::{
 };
 use dxdp_common::{
     FIREWALL_BYPASSED, MacAddr,
-    ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names},
+    ingress::{
+        Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names,
+    },
 };
 use tracing::info;
 
@@ -119,17 +121,24 @@ impl ExposedPort {
 struct PortMaps<'a> {
     ports: PerCpuHashMap<&'a mut MapData, PortKey, PortTarget>,
     flows: HashMap<&'a mut MapData, FlowKey, Flow>,
+    opening: HashMap<&'a mut MapData, FlowKey, Opening>,
     veths: DevMapHash<&'a mut MapData>,
     owners: HashMap<&'a mut MapData, u32, PortOwner>,
 }
 
 impl<'a> PortMaps<'a> {
     fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [ports, flows, veths, owners] =
-            ebpf.maps_disjoint_mut([names::PORTS, names::FLOWS, names::VETHS, names::OWNERS]);
+        let [ports, flows, opening, veths, owners] = ebpf.maps_disjoint_mut([
+            names::PORTS,
+            names::FLOWS,
+            names::OPENING,
+            names::VETHS,
+            names::OWNERS,
+        ]);
         Ok(Self {
             ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
             flows: HashMap::try_from(flows.ok_or_else(|| missing(names::FLOWS))?)?,
+            opening: HashMap::try_from(opening.ok_or_else(|| missing(names::OPENING))?)?,
             veths: DevMapHash::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
             owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
         })
@@ -211,12 +220,17 @@ impl<'a> PortMaps<'a> {
         Ok(out)
     }
 
-    /// The veth's connections, with how long each has been idle.
+    /// The veth's connections, established or being opened, with how long each has been idle.
     fn flows_of(&self, veth_ifindex: u32) -> Vec<(FlowKey, Duration)> {
         let now = monotonic_ns();
-        self.flows
+        let established = self.flows.iter().filter_map(Result::ok);
+        let opening = self
+            .opening
             .iter()
             .filter_map(Result::ok)
+            .map(|(k, o)| (k, o.flow));
+        established
+            .chain(opening)
             .filter(|(k, _)| k.veth_ifindex == veth_ifindex)
             .map(|(k, f)| (k, Duration::from_nanos(now.saturating_sub(f.last_seen_ns))))
             .collect()
@@ -238,7 +252,9 @@ impl<'a> PortMaps<'a> {
         let mut left = 0;
         for (key, quiet) in self.flows_of(veth_ifindex) {
             if gone(&key, quiet) {
+                // In one table or the other (both for the instant a connection moves).
                 ignore_absent(self.flows.remove(&key))?;
+                ignore_absent(self.opening.remove(&key))?;
             } else {
                 left += 1;
             }

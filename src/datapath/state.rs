@@ -9,7 +9,7 @@ use aya::{
 use dxdp_common::{
     ABI_VERSION, ABI_VERSION_WITHOUT_FIREWALL, ABI_VERSION_WITHOUT_SOURCES, Counters,
     DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec, LinkKey, LinkMeta,
-    LinkMetaKey, LinkTarget, MAX_SOURCES, Meta, Sources, names,
+    LinkMetaKey, LinkTarget, MAX_SOURCES, Meta, Sources, ingress, names,
 };
 use tracing::warn;
 
@@ -21,6 +21,9 @@ use crate::{endpoint::Endpoint, netns::NetnsPath};
 pub struct Capacity {
     pub max_endpoints: u32,
     pub max_links: u32,
+    /// Connections at once through exposed ports (`DXDP_FLOWS`; `DXDP_OPENING` holds a
+    /// quarter as many being opened).
+    pub max_connections: u32,
 }
 
 impl Default for Capacity {
@@ -28,6 +31,7 @@ impl Default for Capacity {
         Self {
             max_endpoints: DEFAULT_MAX_ENDPOINTS,
             max_links: DEFAULT_MAX_LINKS,
+            max_connections: ingress::DEFAULT_MAX_FLOWS,
         }
     }
 }
@@ -45,6 +49,11 @@ impl Capacity {
         // A link takes two directed entries.
         loader.map_max_entries(names::LINKS, self.max_links.saturating_mul(2));
         loader.map_max_entries(names::LINK_META, self.max_links);
+        loader.map_max_entries(ingress::names::FLOWS, self.max_connections);
+        loader.map_max_entries(
+            ingress::names::OPENING,
+            ingress::max_opening(self.max_connections),
+        );
     }
 }
 

@@ -10,10 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{FirewallRule, World, docker, must, quietly, require_docker, wait_until};
+use crate::support::{
+    FORGE, FirewallRule, World, docker, must, quietly, require_docker, wait_until,
+};
 
-/// Sends UDP with a forged source address from a container's namespace, and counts arrivals.
-const FORGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/integration/forge.py");
+/// How many UDP datagrams with a forged source each check sends.
 const FORGED: u32 = 200;
 
 /// Whether `from` reaches `ip` (3 pings, 1 s each at most).

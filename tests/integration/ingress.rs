@@ -9,15 +9,17 @@ use std::{
 };
 
 use crate::support::{
-    Background, FirewallRule, LinkGuard, NetnsGuard, World, assert_host_facts, iface_name, in_ns,
-    load_passing_tc, must, next_id, pinned_link, pinned_program, require_docker, run_for,
-    update_pinned_link, wait_until,
+    Background, FORGE, FirewallRule, LinkGuard, NetnsGuard, World, assert_host_facts, bpftool,
+    iface_name, in_ns, load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program,
+    require_docker, run_for, update_pinned_link, wait_until,
 };
 
 /// A client namespace behind a veth "NIC": `host_addr` on the host end, `client_addr` in the
 /// namespace, routed to each other. 10.236.<k>.0/24 is this file's.
 struct Outside {
     nic: String,
+    /// The pair's far end, in `ns`.
+    peer: String,
     host_addr: String,
     client_addr: String,
     /// fd00:236:<k>::1 and ::2, the same pair's IPv6 addresses.
@@ -63,6 +65,7 @@ impl Outside {
         ip_ns(&["link", "set", &peer, "up"]);
         Self {
             nic,
+            peer,
             host_addr,
             client_addr,
             host_addr6,
@@ -1263,5 +1266,144 @@ fn a_containers_port_unreachable_reaches_the_client_as_a_refusal() {
             "to {host}: the error did not take the fast path: (in, out, passed) {counters:?}"
         );
     }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// A flood of connections opened from a forged address, eight times as many as the connection
+/// table holds, cannot push an established connection off the fast path. Each forged
+/// connection is a SYN and an ACK that guesses the container's sequence number, as a sender
+/// that never sees the SYN-ACKs must. The connection is quiet during the flood and the
+/// container speaks first after it, the case a forgotten connection does not survive: its
+/// data would meet conntrack before any packet of the client's and leave masqueraded, from
+/// the container's port (checked by hand with the forged connections let straight into
+/// `DXDP_FLOWS`: the download never arrives).
+#[test]
+fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
+    if !require_docker() {
+        return;
+    }
+    const TABLE: usize = 1024;
+    const FLOOD: usize = 8 * TABLE;
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17080u16;
+    let web = one_port_web(&mut world, &out, "flood", port, "7001", &["iperf3", "-s"]);
+    let pid = world.pid(&web);
+    // The pin directory is made by this first command, with a table of TABLE connections.
+    world
+        .dxdp
+        .run(&[
+            "--max-connections",
+            &TABLE.to_string(),
+            "expose",
+            &web,
+            "--nic",
+            &out.nic,
+            "--bypass-firewall",
+        ])
+        .assert_success();
+    let flows = world.dxdp.pin_dir.join("maps/DXDP_FLOWS");
+    let size = bpftool(&["map", "show", "pinned", &flows.to_string_lossy()])["max_entries"].clone();
+    assert_eq!(size, TABLE, "--max-connections should size DXDP_FLOWS");
+
+    let download = Payload::new("late", 4);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-late", std::process::id()));
+    let _cleanup = Files(vec![got.clone()]);
+    let file = download.path.display().to_string();
+    let quiet_secs = 6;
+    let mut server = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "serve",
+            &file,
+            "7001",
+            &quiet_secs.to_string(),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let connected = std::time::Instant::now();
+    let mut client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &out.host_addr,
+            &port.to_string(),
+            &got.display().to_string(),
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(3), || {
+            map_entries(&world.dxdp.pin_dir, "DXDP_FLOWS").len() == 1
+        }),
+        "the client's completed handshake should establish its connection"
+    );
+    let (in_before, _, _) = port_counters(&world, port, "tcp").expect("exposed");
+
+    // Forged from an address of the NIC's subnet that nobody holds: the host routes it back
+    // through the NIC, so the NIC's program lets its first packets in, and the SYN-ACKs go
+    // nowhere.
+    let (subnet, _) = out.host_addr.rsplit_once('.').expect("10.236.k.1");
+    let forged = format!("{subnet}.200");
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let flood = out.run(
+        &[
+            "python3",
+            FORGE,
+            "syn",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            &forged,
+            &out.host_addr,
+            &port.to_string(),
+            &FLOOD.to_string(),
+        ],
+        Duration::from_secs(20),
+    );
+    flood.assert_success();
+    assert!(
+        connected.elapsed() < Duration::from_secs(quiet_secs - 1),
+        "the flood took too long to end before the container speaks ({:?})",
+        connected.elapsed()
+    );
+    let (in_after, _, _) = port_counters(&world, port, "tcp").expect("exposed");
+    assert!(
+        in_after - in_before >= (2 * FLOOD * 9 / 10) as u64,
+        "the forged SYNs and ACKs should have taken the fast path in: {} of {}",
+        in_after - in_before,
+        2 * FLOOD
+    );
+    let established = map_entries(&world.dxdp.pin_dir, "DXDP_FLOWS");
+    assert_eq!(
+        established.len(),
+        1,
+        "only the client's connection is established; no forged one may be"
+    );
+    assert!(!map_entries(&world.dxdp.pin_dir, "DXDP_OPENING").is_empty());
+
+    assert!(
+        client.wait_timeout(Duration::from_secs(30)).is_some(),
+        "the download did not end"
+    );
+    assert!(server.wait_timeout(Duration::from_secs(5)).is_some());
+    assert_eq!(
+        sha256(&got),
+        download.sha,
+        "the download after the flood did not arrive whole"
+    );
+    let run = world.dxdp.run(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    let out_bytes = status["exposed"][0]["outbound"]["bytes"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        out_bytes >= 4 << 20,
+        "the download should have left over the fast path: {out_bytes} bytes out"
+    );
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }

@@ -2,7 +2,8 @@
 """Both ends of the ingress tests' transfers (tests/integration/ingress.rs).
 
   send FILE HOST PORT          connect, send FILE paced over ~4 s, close
-  serve FILE PORT              accept one connection, send FILE paced over ~4 s, close
+  serve FILE PORT [DELAY]      accept one connection, (wait DELAY s,) send FILE paced over ~4 s,
+                               close
   receive-from HOST PORT OUT [SPORT]   connect (from SPORT), write everything received to OUT
   receive PORT OUT             accept one connection, write everything received to OUT
   udp-echo PORT                answer each datagram with the sender's address as "ip:port"
@@ -69,6 +70,9 @@ def main(argv):
         s.close()
     elif mode == "serve":
         conn = listener(int(argv[3]))
+        if len(argv) > 4:
+            # The connection stays quiet, and the container speaks first after it.
+            time.sleep(float(argv[4]))
         paced(conn, argv[2])
         conn.close()
     elif mode == "receive-from":

@@ -242,6 +242,7 @@ pub mod ingress {
     pub mod names {
         pub const PORTS: &str = "DXDP_PORTS";
         pub const FLOWS: &str = "DXDP_FLOWS";
+        pub const OPENING: &str = "DXDP_OPENING";
         pub const VETHS: &str = "DXDP_PORT_VETHS";
         pub const OWNERS: &str = "DXDP_PORT_OWNERS";
         pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
@@ -252,6 +253,28 @@ pub mod ingress {
     /// Connections at once through exposed ports; the least recently used is forgotten first,
     /// and its replies then take the stack (see docs/ingress.md).
     pub const DEFAULT_MAX_FLOWS: u32 = 131072;
+
+    /// Connections being opened at once ([`Opening`]) for a table of `max_flows` connections:
+    /// a quarter as many, as a handshake lasts a round trip. Anyone can fill this table with
+    /// forged first packets; only a connection whose client answered the container leaves it
+    /// for `DXDP_FLOWS`.
+    pub const fn max_opening(max_flows: u32) -> u32 {
+        let quarter = max_flows / 4;
+        if quarter < 256 { 256 } else { quarter }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn openings_get_a_quarter_of_the_connection_table_and_never_fewer_than_256() {
+            assert_eq!(max_opening(DEFAULT_MAX_FLOWS), 32768);
+            assert_eq!(max_opening(4096), 1024);
+            assert_eq!(max_opening(1024), 256);
+            assert_eq!(max_opening(1), 256);
+        }
+    }
 
     pub const PROTO_TCP: u8 = 6;
     pub const PROTO_UDP: u8 = 17;
@@ -360,8 +383,28 @@ pub mod ingress {
         pub last_seen_ns: u64,
     }
 
+    /// A connection whose first packet the NIC's program let in but that has not shown a
+    /// client at the address it claims (`DXDP_OPENING`): a TCP handshake the client has not
+    /// completed, or a UDP flow the container has not answered. It moves to `DXDP_FLOWS` when
+    /// the client acknowledges the container's SYN-ACK (which a sender of forged SYNs never
+    /// sees, so cannot acknowledge) or the container answers the UDP flow. Until then its
+    /// packets take the fast path as well; the tables are apart so that a flood of forged
+    /// first packets can only push out other connections being opened, never established
+    /// ones.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Opening {
+        pub flow: Flow,
+        /// The acknowledgement number that completes the handshake: the container's SYN-ACK's
+        /// sequence number plus one, once `answered`.
+        pub completing_ack: u32,
+        /// Non-zero once the container's SYN-ACK passed.
+        pub answered: u32,
+    }
+
     const _: () = {
         assert!(core::mem::size_of::<Flow>() == 32);
+        assert!(core::mem::size_of::<Opening>() == 40);
         assert!(core::mem::size_of::<PortOwner>() == 16 + crate::NAME_LEN);
         assert!(core::mem::size_of::<PortKey>() == 24);
         assert!(core::mem::size_of::<PortTarget>() == 80);
@@ -376,6 +419,7 @@ pub mod ingress {
         unsafe impl aya::Pod for super::FlowKey {}
         unsafe impl aya::Pod for super::PortOwner {}
         unsafe impl aya::Pod for super::Flow {}
+        unsafe impl aya::Pod for super::Opening {}
     }
 }
 

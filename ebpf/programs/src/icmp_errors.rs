@@ -9,7 +9,8 @@
 //! never learns the path's MTU and a connection whose segments are too big stalls (a PMTU black
 //! hole). So: an ICMPv4 destination-unreachable or time-exceeded, or an ICMPv6
 //! destination-unreachable, packet-too-big or time-exceeded, whose quoted packet is a reply of
-//! a connection in `DXDP_FLOWS` (from the exposed address and port to that client) gets the
+//! a connection the fast path let in (`DXDP_FLOWS` or `DXDP_OPENING`: from the exposed address
+//! and port to that client) gets the
 //! container's address as destination, the quoted packet the container's address and port as
 //! source, the checksums made right, and goes into the container like the connection's packets.
 //!
@@ -28,9 +29,9 @@ use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP};
 use crate::{
     ingress::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, known_flow,
-        now, out_of_nic, words,
+        out_of_nic, words,
     },
-    maps::{FLOWS, PORT_VETHS, PORTS},
+    maps::{PORT_VETHS, PORTS},
     verdict::v4_mapped,
 };
 
@@ -77,20 +78,19 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
         return TC_ACT_UNSPEC;
     };
     // Only a connection the fast path carries: any other's errors are conntrack's to translate.
-    let Some(known) = FLOWS.get_ptr_mut(flow) else {
+    let Some(known) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
     if PORT_VETHS.get_ifindex(target.veth_ifindex).is_none() {
         return TC_ACT_UNSPEC;
     }
-    // SAFETY: a map value pointer, valid for this invocation; a plain store.
-    unsafe { (*known).last_seen_ns = now() };
+    known.touch();
     let translated = translate(ctx, &q, &target.addr, target.port);
     into_container(ctx, target, translated)
 }
 
 /// An ICMP error a container sends about a fast-path connection (its quoted packet one the
-/// client sent it through `DXDP_FLOWS`) leaves through the NIC as from the published address
+/// client sent it over the fast path) leaves through the NIC as from the published address
 /// and port, as conntrack translates it on Docker's path; anything else passes.
 #[inline(always)]
 pub fn reply(ctx: &TcContext, veth_ifindex: u32) -> i32 {
@@ -99,11 +99,11 @@ pub fn reply(ctx: &TcContext, veth_ifindex: u32) -> i32 {
     };
     // The quoted packet came from the client to the container.
     let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
-    let Some((known, port)) = known_flow(flow) else {
+    let Some(known) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
-    // SAFETY: a map value pointer, valid for this invocation; a plain store.
-    unsafe { (*known).last_seen_ns = now() };
+    known.touch();
+    let port = known.port();
     let translated = translate(ctx, &q, &port.addr, port.port);
     out_of_nic(
         ctx,

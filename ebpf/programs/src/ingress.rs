@@ -4,7 +4,8 @@
 //!
 //! - `dxdp_ingress` (TCX ingress on a NIC): a TCP or UDP packet to an exposed (address, port)
 //!   gets the container's address and port as destination, the container's MAC, and
-//!   `bpf_redirect_peer` into its namespace. Its connection is remembered in `DXDP_FLOWS`.
+//!   `bpf_redirect_peer` into its namespace. Its connection is remembered in `DXDP_OPENING`,
+//!   and in `DXDP_FLOWS` once the client has answered the container (see `Opening`).
 //! - `dxdp_reply` (TCX ingress on the container's host veth): a packet of a remembered
 //!   connection gets the published address and port back as source, and leaves through the NIC
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
@@ -23,11 +24,11 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, PROTO_TCP, PROTO_UDP, PortKey, PortTarget};
+use dxdp_common::ingress::{Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortTarget};
 
 use crate::{
     icmp_errors,
-    maps::{FLOWS, PORT_VETHS, PORTS},
+    maps::{FLOWS, OPENING, PORT_VETHS, PORTS},
     verdict::v4_mapped,
 };
 
@@ -39,9 +40,12 @@ pub(crate) const IPV6_HLEN: usize = 40;
 /// Source and destination port, and UDP's length and checksum: what is read of layer 4.
 const L4_READ: usize = 8;
 const TCP_CSUM_OFF: usize = 16;
-/// The TCP flags byte, and the two flags that make a connection's first packet.
+/// TCP's sequence and acknowledgement numbers, the flags byte, and the flags of a handshake.
+const TCP_SEQ_OFF: usize = 4;
+const TCP_ACK_SEQ_OFF: usize = 8;
 const TCP_FLAGS_OFF: usize = 13;
 const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
 const TCP_ACK: u8 = 0x10;
 const UDP_CSUM_OFF: usize = 6;
 const AF_INET: u8 = 2;
@@ -60,6 +64,12 @@ struct Packet {
     opens: bool,
     /// A TCP SYN with ACK: the answer to a connection's first packet.
     accepts: bool,
+    /// A TCP segment with ACK and neither SYN nor RST: the client's that may complete a
+    /// handshake.
+    acknowledges: bool,
+    /// TCP's sequence and acknowledgement numbers (zero for UDP).
+    seq: u32,
+    ack_seq: u32,
     /// Offset of the IP header and of the layer-4 checksum.
     l3: usize,
     l4_csum: usize,
@@ -121,11 +131,14 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 _ => return None,
             };
             let l4 = &ip[IPV4_HLEN..];
-            let (opens, accepts) = handshake(proto, l3 + IPV4_HLEN, end)?;
+            let hs = handshake(proto, l3 + IPV4_HLEN, end)?;
             Some(Packet {
                 v6: false,
-                opens,
-                accepts,
+                opens: hs.opens,
+                accepts: hs.accepts,
+                acknowledges: hs.acknowledges,
+                seq: hs.seq,
+                ack_seq: hs.ack_seq,
                 proto,
                 src: v4_mapped(&ip[12..16]),
                 dst: v4_mapped(&ip[16..20]),
@@ -156,11 +169,14 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
             let mut dst = [0u8; 16];
             dst.copy_from_slice(&ip[24..40]);
             let l4 = &ip[IPV6_HLEN..];
-            let (opens, accepts) = handshake(proto, l3 + IPV6_HLEN, end)?;
+            let hs = handshake(proto, l3 + IPV6_HLEN, end)?;
             Some(Packet {
                 v6: true,
-                opens,
-                accepts,
+                opens: hs.opens,
+                accepts: hs.accepts,
+                acknowledges: hs.acknowledges,
+                seq: hs.seq,
+                ack_seq: hs.ack_seq,
                 proto,
                 src,
                 dst,
@@ -174,19 +190,42 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
     }
 }
 
-/// Whether the layer-4 header at `l4` opens a connection ([`Packet::opens`]) and whether it
-/// accepts one ([`Packet::accepts`]); `None` for a truncated TCP header.
+/// What a TCP or UDP header says of its connection's handshake (the fields of [`Packet`] of
+/// the same names).
+struct Handshake {
+    opens: bool,
+    accepts: bool,
+    acknowledges: bool,
+    seq: u32,
+    ack_seq: u32,
+}
+
+/// [`Handshake`] of the layer-4 header at `l4`; `None` for a truncated TCP header.
 #[inline(always)]
-fn handshake(proto: u8, l4: usize, end: usize) -> Option<(bool, bool)> {
+fn handshake(proto: u8, l4: usize, end: usize) -> Option<Handshake> {
     if proto != PROTO_TCP {
-        return Some((true, false));
+        return Some(Handshake {
+            opens: true,
+            accepts: false,
+            acknowledges: false,
+            seq: 0,
+            ack_seq: 0,
+        });
     }
     if l4 + TCP_FLAGS_OFF + 1 > end {
         return None;
     }
     // SAFETY: bounds-checked just above.
-    let flags = unsafe { *((l4 + TCP_FLAGS_OFF) as *const u8) } & (TCP_SYN | TCP_ACK);
-    Some((flags == TCP_SYN, flags == TCP_SYN | TCP_ACK))
+    let tcp = unsafe { &*(l4 as *const [u8; TCP_FLAGS_OFF + 1]) };
+    let word = |at: usize| u32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
+    let flags = tcp[TCP_FLAGS_OFF] & (TCP_SYN | TCP_RST | TCP_ACK);
+    Some(Handshake {
+        opens: flags == TCP_SYN,
+        accepts: flags == TCP_SYN | TCP_ACK,
+        acknowledges: flags == TCP_ACK,
+        seq: word(TCP_SEQ_OFF),
+        ack_seq: word(TCP_ACK_SEQ_OFF),
+    })
 }
 
 /// TCX ingress on a NIC: an exposed port's packets go straight into their container.
@@ -208,36 +247,76 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either.
     let admitted = PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
-        && match FLOWS.get_ptr_mut(flow) {
-            Some(known) => {
-                // SAFETY: a map value pointer, valid for this invocation; a plain store.
-                unsafe { (*known).last_seen_ns = now() };
-                true
-            }
-            // A TCP connection that began before the port was exposed stays on Docker's path
-            // (conntrack tracks its windows, and would find them stale once the fast path
-            // went). So does a client the host does not route back through this NIC.
-            None => {
-                packet.opens
-                    && routes_back(ctx, &packet, nic_ifindex)
-                    && FLOWS
-                        .insert(
-                            flow,
-                            Flow {
-                                port: key,
-                                last_seen_ns: now(),
-                            },
-                            0,
-                        )
-                        .is_ok()
-            }
-        };
+        && admit(ctx, &packet, key, flow, nic_ifindex);
     if !admitted {
         target.passed_packets += 1;
         return TC_ACT_UNSPEC;
     }
     let translated = translate(ctx, &packet, false, &target.addr, target.port);
     into_container(ctx, target, translated)
+}
+
+/// Whether `packet`, to the exposed port `port`, takes the fast path: a packet of a connection
+/// the tables know (kept alive by it; in `DXDP_OPENING`, the client's acknowledgement of the
+/// container's SYN-ACK establishes it), or the first packet of a new one, which is remembered
+/// as opening.
+#[inline(always)]
+fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifindex: u32) -> bool {
+    match known_flow(flow) {
+        Some(Known::Opening(opening)) => {
+            // SAFETY: a map value pointer, valid for this invocation; plain loads and a store.
+            let opening = unsafe { &mut *opening };
+            opening.flow.last_seen_ns = now();
+            // Only a client that received the SYN-ACK knows the number it must acknowledge: a
+            // sender of forged SYNs cannot establish their connections, however many it sends.
+            if packet.acknowledges
+                && opening.answered != 0
+                && packet.ack_seq == opening.completing_ack
+            {
+                establish(flow, opening.flow.port);
+            }
+            true
+        }
+        Some(known) => {
+            known.touch();
+            true
+        }
+        // A TCP connection that began before the port was exposed stays on Docker's path
+        // (conntrack tracks its windows, and would find them stale once the fast path went).
+        // So does a client the host does not route back through this NIC.
+        None => {
+            packet.opens
+                && routes_back(ctx, packet, nic_ifindex)
+                && OPENING
+                    .insert(
+                        flow,
+                        Opening {
+                            flow: Flow {
+                                port,
+                                last_seen_ns: now(),
+                            },
+                            completing_ack: 0,
+                            answered: 0,
+                        },
+                        0,
+                    )
+                    .is_ok()
+        }
+    }
+}
+
+/// Moves the connection `flow` from `DXDP_OPENING` to `DXDP_FLOWS`: added before it is removed,
+/// so that a lookup on another CPU finds it in one of them. Where `DXDP_FLOWS` cannot take it
+/// (out of memory), it stays opening, which carries it all the same.
+#[inline(always)]
+fn establish(flow: FlowKey, port: PortKey) {
+    let established = Flow {
+        port,
+        last_seen_ns: now(),
+    };
+    if FLOWS.insert(flow, established, 0).is_ok() {
+        let _ = OPENING.remove(flow);
+    }
 }
 
 /// The exposed port at `published` (address, port) for `proto` on the NIC, and the key of
@@ -307,20 +386,33 @@ pub fn reply(ctx: &TcContext) -> i32 {
         (packet.src, packet.sport),
         (packet.dst, packet.dport),
     );
-    let Some((known, port)) = known_flow(flow) else {
+    let Some(known) = known_flow(flow) else {
         return TC_ACT_UNSPEC;
     };
+    let port = known.port();
     let target = PORTS.get_ptr_mut(port);
     // A SYN-ACK answers a connection's first packet: if the port no longer leads here, that
     // packet came over Docker's path (a client reusing its address and port after an
     // unexpose), and so must this answer, for conntrack to see the connection it tracks.
     // SAFETY (the read): this CPU's copy of a map value, valid for this invocation.
     if packet.accepts && target.is_none_or(|t| unsafe { (*t).veth_ifindex } != veth_ifindex) {
-        let _ = FLOWS.remove(flow);
+        known.forget(flow);
         return TC_ACT_UNSPEC;
     }
-    // SAFETY: a map value pointer, valid for this invocation; a plain store.
-    unsafe { (*known).last_seen_ns = now() };
+    known.touch();
+    if let Known::Opening(opening) = known {
+        if packet.accepts {
+            // SAFETY: a map value pointer, valid for this invocation; plain stores. A
+            // retransmitted SYN-ACK carries the same number.
+            unsafe {
+                (*opening).completing_ack = packet.seq.wrapping_add(1);
+                (*opening).answered = 1;
+            }
+        } else if packet.proto == PROTO_UDP {
+            // The container answered the client: a UDP flow is as established as it gets.
+            establish(flow, port);
+        }
+    }
     // The flow alone decides, also after the port was unexposed: only this veth's container,
     // from the address and port the connection was let in to, to that very client, is
     // answered as the published port, which is what it is.
@@ -328,12 +420,54 @@ pub fn reply(ctx: &TcContext) -> i32 {
     out_of_nic(ctx, &port, target, veth_ifindex, translated)
 }
 
-/// The connection `flow` in `DXDP_FLOWS`: its entry and the exposed port it was let in through.
+/// A connection in the tables, by the table it is in.
+#[derive(Clone, Copy)]
+pub(crate) enum Known {
+    Established(*mut Flow),
+    Opening(*mut Opening),
+}
+
+impl Known {
+    fn flow(self) -> *mut Flow {
+        match self {
+            Self::Established(flow) => flow,
+            // SAFETY: a map value pointer, valid for this invocation; no reference is made.
+            Self::Opening(opening) => unsafe { core::ptr::addr_of_mut!((*opening).flow) },
+        }
+    }
+
+    /// The exposed port the connection was let in through.
+    #[inline(always)]
+    pub(crate) fn port(self) -> PortKey {
+        // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
+        unsafe { (*self.flow()).port }
+    }
+
+    /// Records that the connection carried a packet now.
+    #[inline(always)]
+    pub(crate) fn touch(self) {
+        // SAFETY: a map value pointer, valid for this invocation; a plain store.
+        unsafe { (*self.flow()).last_seen_ns = now() };
+    }
+
+    /// Removes the connection `flow` (this one's key) from its table.
+    #[inline(always)]
+    fn forget(self, flow: FlowKey) {
+        let _ = match self {
+            Self::Established(_) => FLOWS.remove(flow),
+            Self::Opening(_) => OPENING.remove(flow),
+        };
+    }
+}
+
+/// The connection `flow`, established or being opened; `None` if the fast path did not let it
+/// in (or forgot it).
 #[inline(always)]
-pub(crate) fn known_flow(flow: FlowKey) -> Option<(*mut Flow, PortKey)> {
-    let known = FLOWS.get_ptr_mut(flow)?;
-    // SAFETY: a map value pointer, valid for this invocation; the key is copied out.
-    Some((known, unsafe { (*known).port }))
+pub(crate) fn known_flow(flow: FlowKey) -> Option<Known> {
+    if let Some(established) = FLOWS.get_ptr_mut(flow) {
+        return Some(Known::Established(established));
+    }
+    OPENING.get_ptr_mut(flow).map(Known::Opening)
 }
 
 /// A packet from `veth_ifindex`'s container `translated` to be from the published `port` is

@@ -7,7 +7,8 @@ use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
     LinkTarget, Meta, Sources,
     ingress::{
-        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, Flow, FlowKey, PortKey, PortOwner, PortTarget,
+        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, Flow, FlowKey, Opening, PortKey, PortOwner,
+        PortTarget, max_opening,
     },
 };
 
@@ -43,10 +44,18 @@ pub static META: Array<Meta> = Array::pinned(1, 0);
 #[map(name = "DXDP_PORTS")]
 pub static PORTS: PerCpuHashMap<PortKey, PortTarget> = PerCpuHashMap::pinned(DEFAULT_MAX_PORTS, 0);
 
-/// Connections let in through an exposed port, by their replies' addresses. Only these replies
-/// are translated back and sent out of the NIC.
+/// Connections let in through an exposed port, by their replies' addresses, once the client
+/// answered the container. Only these replies, and those of `OPENING`, are translated back and
+/// sent out of the NIC.
 #[map(name = "DXDP_FLOWS")]
 pub static FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
+
+/// Connections let in through an exposed port whose client has not answered the container yet
+/// (`Opening`): apart from `FLOWS`, so that forged first packets never push out an established
+/// connection.
+#[map(name = "DXDP_OPENING")]
+pub static OPENING: LruHashMap<FlowKey, Opening> =
+    LruHashMap::pinned(max_opening(DEFAULT_MAX_FLOWS), 0);
 
 /// Host veths of exposed containers that are alive: as `DXDP_TARGETS` for links, the kernel
 /// deletes an entry when its device goes, so a port whose container stopped passes to the stack.

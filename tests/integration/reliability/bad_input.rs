@@ -382,5 +382,15 @@ fn bad_input_endpoint_strings_that_do_not_parse_exit_2_and_create_nothing() {
     let out = run(&["env", "DXDP_MAX_LINKS=0", DXDP, "--pin-dir", &d, "status"]);
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("--max-links"), "{out}");
+    let out = run(&[
+        "env",
+        "DXDP_MAX_CONNECTIONS=0",
+        DXDP,
+        "--pin-dir",
+        &d,
+        "status",
+    ]);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--max-connections"), "{out}");
     assert!(!dir.exists(), "{} was created", dir.display());
 }

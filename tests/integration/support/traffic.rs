@@ -10,6 +10,10 @@ use super::{
 /// Port of the iperf3 servers; each runs in a namespace of its own, so one port serves all.
 pub const IPERF_PORT: u16 = 5201;
 
+/// The forger of packets with addresses not its own (forge.py: forged UDP, forged handshakes)
+/// and a receiver that counts datagrams.
+pub const FORGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/integration/forge.py");
+
 /// What `ping -q` reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PingReport {
