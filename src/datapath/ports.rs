@@ -1,5 +1,5 @@
 //! Exposed published ports (issue 24): the pinned maps `DXDP_PORTS`, `DXDP_FLOWS`,
-//! `DXDP_OPENING`, `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
+//! `DXDP_OPENING`, `DXDP_UDP_FLOWS`, `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
 //! them: `dxdp_ingress` on every NIC a port is exposed on, `dxdp_reply` on every exposed
 //! container's host veth.
 use std::{
@@ -122,16 +122,18 @@ struct PortMaps<'a> {
     ports: PerCpuHashMap<&'a mut MapData, PortKey, PortTarget>,
     flows: HashMap<&'a mut MapData, FlowKey, Flow>,
     opening: HashMap<&'a mut MapData, FlowKey, Opening>,
+    udp_flows: HashMap<&'a mut MapData, FlowKey, Flow>,
     veths: DevMapHash<&'a mut MapData>,
     owners: HashMap<&'a mut MapData, u32, PortOwner>,
 }
 
 impl<'a> PortMaps<'a> {
     fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [ports, flows, opening, veths, owners] = ebpf.maps_disjoint_mut([
+        let [ports, flows, opening, udp_flows, veths, owners] = ebpf.maps_disjoint_mut([
             names::PORTS,
             names::FLOWS,
             names::OPENING,
+            names::UDP_FLOWS,
             names::VETHS,
             names::OWNERS,
         ]);
@@ -139,6 +141,7 @@ impl<'a> PortMaps<'a> {
             ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
             flows: HashMap::try_from(flows.ok_or_else(|| missing(names::FLOWS))?)?,
             opening: HashMap::try_from(opening.ok_or_else(|| missing(names::OPENING))?)?,
+            udp_flows: HashMap::try_from(udp_flows.ok_or_else(|| missing(names::UDP_FLOWS))?)?,
             veths: DevMapHash::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
             owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
         })
@@ -220,7 +223,8 @@ impl<'a> PortMaps<'a> {
         Ok(out)
     }
 
-    /// The veth's connections, established or being opened, with how long each has been idle.
+    /// The veth's connections (TCP established or being opened, UDP), with how long each has
+    /// been idle.
     fn flows_of(&self, veth_ifindex: u32) -> Vec<(FlowKey, Duration)> {
         let now = monotonic_ns();
         let established = self.flows.iter().filter_map(Result::ok);
@@ -229,8 +233,10 @@ impl<'a> PortMaps<'a> {
             .iter()
             .filter_map(Result::ok)
             .map(|(k, o)| (k, o.flow));
+        let udp = self.udp_flows.iter().filter_map(Result::ok);
         established
             .chain(opening)
+            .chain(udp)
             .filter(|(k, _)| k.veth_ifindex == veth_ifindex)
             .map(|(k, f)| (k, Duration::from_nanos(now.saturating_sub(f.last_seen_ns))))
             .collect()
@@ -252,9 +258,13 @@ impl<'a> PortMaps<'a> {
         let mut left = 0;
         for (key, quiet) in self.flows_of(veth_ifindex) {
             if gone(&key, quiet) {
-                // In one table or the other (both for the instant a connection moves).
-                ignore_absent(self.flows.remove(&key))?;
-                ignore_absent(self.opening.remove(&key))?;
+                if key.proto == PROTO_UDP {
+                    ignore_absent(self.udp_flows.remove(&key))?;
+                } else {
+                    // In one table or the other (both for the instant a connection moves).
+                    ignore_absent(self.flows.remove(&key))?;
+                    ignore_absent(self.opening.remove(&key))?;
+                }
             } else {
                 left += 1;
             }

@@ -11,6 +11,9 @@
       never sees the answers: a SYN, then an ACK that guesses the acknowledgement number, as a
       flood from forged addresses looks. Run by tests/integration/ingress.rs in its client
       namespace.
+  forge.py udp-flood IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT COUNT
+      COUNT UDP flows from SRC_IP (ports 20000 on) to DST_IP:PORT, a datagram each, by a sender
+      that never sees the answers. Run by tests/integration/ingress.rs in its client namespace.
   forge.py receive PORT QUIET_SECONDS
       Binds UDP PORT on every address, prints "ready", then counts datagrams until none came for
       QUIET_SECONDS (or 10 s in all), and prints the count.
@@ -52,9 +55,9 @@ def frame(dst_mac, src_mac, src_ip, dst_ip, proto, l4, csum_at, ident):
     return mac(dst_mac) + mac(src_mac) + struct.pack("!H", ethertype) + head + l4
 
 
-def datagram(dst_mac, src_mac, src_ip, dst_ip, port, seq):
+def datagram(dst_mac, src_mac, src_ip, dst_ip, sport, port, seq):
     payload = b"dxdp-forged-%08d" % seq
-    udp = struct.pack("!HHHH", 40000 + seq % 1000, port, 8 + len(payload), 0) + payload
+    udp = struct.pack("!HHHH", sport, port, 8 + len(payload), 0) + payload
     return frame(dst_mac, src_mac, src_ip, dst_ip, 17, udp, 6, seq)
 
 
@@ -67,7 +70,8 @@ def send(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((iface, 0))
         for seq in range(int(count)):
-            s.send(datagram(dst_mac, src_mac, src_ip, dst_ip, int(port), seq))
+            sport = 40000 + seq % 1000
+            s.send(datagram(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), seq))
             # Paced, so that no queue on the way drops any: the count must be exact.
             time.sleep(0.001)
 
@@ -84,6 +88,16 @@ def syn(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
                            isn + 1, 0x5EED0000 + i))
             if i % 64 == 63:
                 # Paced a little, so that the NIC's backlog (1000 frames) never overflows.
+                time.sleep(0.001)
+
+
+def udp_flood(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
+        for i in range(int(count)):
+            s.send(datagram(dst_mac, src_mac, src_ip, dst_ip, 20000 + i, int(port), i))
+            if i % 16 == 15:
+                # Paced so that the receiver can answer most: 16,000 datagrams a second.
                 time.sleep(0.001)
 
 
@@ -104,4 +118,4 @@ def receive(port, quiet):
 
 
 if __name__ == "__main__":
-    {"send": send, "syn": syn, "receive": receive}[sys.argv[1]](*sys.argv[2:])
+    {"send": send, "syn": syn, "udp-flood": udp_flood, "receive": receive}[sys.argv[1]](*sys.argv[2:])

@@ -1269,14 +1269,14 @@ fn a_containers_port_unreachable_reaches_the_client_as_a_refusal() {
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }
 
-/// A flood of connections opened from a forged address, eight times as many as the connection
-/// table holds, cannot push an established connection off the fast path. Each forged
-/// connection is a SYN and an ACK that guesses the container's sequence number, as a sender
-/// that never sees the SYN-ACKs must. The connection is quiet during the flood and the
-/// container speaks first after it, the case a forgotten connection does not survive: its
-/// data would meet conntrack before any packet of the client's and leave masqueraded, from
-/// the container's port (checked by hand with the forged connections let straight into
-/// `DXDP_FLOWS`: the download never arrives).
+/// Floods from a forged address, each eight times as many connections as the table holds,
+/// cannot push an established TCP connection off the fast path: TCP connections opened by a
+/// SYN and an ACK that guesses the container's sequence number (a sender that never sees the
+/// SYN-ACKs must guess), and UDP flows to a port whose container answers every datagram. The
+/// connection is quiet during the floods and the container speaks first after them, the case a
+/// forgotten connection does not survive: its data would meet conntrack before any packet of
+/// the client's and leave masqueraded, from the container's port (checked by hand with the
+/// forged openings let straight into `DXDP_FLOWS`: the download never arrives).
 #[test]
 fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     if !require_docker() {
@@ -1286,9 +1286,17 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     const FLOOD: usize = 8 * TABLE;
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let port = 17080u16;
-    let web = one_port_web(&mut world, &out, "flood", port, "7001", &["iperf3", "-s"]);
+    let (port, udp_port) = (17080u16, 17081u16);
+    let net = world.network("flood", &[]);
+    let publish_tcp = format!("{}:{port}:7001/tcp", out.host_addr);
+    let publish_udp = format!("{}:{udp_port}:7002/udp", out.host_addr);
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &publish_tcp, "-p", &publish_udp],
+        &["iperf3", "-s"],
+    );
     let pid = world.pid(&web);
+    let _udp_echo = Background::spawn(&in_container(pid, &["python3", PEER, "udp-echo", "7002"]));
     // The pin directory is made by this first command, with a table of TABLE connections.
     world
         .dxdp
@@ -1310,7 +1318,7 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     let got = PathBuf::from(format!("/tmp/dxt-{}-got-late", std::process::id()));
     let _cleanup = Files(vec![got.clone()]);
     let file = download.path.display().to_string();
-    let quiet_secs = 6;
+    let quiet_secs = 8;
     let mut server = Background::spawn(&in_container(
         pid,
         &[
@@ -1341,41 +1349,48 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
         }),
         "the client's completed handshake should establish its connection"
     );
-    let (in_before, _, _) = port_counters(&world, port, "tcp").expect("exposed");
+    let inbound =
+        |port: u16, protocol: &str| port_counters(&world, port, protocol).expect("exposed").0;
+    let (tcp_before, udp_before) = (inbound(port, "tcp"), inbound(udp_port, "udp"));
 
     // Forged from an address of the NIC's subnet that nobody holds: the host routes it back
-    // through the NIC, so the NIC's program lets its first packets in, and the SYN-ACKs go
+    // through the NIC, so the NIC's program lets its first packets in, and the answers go
     // nowhere.
     let (subnet, _) = out.host_addr.rsplit_once('.').expect("10.236.k.1");
     let forged = format!("{subnet}.200");
     let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
         .expect("the NIC's MAC");
-    let flood = out.run(
-        &[
-            "python3",
-            FORGE,
-            "syn",
-            &out.peer,
-            nic_mac.trim(),
-            "02:00:5e:10:00:01",
-            &forged,
-            &out.host_addr,
-            &port.to_string(),
-            &FLOOD.to_string(),
-        ],
-        Duration::from_secs(20),
-    );
-    flood.assert_success();
+    for (mode, to) in [("syn", port), ("udp-flood", udp_port)] {
+        out.run(
+            &[
+                "python3",
+                FORGE,
+                mode,
+                &out.peer,
+                nic_mac.trim(),
+                "02:00:5e:10:00:01",
+                &forged,
+                &out.host_addr,
+                &to.to_string(),
+                &FLOOD.to_string(),
+            ],
+            Duration::from_secs(20),
+        )
+        .assert_success();
+    }
     assert!(
         connected.elapsed() < Duration::from_secs(quiet_secs - 1),
-        "the flood took too long to end before the container speaks ({:?})",
+        "the floods took too long to end before the container speaks ({:?})",
         connected.elapsed()
     );
-    let (in_after, _, _) = port_counters(&world, port, "tcp").expect("exposed");
+    let (tcp_flood, udp_flood) = (
+        inbound(port, "tcp") - tcp_before,
+        inbound(udp_port, "udp") - udp_before,
+    );
     assert!(
-        in_after - in_before >= (2 * FLOOD * 9 / 10) as u64,
-        "the forged SYNs and ACKs should have taken the fast path in: {} of {}",
-        in_after - in_before,
+        tcp_flood >= (2 * FLOOD * 9 / 10) as u64 && udp_flood >= (FLOOD * 9 / 10) as u64,
+        "the floods should have taken the fast path in: {tcp_flood} TCP packets of {}, \
+         {udp_flood} datagrams of {FLOOD}",
         2 * FLOOD
     );
     let established = map_entries(&world.dxdp.pin_dir, "DXDP_FLOWS");
@@ -1394,12 +1409,14 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     assert_eq!(
         sha256(&got),
         download.sha,
-        "the download after the flood did not arrive whole"
+        "the download after the floods did not arrive whole"
     );
     let run = world.dxdp.run(&["status", "--json"]);
     let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
-    let out_bytes = status["exposed"][0]["outbound"]["bytes"]
-        .as_u64()
+    let out_bytes = status["exposed"]
+        .as_array()
+        .and_then(|ports| ports.iter().find(|p| p["host_port"] == port))
+        .and_then(|p| p["outbound"]["bytes"].as_u64())
         .unwrap_or(0);
     assert!(
         out_bytes >= 4 << 20,

@@ -243,6 +243,7 @@ pub mod ingress {
         pub const PORTS: &str = "DXDP_PORTS";
         pub const FLOWS: &str = "DXDP_FLOWS";
         pub const OPENING: &str = "DXDP_OPENING";
+        pub const UDP_FLOWS: &str = "DXDP_UDP_FLOWS";
         pub const VETHS: &str = "DXDP_PORT_VETHS";
         pub const OWNERS: &str = "DXDP_PORT_OWNERS";
         pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
@@ -250,14 +251,15 @@ pub mod ingress {
     }
 
     pub const DEFAULT_MAX_PORTS: u32 = 16384;
-    /// Connections at once through exposed ports; the least recently used is forgotten first,
-    /// and its replies then take the stack (see docs/ingress.md).
+    /// TCP connections, and UDP flows, at once through exposed ports (each in a table of its
+    /// own); the least recently used is forgotten first, and its replies then take the stack
+    /// (see docs/ingress.md).
     pub const DEFAULT_MAX_FLOWS: u32 = 131072;
 
-    /// Connections being opened at once ([`Opening`]) for a table of `max_flows` connections:
-    /// a quarter as many, as a handshake lasts a round trip. Anyone can fill this table with
-    /// forged first packets; only a connection whose client answered the container leaves it
-    /// for `DXDP_FLOWS`.
+    /// TCP connections being opened at once ([`Opening`]) for a table of `max_flows`
+    /// connections: a quarter as many, as a handshake lasts a round trip. Anyone can fill this
+    /// table with forged SYNs; only a connection whose client acknowledged the container's
+    /// SYN-ACK leaves it for `DXDP_FLOWS`.
     pub const fn max_opening(max_flows: u32) -> u32 {
         let quarter = max_flows / 4;
         if quarter < 256 { 256 } else { quarter }
@@ -383,14 +385,12 @@ pub mod ingress {
         pub last_seen_ns: u64,
     }
 
-    /// A connection whose first packet the NIC's program let in but that has not shown a
-    /// client at the address it claims (`DXDP_OPENING`): a TCP handshake the client has not
-    /// completed, or a UDP flow the container has not answered. It moves to `DXDP_FLOWS` when
-    /// the client acknowledges the container's SYN-ACK (which a sender of forged SYNs never
-    /// sees, so cannot acknowledge) or the container answers the UDP flow. Until then its
-    /// packets take the fast path as well; the tables are apart so that a flood of forged
-    /// first packets can only push out other connections being opened, never established
-    /// ones.
+    /// A TCP connection whose SYN the NIC's program let in but whose client has not completed
+    /// the handshake (`DXDP_OPENING`). It moves to `DXDP_FLOWS` when the client acknowledges
+    /// the container's SYN-ACK, which a sender of forged SYNs never sees, so cannot
+    /// acknowledge. Until then its packets take the fast path as well; the tables are apart so
+    /// that a flood of forged SYNs can only push out other connections being opened, never
+    /// established ones.
     #[repr(C)]
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub struct Opening {

@@ -4,8 +4,9 @@
 //!
 //! - `dxdp_ingress` (TCX ingress on a NIC): a TCP or UDP packet to an exposed (address, port)
 //!   gets the container's address and port as destination, the container's MAC, and
-//!   `bpf_redirect_peer` into its namespace. Its connection is remembered in `DXDP_OPENING`,
-//!   and in `DXDP_FLOWS` once the client has answered the container (see `Opening`).
+//!   `bpf_redirect_peer` into its namespace. Its connection is remembered: a TCP connection
+//!   in `DXDP_OPENING`, and in `DXDP_FLOWS` once the client has acknowledged the container's
+//!   SYN-ACK (see `Opening`); a UDP flow in `DXDP_UDP_FLOWS`.
 //! - `dxdp_reply` (TCX ingress on the container's host veth): a packet of a remembered
 //!   connection gets the published address and port back as source, and leaves through the NIC
 //!   by `bpf_redirect_neigh` (the kernel's FIB and neighbour table pick the next hop).
@@ -28,7 +29,7 @@ use dxdp_common::ingress::{Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey
 
 use crate::{
     icmp_errors,
-    maps::{FLOWS, OPENING, PORT_VETHS, PORTS},
+    maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     verdict::v4_mapped,
 };
 
@@ -258,8 +259,8 @@ pub fn ingress(ctx: &TcContext) -> i32 {
 
 /// Whether `packet`, to the exposed port `port`, takes the fast path: a packet of a connection
 /// the tables know (kept alive by it; in `DXDP_OPENING`, the client's acknowledgement of the
-/// container's SYN-ACK establishes it), or the first packet of a new one, which is remembered
-/// as opening.
+/// container's SYN-ACK establishes it), or the first packet of a new one, which is remembered:
+/// a TCP connection as opening, a UDP flow in its own table.
 #[inline(always)]
 fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifindex: u32) -> bool {
     match known_flow(flow) {
@@ -284,25 +285,28 @@ fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifi
         // A TCP connection that began before the port was exposed stays on Docker's path
         // (conntrack tracks its windows, and would find them stale once the fast path went).
         // So does a client the host does not route back through this NIC.
-        None => {
-            packet.opens
-                && routes_back(ctx, packet, nic_ifindex)
-                && OPENING
-                    .insert(
-                        flow,
-                        Opening {
-                            flow: Flow {
-                                port,
-                                last_seen_ns: now(),
-                            },
-                            completing_ack: 0,
-                            answered: 0,
-                        },
-                        0,
-                    )
-                    .is_ok()
-        }
+        None => packet.opens && routes_back(ctx, packet, nic_ifindex) && remember(flow, port),
     }
+}
+
+/// Remembers the new connection `flow`, let in through `port`: a TCP one as opening, a UDP one
+/// in `DXDP_UDP_FLOWS`, where forged datagrams can only push out other UDP flows (no handshake
+/// tells a forged UDP client from a real one; the container answers both).
+#[inline(always)]
+fn remember(flow: FlowKey, port: PortKey) -> bool {
+    let first = Flow {
+        port,
+        last_seen_ns: now(),
+    };
+    if flow.proto == PROTO_UDP {
+        return UDP_FLOWS.insert(flow, first, 0).is_ok();
+    }
+    let opening = Opening {
+        flow: first,
+        completing_ack: 0,
+        answered: 0,
+    };
+    OPENING.insert(flow, opening, 0).is_ok()
 }
 
 /// Moves the connection `flow` from `DXDP_OPENING` to `DXDP_FLOWS`: added before it is removed,
@@ -400,17 +404,14 @@ pub fn reply(ctx: &TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     }
     known.touch();
-    if let Known::Opening(opening) = known {
-        if packet.accepts {
-            // SAFETY: a map value pointer, valid for this invocation; plain stores. A
-            // retransmitted SYN-ACK carries the same number.
-            unsafe {
-                (*opening).completing_ack = packet.seq.wrapping_add(1);
-                (*opening).answered = 1;
-            }
-        } else if packet.proto == PROTO_UDP {
-            // The container answered the client: a UDP flow is as established as it gets.
-            establish(flow, port);
+    if let Known::Opening(opening) = known
+        && packet.accepts
+    {
+        // SAFETY: a map value pointer, valid for this invocation; plain stores. A retransmitted
+        // SYN-ACK carries the same number.
+        unsafe {
+            (*opening).completing_ack = packet.seq.wrapping_add(1);
+            (*opening).answered = 1;
         }
     }
     // The flow alone decides, also after the port was unexposed: only this veth's container,
@@ -423,14 +424,18 @@ pub fn reply(ctx: &TcContext) -> i32 {
 /// A connection in the tables, by the table it is in.
 #[derive(Clone, Copy)]
 pub(crate) enum Known {
+    /// A TCP connection in `DXDP_FLOWS`.
     Established(*mut Flow),
+    /// A TCP connection in `DXDP_OPENING`.
     Opening(*mut Opening),
+    /// A UDP flow in `DXDP_UDP_FLOWS`.
+    Udp(*mut Flow),
 }
 
 impl Known {
     fn flow(self) -> *mut Flow {
         match self {
-            Self::Established(flow) => flow,
+            Self::Established(flow) | Self::Udp(flow) => flow,
             // SAFETY: a map value pointer, valid for this invocation; no reference is made.
             Self::Opening(opening) => unsafe { core::ptr::addr_of_mut!((*opening).flow) },
         }
@@ -456,14 +461,18 @@ impl Known {
         let _ = match self {
             Self::Established(_) => FLOWS.remove(flow),
             Self::Opening(_) => OPENING.remove(flow),
+            Self::Udp(_) => UDP_FLOWS.remove(flow),
         };
     }
 }
 
-/// The connection `flow`, established or being opened; `None` if the fast path did not let it
-/// in (or forgot it).
+/// The connection `flow`, in the table its protocol and state put it in; `None` if the fast
+/// path did not let it in (or forgot it).
 #[inline(always)]
 pub(crate) fn known_flow(flow: FlowKey) -> Option<Known> {
+    if flow.proto == PROTO_UDP {
+        return UDP_FLOWS.get_ptr_mut(flow).map(Known::Udp);
+    }
     if let Some(established) = FLOWS.get_ptr_mut(flow) {
         return Some(Known::Established(established));
     }

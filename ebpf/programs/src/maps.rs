@@ -44,18 +44,23 @@ pub static META: Array<Meta> = Array::pinned(1, 0);
 #[map(name = "DXDP_PORTS")]
 pub static PORTS: PerCpuHashMap<PortKey, PortTarget> = PerCpuHashMap::pinned(DEFAULT_MAX_PORTS, 0);
 
-/// Connections let in through an exposed port, by their replies' addresses, once the client
-/// answered the container. Only these replies, and those of `OPENING`, are translated back and
-/// sent out of the NIC.
+/// TCP connections let in through an exposed port, by their replies' addresses, once the
+/// client acknowledged the container's SYN-ACK. Only the replies of connections in these
+/// three tables are translated back and sent out of the NIC.
 #[map(name = "DXDP_FLOWS")]
 pub static FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
 
-/// Connections let in through an exposed port whose client has not answered the container yet
-/// (`Opening`): apart from `FLOWS`, so that forged first packets never push out an established
+/// TCP connections let in through an exposed port whose client has not completed the handshake
+/// (`Opening`): apart from `FLOWS`, so that forged SYNs never push out an established
 /// connection.
 #[map(name = "DXDP_OPENING")]
 pub static OPENING: LruHashMap<FlowKey, Opening> =
     LruHashMap::pinned(max_opening(DEFAULT_MAX_FLOWS), 0);
+
+/// UDP flows let in through an exposed port: apart from `FLOWS`, as nothing tells a forged
+/// UDP client from a real one.
+#[map(name = "DXDP_UDP_FLOWS")]
+pub static UDP_FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
 
 /// Host veths of exposed containers that are alive: as `DXDP_TARGETS` for links, the kernel
 /// deletes an entry when its device goes, so a port whose container stopped passes to the stack.
