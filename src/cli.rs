@@ -39,9 +39,9 @@ pub struct Cli {
     )]
     pub max_endpoints: u32,
 
-    /// Most TCP connections, and UDP flows, at once through exposed ports in a pin directory
-    /// made from scratch (see --max-links); beyond it the least recently used is forgotten. A
-    /// quarter as many TCP connections more may be opening (handshake not completed).
+    /// Most TCP connections at once through exposed ports in a pin directory made from scratch
+    /// (see --max-links); beyond it the least recently used is forgotten. A quarter as many
+    /// more may be opening (handshake not completed), and a quarter as many UDP flows kept.
     #[arg(
         long,
         global = true,

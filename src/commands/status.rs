@@ -12,7 +12,10 @@ use tabwriter::TabWriter;
 
 use crate::{
     cli::StatusArgs,
-    datapath::{Capacity, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord},
+    datapath::{
+        Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
+        TableFill,
+    },
     netlink,
     netns::NetnsPath,
 };
@@ -28,6 +31,9 @@ struct Status {
     exposed: Vec<ExposedStatus>,
     /// Unexposed containers whose connections' replies still take the fast path until quiet.
     draining: Vec<Draining>,
+    /// How full the tables of connections through exposed ports are; `null` without a pin
+    /// directory.
+    connections: Option<ConnectionTables>,
 }
 
 #[derive(Serialize)]
@@ -81,6 +87,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
         interfaces: Vec::new(),
         exposed: Vec::new(),
         draining: Vec::new(),
+        connections: None,
     };
     // An absent directory may have been renamed away under a parent another user controls.
     crate::datapath::check_ancestors(pin_dir)?;
@@ -97,6 +104,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
             let nic = names.get(&port.nic_ifindex).cloned();
             status.exposed.push(ExposedStatus { port, nic });
         }
+        status.connections = Some(datapath.connection_tables()?);
         for (veth_ifindex, connections) in datapath.draining()? {
             status.draining.push(Draining {
                 veth_ifindex,
@@ -246,5 +254,74 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
             d.veth_ifindex, d.connections
         )?;
     }
+    if let Some(tables) = &status.connections {
+        writeln!(out, "{}", describe_connections(tables))?;
+    }
     writeln!(out)
+}
+
+/// One line on the connection tables, saying which are nearly full and what that means.
+fn describe_connections(t: &ConnectionTables) -> String {
+    let fill = |f: &TableFill, what: &str| {
+        let full = if f.is_nearly_full() {
+            ", nearly full"
+        } else {
+            ""
+        };
+        format!("{} {what} (of {}{full})", f.entries, f.capacity)
+    };
+    let mut line = format!(
+        "connections: {}, {}, {}",
+        fill(&t.established, "TCP established"),
+        fill(&t.opening, "TCP opening"),
+        fill(&t.udp, "UDP flows")
+    );
+    if t.established.is_nearly_full() {
+        line.push_str(
+            "; established connections are being forgotten, least recently used first: \
+             raise --max-connections on a fresh pin directory",
+        );
+    } else if t.opening.is_nearly_full() {
+        line.push_str("; many handshakes are not completed (a SYN flood?)");
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(entries: usize, capacity: u32) -> TableFill {
+        TableFill { entries, capacity }
+    }
+
+    #[test]
+    fn the_connections_line_says_which_table_is_full_and_what_to_do() {
+        let calm = ConnectionTables {
+            established: fill(3, 1024),
+            opening: fill(0, 256),
+            udp: fill(1, 256),
+        };
+        assert_eq!(
+            describe_connections(&calm),
+            "connections: 3 TCP established (of 1024), 0 TCP opening (of 256), 1 UDP flows (of 256)"
+        );
+        let flooded = ConnectionTables {
+            opening: fill(256, 256),
+            ..calm
+        };
+        let line = describe_connections(&flooded);
+        assert!(
+            line.contains("256 TCP opening (of 256, nearly full)"),
+            "{line}"
+        );
+        assert!(line.ends_with("(a SYN flood?)"), "{line}");
+        // An LRU map that forgets keeps a few free entries per CPU.
+        let crowded = ConnectionTables {
+            established: fill(950, 1024),
+            ..flooded
+        };
+        let line = describe_connections(&crowded);
+        assert!(line.contains("raise --max-connections"), "{line}");
+    }
 }

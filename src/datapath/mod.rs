@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, check_ancestors, on_bpffs};
-pub use ports::{ExposedPort, Exposure, ExposurePlan, PortMapping};
+pub use ports::{ConnectionTables, ExposedPort, Exposure, ExposurePlan, PortMapping, TableFill};
 pub use state::Capacity;
 
 use crate::{endpoint::Endpoint, netlink::Interface};

@@ -12,7 +12,7 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+    maps::{HashMap, IterableMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
     programs::SchedClassifier,
 };
 use dxdp_common::{
@@ -100,6 +100,40 @@ pub struct ExposedPort {
     /// Packets to the port left to Docker's path (fragments, IP options, the container's veth
     /// gone, a client not routed back through the NIC).
     pub passed_packets: u64,
+}
+
+/// How full one connection table is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableFill {
+    pub entries: usize,
+    pub capacity: u32,
+}
+
+impl TableFill {
+    fn of<K: aya::Pod, V: aya::Pod>(table: &HashMap<&mut MapData, K, V>) -> Result<Self> {
+        Ok(Self {
+            entries: table.keys().filter(Result::is_ok).count(),
+            capacity: table.map().info()?.max_entries(),
+        })
+    }
+
+    /// Nine tenths full or more: new entries make the table forget the least recently used.
+    /// (An LRU map that has begun to forget holds somewhat fewer entries than its capacity:
+    /// each CPU keeps a few free ones at hand.)
+    pub fn is_nearly_full(&self) -> bool {
+        self.entries.saturating_mul(10) >= (self.capacity as usize).saturating_mul(9)
+    }
+}
+
+/// How full the tables of connections through exposed ports are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConnectionTables {
+    /// TCP connections whose client completed the handshake (`DXDP_FLOWS`).
+    pub established: TableFill,
+    /// TCP connections being opened (`DXDP_OPENING`): a flood of forged SYNs fills it.
+    pub opening: TableFill,
+    /// UDP flows (`DXDP_UDP_FLOWS`).
+    pub udp: TableFill,
 }
 
 impl ExposedPort {
@@ -258,13 +292,11 @@ impl<'a> PortMaps<'a> {
         let mut left = 0;
         for (key, quiet) in self.flows_of(veth_ifindex) {
             if gone(&key, quiet) {
-                if key.proto == PROTO_UDP {
-                    ignore_absent(self.udp_flows.remove(&key))?;
-                } else {
-                    // In one table or the other (both for the instant a connection moves).
-                    ignore_absent(self.flows.remove(&key))?;
-                    ignore_absent(self.opening.remove(&key))?;
-                }
+                // From every table: a TCP connection is in both for the instant it moves, and
+                // a dxdp before DXDP_UDP_FLOWS kept UDP flows in DXDP_FLOWS.
+                ignore_absent(self.flows.remove(&key))?;
+                ignore_absent(self.opening.remove(&key))?;
+                ignore_absent(self.udp_flows.remove(&key))?;
             } else {
                 left += 1;
             }
@@ -625,6 +657,16 @@ impl Datapath {
             }
         }
         Ok(dropped)
+    }
+
+    /// How full the connection tables are.
+    pub fn connection_tables(&mut self) -> Result<ConnectionTables> {
+        let maps = PortMaps::new(&mut self.ebpf)?;
+        Ok(ConnectionTables {
+            established: TableFill::of(&maps.flows)?,
+            opening: TableFill::of(&maps.opening)?,
+            udp: TableFill::of(&maps.udp_flows)?,
+        })
     }
 
     /// Unexposed containers' veths whose connections still drain, with how many.

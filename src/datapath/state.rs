@@ -21,8 +21,8 @@ use crate::{endpoint::Endpoint, netns::NetnsPath};
 pub struct Capacity {
     pub max_endpoints: u32,
     pub max_links: u32,
-    /// TCP connections at once through exposed ports (`DXDP_FLOWS`), and as many UDP flows
-    /// (`DXDP_UDP_FLOWS`); `DXDP_OPENING` holds a quarter as many TCP connections being opened.
+    /// TCP connections at once through exposed ports (`DXDP_FLOWS`); `DXDP_OPENING` (TCP
+    /// connections being opened) and `DXDP_UDP_FLOWS` hold a quarter as many each.
     pub max_connections: u32,
 }
 
@@ -50,11 +50,9 @@ impl Capacity {
         loader.map_max_entries(names::LINKS, self.max_links.saturating_mul(2));
         loader.map_max_entries(names::LINK_META, self.max_links);
         loader.map_max_entries(ingress::names::FLOWS, self.max_connections);
-        loader.map_max_entries(ingress::names::UDP_FLOWS, self.max_connections);
-        loader.map_max_entries(
-            ingress::names::OPENING,
-            ingress::max_opening(self.max_connections),
-        );
+        let side = ingress::side_table_size(self.max_connections);
+        loader.map_max_entries(ingress::names::OPENING, side);
+        loader.map_max_entries(ingress::names::UDP_FLOWS, side);
     }
 }
 

@@ -1399,7 +1399,23 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
         1,
         "only the client's connection is established; no forged one may be"
     );
-    assert!(!map_entries(&world.dxdp.pin_dir, "DXDP_OPENING").is_empty());
+    // `status` says so, and that the tables of openings and UDP flows filled up (an LRU map
+    // that forgets keeps up to a few dozen free entries per CPU, hence not "equal").
+    let run = world.dxdp.run(&["status", "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    let tables = &status["connections"];
+    assert_eq!(tables["established"]["entries"], 1, "{tables}");
+    assert_eq!(tables["established"]["capacity"], TABLE, "{tables}");
+    for side in ["opening", "udp"] {
+        let (entries, capacity) = (
+            tables[side]["entries"].as_u64().unwrap_or(0),
+            tables[side]["capacity"].as_u64().unwrap_or(0),
+        );
+        assert!(
+            capacity == (TABLE / 4) as u64 && entries >= capacity / 2,
+            "{side}: {tables}"
+        );
+    }
 
     assert!(
         client.wait_timeout(Duration::from_secs(30)).is_some(),

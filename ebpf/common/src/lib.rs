@@ -251,16 +251,15 @@ pub mod ingress {
     }
 
     pub const DEFAULT_MAX_PORTS: u32 = 16384;
-    /// TCP connections, and UDP flows, at once through exposed ports (each in a table of its
-    /// own); the least recently used is forgotten first, and its replies then take the stack
-    /// (see docs/ingress.md).
+    /// TCP connections at once through exposed ports (`DXDP_FLOWS`); the least recently used
+    /// is forgotten first, and its replies then take the stack (see docs/ingress.md).
     pub const DEFAULT_MAX_FLOWS: u32 = 131072;
 
-    /// TCP connections being opened at once ([`Opening`]) for a table of `max_flows`
-    /// connections: a quarter as many, as a handshake lasts a round trip. Anyone can fill this
-    /// table with forged SYNs; only a connection whose client acknowledged the container's
-    /// SYN-ACK leaves it for `DXDP_FLOWS`.
-    pub const fn max_opening(max_flows: u32) -> u32 {
+    /// The size of each table beside `DXDP_FLOWS` for a `DXDP_FLOWS` of `max_flows`: a quarter,
+    /// at least 256. `DXDP_OPENING` holds TCP connections being opened ([`Opening`]), each for
+    /// a round trip; `DXDP_UDP_FLOWS` holds UDP flows, most of which are a query and its
+    /// answer. The tables are preallocated (LRU maps must be) when a pin directory is made.
+    pub const fn side_table_size(max_flows: u32) -> u32 {
         let quarter = max_flows / 4;
         if quarter < 256 { 256 } else { quarter }
     }
@@ -270,11 +269,11 @@ pub mod ingress {
         use super::*;
 
         #[test]
-        fn openings_get_a_quarter_of_the_connection_table_and_never_fewer_than_256() {
-            assert_eq!(max_opening(DEFAULT_MAX_FLOWS), 32768);
-            assert_eq!(max_opening(4096), 1024);
-            assert_eq!(max_opening(1024), 256);
-            assert_eq!(max_opening(1), 256);
+        fn side_tables_get_a_quarter_of_the_connection_table_and_never_fewer_than_256() {
+            assert_eq!(side_table_size(DEFAULT_MAX_FLOWS), 32768);
+            assert_eq!(side_table_size(4096), 1024);
+            assert_eq!(side_table_size(1024), 256);
+            assert_eq!(side_table_size(1), 256);
         }
     }
 

@@ -8,7 +8,7 @@ use dxdp_common::{
     LinkTarget, Meta, Sources,
     ingress::{
         DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, Flow, FlowKey, Opening, PortKey, PortOwner,
-        PortTarget, max_opening,
+        PortTarget, side_table_size,
     },
 };
 
@@ -55,12 +55,13 @@ pub static FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLO
 /// connection.
 #[map(name = "DXDP_OPENING")]
 pub static OPENING: LruHashMap<FlowKey, Opening> =
-    LruHashMap::pinned(max_opening(DEFAULT_MAX_FLOWS), 0);
+    LruHashMap::pinned(side_table_size(DEFAULT_MAX_FLOWS), 0);
 
 /// UDP flows let in through an exposed port: apart from `FLOWS`, as nothing tells a forged
 /// UDP client from a real one.
 #[map(name = "DXDP_UDP_FLOWS")]
-pub static UDP_FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
+pub static UDP_FLOWS: LruHashMap<FlowKey, Flow> =
+    LruHashMap::pinned(side_table_size(DEFAULT_MAX_FLOWS), 0);
 
 /// Host veths of exposed containers that are alive: as `DXDP_TARGETS` for links, the kernel
 /// deletes an entry when its device goes, so a port whose container stopped passes to the stack.
