@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use crate::datapath::{
-    Capacity, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic,
+    Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic,
 };
 use crate::rules::{FIREWALL_REASON, REASONS};
 
@@ -132,6 +132,8 @@ pub(crate) struct State {
     pub(crate) exposed: Vec<ExposedPort>,
     pub(crate) interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
     pub(crate) capacity: Capacity,
+    /// How full the connection tables of exposed ports are; `None` without a pin directory.
+    pub(crate) connections: Option<ConnectionTables>,
 }
 
 fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
@@ -141,6 +143,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
             exposed: vec![],
             interfaces: vec![],
             capacity,
+            connections: None,
         });
     }
     let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
@@ -161,6 +164,7 @@ fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<State> {
         exposed: datapath.exposed()?,
         interfaces,
         capacity,
+        connections: Some(datapath.connection_tables()?),
     })
 }
 
@@ -257,6 +261,9 @@ fn render(state: &State, watch: Loop) -> String {
     }
 
     render_exposed(&mut out, &state.exposed);
+    if let Some(tables) = &state.connections {
+        render_connections(&mut out, tables);
+    }
 
     let _ = writeln!(
         out,
@@ -358,6 +365,43 @@ fn render(state: &State, watch: Loop) -> String {
         dxdp_common::ABI_VERSION
     );
     out
+}
+
+/// How full each connection table of the exposed ports is: an established table near its
+/// capacity forgets connections; an opening table that fills up says handshakes are not
+/// completed (a SYN flood).
+fn render_connections(out: &mut String, tables: &ConnectionTables) {
+    let rows = [
+        ("established", tables.established),
+        ("opening", tables.opening),
+        ("udp", tables.udp),
+    ];
+    header(
+        out,
+        "dxdp_connections",
+        "gauge",
+        "Connections through exposed ports, by table: TCP established, TCP opening (handshake not completed), UDP flows.",
+    );
+    for (table, fill) in rows {
+        let _ = writeln!(
+            out,
+            "dxdp_connections{{table=\"{table}\"}} {}",
+            fill.entries
+        );
+    }
+    header(
+        out,
+        "dxdp_connections_capacity",
+        "gauge",
+        "Entries each connection table holds at most (--max-connections); beyond it the least recently used is forgotten.",
+    );
+    for (table, fill) in rows {
+        let _ = writeln!(
+            out,
+            "dxdp_connections_capacity{{table=\"{table}\"}} {}",
+            fill.capacity
+        );
+    }
 }
 
 /// The exposed published ports: how many, and per port what the fast path carried each way and
@@ -573,7 +617,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datapath::Origin;
+    use crate::datapath::{Origin, TableFill};
 
     /// The endpoint over a real socket, without privileges: a missing pin directory is an
     /// empty state.
@@ -705,6 +749,13 @@ mod tests {
                 max_links: 4,
                 max_connections: 16,
             },
+            connections: Some(ConnectionTables {
+                established: TableFill {
+                    entries: 5,
+                    capacity: 16,
+                },
+                ..Default::default()
+            }),
         };
         let text = render(
             &state,
@@ -780,6 +831,12 @@ mod tests {
             "dxdp_interface_redirected_packets_total{ifindex=\"3\",interface=\"veth1\",datapath=\"tc\"} 7\n"
         ));
         assert!(text.contains("dxdp_exposed_ports 1\n"), "{text}");
+        assert!(
+            text.contains("dxdp_connections{table=\"established\"} 5\n")
+                && text.contains("dxdp_connections_capacity{table=\"established\"} 16\n")
+                && text.contains("dxdp_connections{table=\"udp\"} 0\n"),
+            "{text}"
+        );
         let port = "container=\"web\",address=\"192.0.2.1\",port=\"8080\",protocol=\"tcp\"";
         for sample in [
             format!("dxdp_port_packets_total{{{port},direction=\"in\"}} 5\n"),

@@ -82,7 +82,7 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
     ]);
     assert!(check.success(), "{}{}", check.stdout, check.stderr);
     assert!(
-        check.stdout.contains("SUCCESS: 7 rules found"),
+        check.stdout.contains("SUCCESS: 8 rules found"),
         "{}",
         check.stdout
     );
@@ -123,6 +123,10 @@ fn a_real_prometheus_scrapes_the_watch_and_sees_a_per_link_rate() {
     let scrape = http_get(&metrics, "/metrics");
     let exposition = body_of(&scrape).to_owned();
     assert!(exposition.contains("dxdp_map_capacity"), "{scrape}");
+    assert!(
+        exposition.contains("dxdp_connections{table=\"established\"} 0\n"),
+        "{scrape}"
+    );
     let mut lint = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -224,7 +228,7 @@ fn a_real_prometheus_scrapes_the_watch_and_sees_a_per_link_rate() {
             )
         })
         .collect();
-    assert_eq!(loaded.len(), 7, "{rules}");
+    assert_eq!(loaded.len(), 8, "{rules}");
     for (name, health) in &loaded {
         assert!(*health == "ok" || *health == "unknown", "{name}: {health}");
     }
