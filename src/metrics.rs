@@ -26,7 +26,8 @@ use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 
 use crate::datapath::{
-    Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic,
+    Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
+    TableFill, Traffic,
 };
 use crate::rules::{FIREWALL_REASON, REASONS};
 
@@ -376,31 +377,24 @@ fn render_connections(out: &mut String, tables: &ConnectionTables) {
         ("opening", tables.opening),
         ("udp", tables.udp),
     ];
-    header(
-        out,
-        "dxdp_connections",
-        "gauge",
-        "Connections through exposed ports, by table: TCP established, TCP opening (handshake not completed), UDP flows.",
-    );
-    for (table, fill) in rows {
-        let _ = writeln!(
-            out,
-            "dxdp_connections{{table=\"{table}\"}} {}",
-            fill.entries
-        );
-    }
-    header(
-        out,
-        "dxdp_connections_capacity",
-        "gauge",
-        "Entries each connection table holds at most (--max-connections); beyond it the least recently used is forgotten.",
-    );
-    for (table, fill) in rows {
-        let _ = writeln!(
-            out,
-            "dxdp_connections_capacity{{table=\"{table}\"}} {}",
-            fill.capacity
-        );
+    type Pick = fn(&TableFill) -> u64;
+    let gauges: [(&str, &str, Pick); 2] = [
+        (
+            "dxdp_connections",
+            "Connections through exposed ports, by table: TCP established, TCP opening (handshake not completed), UDP flows.",
+            |f| f.entries as u64,
+        ),
+        (
+            "dxdp_connections_capacity",
+            "Entries each connection table holds at most (--max-connections); beyond it the least recently used is forgotten.",
+            |f| u64::from(f.capacity),
+        ),
+    ];
+    for (metric, help, pick) in gauges {
+        header(out, metric, "gauge", help);
+        for (table, fill) in &rows {
+            let _ = writeln!(out, "{metric}{{table=\"{table}\"}} {}", pick(fill));
+        }
     }
 }
 
@@ -617,7 +611,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datapath::{Origin, TableFill};
+    use crate::datapath::Origin;
 
     /// The endpoint over a real socket, without privileges: a missing pin directory is an
     /// empty state.
