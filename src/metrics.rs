@@ -444,7 +444,7 @@ fn render_exposed(out: &mut String, exposed: &[ExposedPort]) {
         out,
         "dxdp_port_passed_packets_total",
         "counter",
-        "Packets to an exposed port left to Docker's path (fragments, IP options, connections from before it was exposed, a client not routed back through the NIC).",
+        "Packets to an exposed port left to Docker's path (fragments, IP options, connections from before it was exposed, a client not routed back through the NIC, a source the stack refuses).",
     );
     for p in exposed {
         let _ = writeln!(

@@ -98,7 +98,7 @@ pub struct ExposedPort {
     pub inbound: Traffic,
     pub outbound: Traffic,
     /// Packets to the port left to Docker's path (fragments, IP options, the container's veth
-    /// gone, a client not routed back through the NIC).
+    /// gone, a client not routed back through the NIC, a source the stack refuses).
     pub passed_packets: u64,
 }
 

@@ -1440,3 +1440,64 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     );
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }
+
+/// A connection from a source address the host's stack refuses (a martian: `0.0.0.0/8`,
+/// `127.0.0.0/8`, multicast and the rest above `224.0.0.0`; IPv6's unspecified, loopback,
+/// multicast, link-local and v4-mapped) stays on Docker's path, where the stack drops it, even
+/// where a route leads back to it through the NIC: a multicast source here, with a route for
+/// it through the NIC, as a host whose default route is the NIC has for every address
+/// (checked by hand without the source check: the SYN took the fast path).
+#[test]
+fn a_martian_source_stays_on_dockers_path_even_where_a_route_leads_back_to_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17090u16;
+    let web = one_port_web(&mut world, &out, "martian", port, "5201", &["iperf3", "-s"]);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    // An organisation-local multicast address of this test's own, routed through its NIC (the
+    // route goes with the NIC).
+    let (subnet, _) = out.host_addr.rsplit_once('.').expect("10.236.k.1");
+    let k = subnet.rsplit('.').next().expect("k");
+    let martian = format!("239.255.236.{k}");
+    must(&[
+        "ip",
+        "route",
+        "add",
+        &format!("{martian}/32"),
+        "dev",
+        &out.nic,
+    ]);
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let counters = || port_counters(&world, port, "tcp").expect("exposed");
+    let (in_before, _, passed_before) = counters();
+    out.run(
+        &[
+            "python3",
+            FORGE,
+            "syn",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:02",
+            &martian,
+            &out.host_addr,
+            &port.to_string(),
+            "1",
+        ],
+        Duration::from_secs(10),
+    )
+    .assert_success();
+    let (in_after, _, passed_after) = counters();
+    assert_eq!(
+        (in_after - in_before, passed_after - passed_before),
+        (0, 2),
+        "the SYN and the ACK from {martian} should both pass to the stack"
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}

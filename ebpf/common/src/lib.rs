@@ -264,9 +264,92 @@ pub mod ingress {
         if quarter < 256 { 256 } else { quarter }
     }
 
+    /// Whether the host's stack refuses `addr` (16 bytes; IPv4 v4-mapped unless `v6`) as the
+    /// source of a packet from outside: IPv4's martians (`ip_route_input_slow`: `0.0.0.0/8`,
+    /// `127.0.0.0/8`, multicast and the limited broadcast; the whole of `224.0.0.0/3` here),
+    /// IPv6's unspecified, loopback, multicast and v4-mapped sources (`ipv6_rcv`) and
+    /// link-local ones (`ip6_forward` does not forward them). A route may lead back to such a
+    /// source through the NIC (a default route does), so the route check alone would let it
+    /// in; refusing more than the stack does is safe, as the packet then takes Docker's path.
+    #[inline(always)]
+    pub const fn refused_source(addr: &[u8; 16], v6: bool) -> bool {
+        if !v6 {
+            let first = addr[12];
+            return first == 0 || first == 127 || first >= 224;
+        }
+        let mut zero_head = true;
+        let mut i = 0;
+        while i < 15 {
+            zero_head &= addr[i] == 0;
+            i += 1;
+        }
+        let unspecified_or_loopback = zero_head && addr[15] <= 1;
+        let multicast = addr[0] == 0xff;
+        let link_local = addr[0] == 0xfe && addr[1] & 0xc0 == 0x80;
+        let mut v4_mapped = addr[10] == 0xff && addr[11] == 0xff;
+        let mut j = 0;
+        while j < 10 {
+            v4_mapped &= addr[j] == 0;
+            j += 1;
+        }
+        unspecified_or_loopback || multicast || link_local || v4_mapped
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        fn v4(a: [u8; 4]) -> [u8; 16] {
+            let mut out = [0u8; 16];
+            out[10] = 0xff;
+            out[11] = 0xff;
+            out[12..].copy_from_slice(&a);
+            out
+        }
+
+        fn v6(s: &str) -> [u8; 16] {
+            s.parse::<core::net::Ipv6Addr>().unwrap().octets()
+        }
+
+        #[test]
+        fn the_stacks_martian_sources_are_refused_and_ordinary_ones_are_not() {
+            for refused in [
+                [0, 1, 2, 3],
+                [127, 0, 0, 1],
+                [224, 0, 0, 5],
+                [239, 255, 236, 2],
+            ] {
+                assert!(refused_source(&v4(refused), false), "{refused:?}");
+            }
+            assert!(refused_source(&v4([255, 255, 255, 255]), false));
+            for ordinary in [
+                [10, 236, 1, 2],
+                [192, 0, 2, 7],
+                [169, 254, 1, 1],
+                [223, 1, 1, 1],
+            ] {
+                assert!(!refused_source(&v4(ordinary), false), "{ordinary:?}");
+            }
+            for refused in [
+                "::",
+                "::1",
+                "ff02::1",
+                "fe80::5e:99",
+                "febf::1",
+                "::ffff:10.0.0.1",
+            ] {
+                assert!(refused_source(&v6(refused), true), "{refused}");
+            }
+            for ordinary in [
+                "fd00:236:1::2",
+                "2001:db8::1",
+                "fec0::1",
+                "::2",
+                "64:ff9b::a00:1",
+            ] {
+                assert!(!refused_source(&v6(ordinary), true), "{ordinary}");
+            }
+        }
 
         #[test]
         fn side_tables_get_a_quarter_of_the_connection_table_and_never_fewer_than_256() {
@@ -313,7 +396,7 @@ pub mod ingress {
         pub out_packets: u64,
         pub out_bytes: u64,
         /// Packets to this port left to Docker's path: fragments, IP options, a target veth
-        /// gone, a client the NIC does not route back to.
+        /// gone, a client the NIC does not route back to, a source the stack refuses.
         pub passed_packets: u64,
     }
 

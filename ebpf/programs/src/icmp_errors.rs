@@ -24,7 +24,7 @@ use aya_ebpf::{
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP};
+use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP, refused_source};
 
 use crate::{
     ingress::{
@@ -161,6 +161,10 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             {
                 return None;
             }
+            // An error from a source the stack refuses stays with the stack, which drops it.
+            if !outward && refused_source(&v4_mapped(&ip[12..16]), false) {
+                return None;
+            }
             let remote_v4 = 28 - inner_v4;
             let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
             let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);
@@ -205,6 +209,11 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
                 || ip[outer_v6..outer_v6 + 16] != inner[inner_v6..inner_v6 + 16]
                 || (outward && ip[24..40] != inner[8..24])
             {
+                return None;
+            }
+            let mut from = [0u8; 16];
+            from.copy_from_slice(&ip[8..24]);
+            if !outward && refused_source(&from, true) {
                 return None;
             }
             let remote_v6 = 32 - inner_v6;

@@ -25,7 +25,9 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortTarget};
+use dxdp_common::ingress::{
+    Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortTarget, refused_source,
+};
 
 use crate::{
     icmp_errors,
@@ -284,8 +286,14 @@ fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifi
         }
         // A TCP connection that began before the port was exposed stays on Docker's path
         // (conntrack tracks its windows, and would find them stale once the fast path went).
-        // So does a client the host does not route back through this NIC.
-        None => packet.opens && routes_back(ctx, packet, nic_ifindex) && remember(flow, port),
+        // So does a client the host does not route back through this NIC, and one from a
+        // source the stack refuses, which a route may still lead back to.
+        None => {
+            packet.opens
+                && !refused_source(&packet.src, packet.v6)
+                && routes_back(ctx, packet, nic_ifindex)
+                && remember(flow, port)
+        }
     }
 }
 
