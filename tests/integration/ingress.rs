@@ -78,6 +78,29 @@ impl Outside {
     fn run(&self, argv: &[&str], timeout: Duration) -> crate::support::Run {
         run_for(&in_ns(&self.ns.name, argv), timeout)
     }
+
+    /// `forge.py MODE` from the client namespace: `count` forged connections from `from` to
+    /// `to`:`port`, put straight onto the far end of the NIC, addressed to the NIC's MAC.
+    fn forge(&self, mode: &str, from: &str, to: &str, port: u16, count: usize) {
+        let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.nic))
+            .expect("the NIC's MAC");
+        // Any source MAC: the forger's own.
+        let forger_mac = "02:00:5e:10:00:01";
+        let (port, count) = (port.to_string(), count.to_string());
+        let argv = [
+            "python3",
+            FORGE,
+            mode,
+            &self.peer,
+            nic_mac.trim(),
+            forger_mac,
+            from,
+            to,
+            &port,
+            &count,
+        ];
+        self.run(&argv, Duration::from_secs(20)).assert_success();
+    }
 }
 
 /// `argv` in a container's network namespace (the host's tools; the image has none).
@@ -1358,26 +1381,8 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     // nowhere.
     let (subnet, _) = out.host_addr.rsplit_once('.').expect("10.236.k.1");
     let forged = format!("{subnet}.200");
-    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
-        .expect("the NIC's MAC");
-    for (mode, to) in [("syn", port), ("udp-flood", udp_port)] {
-        out.run(
-            &[
-                "python3",
-                FORGE,
-                mode,
-                &out.peer,
-                nic_mac.trim(),
-                "02:00:5e:10:00:01",
-                &forged,
-                &out.host_addr,
-                &to.to_string(),
-                &FLOOD.to_string(),
-            ],
-            Duration::from_secs(20),
-        )
-        .assert_success();
-    }
+    out.forge("syn", &forged, &out.host_addr, port, FLOOD);
+    out.forge("udp-flood", &forged, &out.host_addr, udp_port, FLOOD);
     assert!(
         connected.elapsed() < Duration::from_secs(quiet_secs - 1),
         "the floods took too long to end before the container speaks ({:?})",
@@ -1473,26 +1478,9 @@ fn a_martian_source_stays_on_dockers_path_even_where_a_route_leads_back_to_it() 
         "dev",
         &out.nic,
     ]);
-    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
-        .expect("the NIC's MAC");
     let counters = || port_counters(&world, port, "tcp").expect("exposed");
     let (in_before, _, passed_before) = counters();
-    out.run(
-        &[
-            "python3",
-            FORGE,
-            "syn",
-            &out.peer,
-            nic_mac.trim(),
-            "02:00:5e:10:00:02",
-            &martian,
-            &out.host_addr,
-            &port.to_string(),
-            "1",
-        ],
-        Duration::from_secs(10),
-    )
-    .assert_success();
+    out.forge("syn", &martian, &out.host_addr, port, 1);
     let (in_after, _, passed_after) = counters();
     assert_eq!(
         (in_after - in_before, passed_after - passed_before),
