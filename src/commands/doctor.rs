@@ -13,7 +13,10 @@ use super::{
 use crate::cli::DoctorArgs;
 use crate::docker::userland_proxy::UserlandProxy;
 use crate::{
-    datapath::{Capacity, Datapath, Kind, LinkRecord, Origin, TC_SINCE, XDP_SINCE, kernel_has},
+    datapath::{
+        Capacity, ConnectionTables, Datapath, Kind, LinkRecord, Origin, TC_SINCE, XDP_SINCE,
+        kernel_has,
+    },
     docker::BridgeNetwork,
     firewall::{self, Ruleset, RulesetCache},
     netlink::{self, Interface},
@@ -22,7 +25,7 @@ use crate::{
     runtime::{self, CgroupLayout, OciRuntime},
 };
 
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Verdict {
     Ok,
@@ -586,6 +589,50 @@ fn exposures(
     out
 }
 
+/// The tables of connections through exposed ports: a warning where one is nearly full,
+/// nothing while all are empty.
+fn connection_tables(t: &ConnectionTables) -> Option<Check> {
+    let (e, o) = (&t.established, &t.opening);
+    if e.is_nearly_full() {
+        return Some(check(
+            Verdict::Warn,
+            format!(
+                "connections through exposed ports: {} of {} established: the least recently \
+                 used are being forgotten, and one whose container speaks next breaks",
+                e.entries, e.capacity
+            ),
+            Some(
+                "raise --max-connections (DXDP_MAX_CONNECTIONS) on a fresh pin directory: \
+                 dxdp cleanup, then expose again",
+            ),
+        ));
+    }
+    if o.is_nearly_full() {
+        return Some(check(
+            Verdict::Warn,
+            format!(
+                "connections through exposed ports: {} of {} being opened whose clients never \
+                 completed the handshake (a SYN flood?); established connections keep their \
+                 place",
+                o.entries, o.capacity
+            ),
+            None,
+        ));
+    }
+    let entries = e.entries + o.entries + t.udp.entries;
+    (entries > 0).then(|| {
+        check(
+            Verdict::Ok,
+            format!(
+                "connections through exposed ports: {} established (of {}), {} being opened, \
+                 {} UDP flows",
+                e.entries, e.capacity, o.entries, t.udp.entries
+            ),
+            None,
+        )
+    })
+}
+
 fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
     if !pin_dir.exists() {
         return vec![check(
@@ -626,6 +673,9 @@ fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
         &records,
     ));
     out.extend(exposures(&mut datapath, readable, &host));
+    if let Ok(tables) = datapath.connection_tables() {
+        out.extend(connection_tables(&tables));
+    }
     out.extend(mtus(&host, &records));
     let links = records.len();
     let xdp = managed.iter().filter(|(_, k)| *k == Kind::Xdp).count();
@@ -639,4 +689,39 @@ fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
         None,
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::TableFill;
+
+    fn tables(established: usize, opening: usize, udp: usize) -> ConnectionTables {
+        let fill = |entries, capacity| TableFill { entries, capacity };
+        ConnectionTables {
+            established: fill(established, 1000),
+            opening: fill(opening, 250),
+            udp: fill(udp, 250),
+        }
+    }
+
+    #[test]
+    fn connection_tables_warn_when_nearly_full_and_stay_quiet_when_empty() {
+        assert!(connection_tables(&tables(0, 0, 0)).is_none());
+        let calm = connection_tables(&tables(10, 2, 3)).expect("a line");
+        assert_eq!(calm.verdict, Verdict::Ok);
+        let flood = connection_tables(&tables(10, 240, 3)).expect("a line");
+        assert_eq!(flood.verdict, Verdict::Warn);
+        assert!(flood.what.contains("SYN flood"), "{}", flood.what);
+        let crowded = connection_tables(&tables(950, 240, 3)).expect("a line");
+        assert_eq!(crowded.verdict, Verdict::Warn);
+        assert!(
+            crowded
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("--max-connections")),
+            "{:?}",
+            crowded.fix
+        );
+    }
 }

@@ -119,7 +119,8 @@ impl TableFill {
 
     /// Nine tenths full or more: new entries make the table forget the least recently used.
     /// (An LRU map that has begun to forget holds somewhat fewer entries than its capacity:
-    /// each CPU keeps a few free ones at hand.)
+    /// each CPU keeps up to 128 free ones at hand, so a table of fewer than about 1,300
+    /// entries per CPU may forget while under nine tenths.)
     pub fn is_nearly_full(&self) -> bool {
         self.entries.saturating_mul(10) >= (self.capacity as usize).saturating_mul(9)
     }
