@@ -441,6 +441,8 @@ pub(crate) enum Known {
 }
 
 impl Known {
+    /// The part every table's entry has: the port and when it was last seen.
+    #[inline(always)]
     fn flow(self) -> *mut Flow {
         match self {
             Self::Established(flow) | Self::Udp(flow) => flow,
