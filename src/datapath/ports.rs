@@ -703,6 +703,52 @@ fn detach_idle_nics(pins: &Pins, entries: &[(PortKey, PortTarget)]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dxdp_common::ingress::{DEFAULT_MAX_FLOWS, refused_source, side_table_size};
+
+    // The programs' shared logic is tested here: dxdp-common has no test binary of its own.
+    #[test]
+    fn the_stacks_martian_sources_are_refused_and_ordinary_ones_are_not() {
+        let refused = |addr: &str| {
+            let addr: IpAddr = addr.parse().unwrap();
+            refused_source(&sixteen(addr), addr.is_ipv6())
+        };
+        for martian in [
+            "0.1.2.3",
+            "127.0.0.1",
+            "224.0.0.5",
+            "239.255.236.2",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "ff02::1",
+            "fe80::5e:99",
+            "febf::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(refused(martian), "{martian}");
+        }
+        for ordinary in [
+            "10.236.1.2",
+            "192.0.2.7",
+            "169.254.1.1",
+            "223.1.1.1",
+            "fd00:236:1::2",
+            "2001:db8::1",
+            "fec0::1",
+            "::2",
+            "64:ff9b::a00:1",
+        ] {
+            assert!(!refused(ordinary), "{ordinary}");
+        }
+    }
+
+    #[test]
+    fn side_tables_get_a_quarter_of_the_connection_table_and_never_fewer_than_256() {
+        assert_eq!(side_table_size(DEFAULT_MAX_FLOWS), 32768);
+        assert_eq!(side_table_size(4096), 1024);
+        assert_eq!(side_table_size(1024), 256);
+        assert_eq!(side_table_size(1), 256);
+    }
 
     #[test]
     fn addresses_round_trip_through_the_programs_sixteen_bytes() {
