@@ -14,8 +14,8 @@ use crate::cli::DoctorArgs;
 use crate::docker::userland_proxy::UserlandProxy;
 use crate::{
     datapath::{
-        Capacity, ConnectionTables, Datapath, Kind, LinkRecord, Origin, TC_SINCE, XDP_SINCE,
-        kernel_has,
+        Capacity, ConnectionTables, Datapath, Kind, LinkRecord, Origin, TC_SINCE, TablePressure,
+        XDP_SINCE, kernel_has,
     },
     docker::BridgeNetwork,
     firewall::{self, Ruleset, RulesetCache},
@@ -593,8 +593,8 @@ fn exposures(
 /// nothing while all are empty.
 fn connection_tables(t: &ConnectionTables) -> Option<Check> {
     let (e, o) = (&t.established, &t.opening);
-    if e.is_nearly_full() {
-        return Some(check(
+    match t.pressure() {
+        Some(TablePressure::Forgetting) => Some(check(
             Verdict::Warn,
             format!(
                 "connections through exposed ports: {} of {} established: the least recently \
@@ -605,10 +605,8 @@ fn connection_tables(t: &ConnectionTables) -> Option<Check> {
                 "raise --max-connections (DXDP_MAX_CONNECTIONS) on a fresh pin directory: \
                  dxdp cleanup, then expose again",
             ),
-        ));
-    }
-    if o.is_nearly_full() {
-        return Some(check(
+        )),
+        Some(TablePressure::UnansweredHandshakes) => Some(check(
             Verdict::Warn,
             format!(
                 "connections through exposed ports: {} of {} being opened whose clients never \
@@ -617,20 +615,19 @@ fn connection_tables(t: &ConnectionTables) -> Option<Check> {
                 o.entries, o.capacity
             ),
             None,
-        ));
+        )),
+        None => (e.entries + o.entries + t.udp.entries > 0).then(|| {
+            check(
+                Verdict::Ok,
+                format!(
+                    "connections through exposed ports: {} established (of {}), {} being \
+                     opened, {} UDP flows",
+                    e.entries, e.capacity, o.entries, t.udp.entries
+                ),
+                None,
+            )
+        }),
     }
-    let entries = e.entries + o.entries + t.udp.entries;
-    (entries > 0).then(|| {
-        check(
-            Verdict::Ok,
-            format!(
-                "connections through exposed ports: {} established (of {}), {} being opened, \
-                 {} UDP flows",
-                e.entries, e.capacity, o.entries, t.udp.entries
-            ),
-            None,
-        )
-    })
 }
 
 fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {

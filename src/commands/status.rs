@@ -14,7 +14,7 @@ use crate::{
     cli::StatusArgs,
     datapath::{
         Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
-        TableFill,
+        TableFill, TablePressure,
     },
     netlink,
     netns::NetnsPath,
@@ -276,13 +276,15 @@ fn describe_connections(t: &ConnectionTables) -> String {
         fill(&t.opening, "TCP opening"),
         fill(&t.udp, "UDP flows")
     );
-    if t.established.is_nearly_full() {
-        line.push_str(
+    match t.pressure() {
+        Some(TablePressure::Forgetting) => line.push_str(
             "; established connections are being forgotten, least recently used first: \
              raise --max-connections on a fresh pin directory",
-        );
-    } else if t.opening.is_nearly_full() {
-        line.push_str("; many handshakes are not completed (a SYN flood?)");
+        ),
+        Some(TablePressure::UnansweredHandshakes) => {
+            line.push_str("; many handshakes are not completed (a SYN flood?)");
+        }
+        None => {}
     }
     line
 }

@@ -1,7 +1,7 @@
 //! Exposed published ports (issue 24): the pinned maps `DXDP_PORTS`, `DXDP_FLOWS`,
-//! `DXDP_OPENING`, `DXDP_UDP_FLOWS`, `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the attachments of the two programs that use
-//! them: `dxdp_ingress` on every NIC a port is exposed on, `dxdp_reply` on every exposed
-//! container's host veth.
+//! `DXDP_OPENING`, `DXDP_UDP_FLOWS`, `DXDP_PORT_VETHS` and `DXDP_PORT_OWNERS`, and the
+//! attachments of the two programs that use them: `dxdp_ingress` on every NIC a port is exposed
+//! on, `dxdp_reply` on every exposed container's host veth.
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
@@ -135,6 +135,30 @@ pub struct ConnectionTables {
     pub opening: TableFill,
     /// UDP flows (`DXDP_UDP_FLOWS`).
     pub udp: TableFill,
+}
+
+/// What a nearly full connection table means, for `status` and `doctor` to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TablePressure {
+    /// Established connections are being forgotten, least recently used first: one whose
+    /// container speaks next breaks. Only a larger table helps.
+    Forgetting,
+    /// Handshakes that clients never complete fill the table of openings (a SYN flood?);
+    /// established connections keep their place.
+    UnansweredHandshakes,
+}
+
+impl ConnectionTables {
+    /// The worse of what the nearly full tables mean; `None` while none is.
+    pub fn pressure(&self) -> Option<TablePressure> {
+        if self.established.is_nearly_full() {
+            Some(TablePressure::Forgetting)
+        } else if self.opening.is_nearly_full() {
+            Some(TablePressure::UnansweredHandshakes)
+        } else {
+            None
+        }
+    }
 }
 
 impl ExposedPort {

@@ -9,10 +9,10 @@
 //! never learns the path's MTU and a connection whose segments are too big stalls (a PMTU black
 //! hole). So: an ICMPv4 destination-unreachable or time-exceeded, or an ICMPv6
 //! destination-unreachable, packet-too-big or time-exceeded, whose quoted packet is a reply of
-//! a connection the fast path let in (`DXDP_FLOWS` or `DXDP_OPENING`: from the exposed address
-//! and port to that client) gets the
-//! container's address as destination, the quoted packet the container's address and port as
-//! source, the checksums made right, and goes into the container like the connection's packets.
+//! a connection the fast path let in (in any of its tables: from the exposed address and port
+//! to that client) gets the container's address as destination, the quoted packet the
+//! container's address and port as source, the checksums made right, and goes into the
+//! container like the connection's packets.
 //!
 //! The other way, the same errors a container sends about a packet a client sent it over the
 //! fast path (a UDP datagram to a port nothing listens on: "port unreachable", which the

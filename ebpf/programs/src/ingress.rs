@@ -265,36 +265,30 @@ pub fn ingress(ctx: &TcContext) -> i32 {
 /// a TCP connection as opening, a UDP flow in its own table.
 #[inline(always)]
 fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifindex: u32) -> bool {
-    match known_flow(flow) {
-        Some(Known::Opening(opening)) => {
-            // SAFETY: a map value pointer, valid for this invocation; plain loads and a store.
-            let opening = unsafe { &mut *opening };
-            opening.flow.last_seen_ns = now();
-            // Only a client that received the SYN-ACK knows the number it must acknowledge: a
-            // sender of forged SYNs cannot establish their connections, however many it sends.
-            if packet.acknowledges
-                && opening.answered != 0
-                && packet.ack_seq == opening.completing_ack
-            {
-                establish(flow, opening.flow.port);
-            }
-            true
-        }
-        Some(known) => {
-            known.touch();
-            true
-        }
+    let Some(known) = known_flow(flow) else {
         // A TCP connection that began before the port was exposed stays on Docker's path
         // (conntrack tracks its windows, and would find them stale once the fast path went).
         // So does a client the host does not route back through this NIC, and one from a
         // source the stack refuses, which a route may still lead back to.
-        None => {
-            packet.opens
-                && !refused_source(&packet.src, packet.v6)
-                && routes_back(ctx, packet, nic_ifindex)
-                && remember(flow, port)
+        return packet.opens
+            && !refused_source(&packet.src, packet.v6)
+            && routes_back(ctx, packet, nic_ifindex)
+            && remember(flow, port);
+    };
+    known.touch();
+    // Only a client that received the SYN-ACK knows the number it must acknowledge: a sender
+    // of forged SYNs cannot establish their connections, however many it sends.
+    if let Known::Opening(opening) = known
+        && packet.acknowledges
+    {
+        // SAFETY: a map value pointer, valid for this invocation; plain loads.
+        let (answered, completing_ack) =
+            unsafe { ((*opening).answered, (*opening).completing_ack) };
+        if answered != 0 && packet.ack_seq == completing_ack {
+            establish(flow, known.port());
         }
     }
+    true
 }
 
 /// Remembers the new connection `flow`, let in through `port`: a TCP one as opening, a UDP one
