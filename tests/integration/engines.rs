@@ -3,7 +3,13 @@
 //! fresh hybrid-cgroup machine while CI passed on a machine that had a working runtime already).
 //! Also `dxdp doctor` naming Podman's OCI runtime and failing one that cannot run here. Every
 //! container is the check's own probe (`dxdp-probe-<pid>`), removed by the check.
-use std::{fs, time::Duration};
+//!
+//! The runtime that cannot run here is crun on a hybrid-cgroup host. A fresh machine may have no
+//! crun at all (Debian's podman depends on crun | runc, and setup.sh installs runc in the same
+//! apt run), so where Podman finds no crun the tests run a stand-in of their own: an executable
+//! named `crun` that refuses every container with crun's words, given to Podman by path for the
+//! test only and removed after it.
+use std::{fs, os::unix::fs::PermissionsExt, time::Duration};
 
 use crate::support::{self, Background, DXDP, Run, run_for, wait_until};
 
@@ -31,6 +37,63 @@ fn crun_cannot_run_here() -> bool {
     let hybrid_controllers =
         fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers").unwrap_or_default();
     !v2_is_unified && !hybrid_controllers.trim().is_empty()
+}
+
+/// crun's refusal on a hybrid host whose cgroup v2 hierarchy holds a controller (libcrun's
+/// message, which engine-check.sh and doctor recognise).
+const CRUN_HYBRID_REFUSAL: &str =
+    "cgroups in hybrid mode not supported, drop all controllers from cgroupv2";
+
+/// The crun a test hands to Podman (`--runtime`): the installed one, or a stand-in of the test's
+/// own, removed on drop, that answers `--version` and refuses everything else as crun does here.
+struct Crun {
+    /// `crun` (found by Podman in its runtime paths) or the stand-in's path.
+    runtime: String,
+    _dir: Option<ScratchDir>,
+}
+
+impl Crun {
+    fn here() -> Self {
+        // Podman's own search (its runtime paths, not PATH) says whether `--runtime crun` works.
+        let installed = run_for(
+            &[
+                "podman",
+                "--runtime",
+                "crun",
+                "info",
+                "--format",
+                "{{.Host.OCIRuntime.Path}}",
+            ],
+            Duration::from_secs(30),
+        );
+        if installed.success() {
+            eprintln!("crun: {}", installed.stdout.trim());
+            return Self {
+                runtime: "crun".to_owned(),
+                _dir: None,
+            };
+        }
+        // Named crun so that Podman reports a runtime called crun (by its path), as doctor reads.
+        let dir = ScratchDir::new("crun");
+        let path = format!("{}/crun", dir.0);
+        let script = format!(
+            r#"#!/bin/sh
+# A stand-in for crun, written by dxdp's engines test: crun is not installed here.
+for arg do
+    if [ "$arg" = --version ]; then echo 'crun version 0 (dxdp test stand-in)'; exit 0; fi
+done
+echo '{CRUN_HYBRID_REFUSAL}' >&2
+exit 1
+"#
+        );
+        fs::write(&path, script).expect("write the crun stand-in");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod the stand-in");
+        eprintln!("crun is not installed: using a stand-in at {path}");
+        Self {
+            runtime: path,
+            _dir: Some(dir),
+        }
+    }
 }
 
 /// libpod's /info from the API service on `socket`, or `None` while it does not answer.
@@ -139,13 +202,11 @@ fn a_runtime_that_cannot_run_a_container_fails_the_check_naming_the_engine_and_t
     );
     assert!(broken.stderr.contains("engine-check: fix: "), "{broken}");
     if crun_cannot_run_here() {
-        // The fresh-machine break itself: crun on this hybrid host.
-        let crun = engine_check(&["podman", "--runtime=crun"]);
+        // The fresh-machine break itself: crun (or its stand-in) on this hybrid host.
+        let runtime = Crun::here();
+        let crun = engine_check(&["podman", &format!("--runtime={}", runtime.runtime)]);
         crun.assert_failure();
-        assert!(
-            crun.stderr.contains("cgroups in hybrid mode not supported"),
-            "{crun}"
-        );
+        assert!(crun.stderr.contains(CRUN_HYBRID_REFUSAL), "{crun}");
         assert!(
             crun.stderr.contains("runtime = \"runc\"") && crun.stderr.contains("containers.conf.d"),
             "the fix should say how to choose runc: {crun}"
@@ -177,12 +238,14 @@ fn doctor_names_podmans_runtime_and_fails_one_that_cannot_run_here() {
         return;
     }
     // A second API service of the test's own, told to use crun, on a socket beside nothing else.
-    let dir = ScratchDir::new();
+    // Declared before the service, so dropped after it: the stand-in outlives its user.
+    let runtime = Crun::here();
+    let dir = ScratchDir::new("service");
     let socket = format!("{}/podman-crun.sock", dir.0);
     let _service = Background::spawn(&[
         "podman",
         "--runtime",
-        "crun",
+        &runtime.runtime,
         "system",
         "service",
         "--time=0",
@@ -193,13 +256,19 @@ fn doctor_names_podmans_runtime_and_fails_one_that_cannot_run_here() {
             && libpod_info(&socket).is_some()),
         "the test's crun API service did not come up on {socket}"
     );
+    // Podman names a runtime given by path by its path: doctor must know it as crun all the same.
+    let crun_name = podman_api_runtime(&socket);
+    assert!(
+        crun_name == "crun" || crun_name.ends_with("/crun"),
+        "the test's API service runs {crun_name}, not crun"
+    );
     let failed = doctor(&socket);
     failed.assert_failure();
     let line = failed
         .stdout
         .lines()
-        .find(|l| l.starts_with("[FAIL] OCI runtime crun"))
-        .unwrap_or_else(|| panic!("doctor did not fail crun here: {failed}"));
+        .find(|l| l.starts_with(&format!("[FAIL] OCI runtime {crun_name}")))
+        .unwrap_or_else(|| panic!("doctor did not fail crun ({crun_name}) here: {failed}"));
     assert!(line.contains("hybrid"), "{line}");
     assert!(
         failed.stdout.contains("runtime = \"runc\""),
@@ -211,8 +280,9 @@ fn doctor_names_podmans_runtime_and_fails_one_that_cannot_run_here() {
 struct ScratchDir(String);
 
 impl ScratchDir {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("dxdp-engines-{}", std::process::id()));
+    /// `dxdp-engines-<pid>-<what>` in the temp directory.
+    fn new(what: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("dxdp-engines-{}-{what}", std::process::id()));
         fs::create_dir_all(&dir).expect("temp dir");
         Self(dir.display().to_string())
     }
