@@ -245,29 +245,59 @@ fn the_watch_leaves_covered_pairs_on_the_bridge_and_removes_a_link_a_new_rule_co
     );
 }
 
-/// ufw, enabled for the test if it was not, and disabled again on drop.
+/// ufw, enabled for the test if it was not, and disabled again on drop with the policies of the
+/// filter table's built-in chains put back as they were, in iptables and ip6tables.
+///
+/// `ufw disable` does not undo `ufw enable`: it sets INPUT, FORWARD and OUTPUT to ACCEPT in both
+/// (ufw-init's stop), whatever they were before. On a host where Engine 28 had set FORWARD to
+/// DROP, that left every bridge forwarding everything after the suite.
 struct Ufw {
-    enabled_here: bool,
+    /// (tool, chain, policy) as found, for a ufw this guard enabled.
+    policies: Vec<(&'static str, &'static str, String)>,
 }
 
 impl Ufw {
     #[track_caller]
     fn enable() -> Self {
         let status = must(&["ufw", "status"]);
-        let active = status.contains("Status: active");
-        if !active {
-            must(&["ufw", "--force", "enable"]);
+        if status.contains("Status: active") {
+            return Self {
+                policies: Vec::new(),
+            };
         }
-        Self {
-            enabled_here: !active,
+        let mut policies = Vec::new();
+        for tool in ["iptables", "ip6tables"] {
+            for chain in ["INPUT", "FORWARD", "OUTPUT"] {
+                policies.push((tool, chain, policy(tool, chain)));
+            }
         }
+        // The guard exists before ufw runs: an enable that fails half way is undone too.
+        let guard = Self { policies };
+        must(&["ufw", "--force", "enable"]);
+        guard
+    }
+}
+
+/// The policy of a built-in chain of the filter table (`ACCEPT`, `DROP`), from `TOOL -S CHAIN`,
+/// whose first line is `-P CHAIN POLICY`.
+#[track_caller]
+fn policy(tool: &str, chain: &str) -> String {
+    let rules = must(&[tool, "-w", "-t", "filter", "-S", chain]);
+    let first = rules.lines().next().unwrap_or_default();
+    match first.split_whitespace().collect::<Vec<_>>()[..] {
+        ["-P", c, policy] if c == chain => policy.to_owned(),
+        _ => panic!("`{tool} -S {chain}` does not start with its policy: {rules}"),
     }
 }
 
 impl Drop for Ufw {
     fn drop(&mut self) {
-        if self.enabled_here {
-            quietly(&["ufw", "--force", "disable"]);
+        if self.policies.is_empty() {
+            return;
+        }
+        quietly(&["ufw", "--force", "disable"]);
+        for (tool, chain, policy) in &self.policies {
+            quietly(&[tool, "-w", "-t", "filter", "-P", chain, policy.as_str()]);
         }
     }
 }
