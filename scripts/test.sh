@@ -45,8 +45,15 @@ done
 step=starting
 started=$SECONDS
 lanes=
+# The FORWARD policies as found after setup (forward_state), once recorded.
+forward_before=
 finish() {
     local rc=$? elapsed=$((SECONDS - started))
+    # A failed run may have stopped before the policy check, and is the likelier to have left
+    # the firewall changed: say so beside the failure.
+    if ((rc != 0)) && [[ -n $forward_before && $step != forward-policies* ]]; then
+        check_forward_policies || true
+    fi
     if ((rc == 0)); then
         printf 'test.sh: PASSED (setup, images, fmt, clippy, clippy-ebpf, tests%s) in %ss\n' "$lanes" "$elapsed" >&2
     else
@@ -66,7 +73,63 @@ run_step() {
     "$@"
 }
 
+# Each family's filter FORWARD policy with its forwarding switch, one line each:
+# `iptables DROP 1`, `ip6tables ACCEPT 0`.
+forward_state() {
+    local tool rules forwarding
+    for tool in iptables ip6tables; do
+        rules=$("$tool" -w -S FORWARD) || return 1
+        # The first line is the policy: `-P FORWARD DROP`.
+        rules=${rules%%$'\n'*}
+        case $tool in
+            iptables) forwarding=$(</proc/sys/net/ipv4/ip_forward) ;;
+            ip6tables) forwarding=$(</proc/sys/net/ipv6/conf/all/forwarding) ;;
+        esac
+        printf '%s %s %s\n' "$tool" "${rules##* }" "$forwarding"
+    done
+}
+
+# Fails, naming each family, if a FORWARD policy is not what it was before the run: a test or
+# lane that opens the host's firewall (ufw's disable once set both to ACCEPT) must not pass
+# unnoticed. One change is the engine's own and allowed: Docker, when it turns a family's
+# forwarding on itself (the first IPv6 network on a fresh machine), sets that FORWARD policy to
+# DROP; seen as ACCEPT -> DROP with forwarding 0 -> 1.
+check_forward_policies() {
+    local now tool before_policy before_fwd after_policy after_fwd i changed=0
+    now=$(forward_state) || {
+        printf 'test.sh: error: cannot read the FORWARD policies\n' >&2
+        return 1
+    }
+    local -a before_lines now_lines
+    mapfile -t before_lines <<<"$forward_before"
+    mapfile -t now_lines <<<"$now"
+    for i in "${!before_lines[@]}"; do
+        read -r tool before_policy before_fwd <<<"${before_lines[i]}"
+        read -r _ after_policy after_fwd <<<"${now_lines[i]}"
+        if [[ $after_policy == "$before_policy" ]]; then
+            printf 'test.sh: %s filter FORWARD policy %s, as before the run\n' \
+                "$tool" "$after_policy" >&2
+        elif [[ $before_policy == ACCEPT && $after_policy == DROP ]] \
+            && [[ $before_fwd == 0 && $after_fwd == 1 ]]; then
+            printf 'test.sh: %s filter FORWARD policy ACCEPT -> DROP: the engine turned '\
+'forwarding on (off before the run) and closed the chain, as Docker does\n' "$tool" >&2
+        else
+            printf 'test.sh: ERROR: the run changed the host firewall: %s filter FORWARD '\
+'policy was %s before the run and is %s now (forwarding %s -> %s); a test or lane left it '\
+'so. Put it back with: %s -P FORWARD %s\n' "$tool" "$before_policy" "$after_policy" \
+                "$before_fwd" "$after_fwd" "$tool" "$before_policy" >&2
+            changed=1
+        fi
+    done
+    return "$changed"
+}
+
 run_step setup scripts/setup.sh
+# Recorded once the host is set up (setup may have started dockerd, which closes FORWARD when
+# it turns forwarding on), checked after the tests and after the legacy lane.
+step='record FORWARD policies'
+forward_before=$(forward_state)
+printf 'test.sh: FORWARD policies before the run: %s\n' "$(tr '\n' ';' <<<"$forward_before")" >&2
 run_step image scripts/build-test-image.sh
 # The same image in rootful Podman's store, for the podman:: tests.
 run_step image-podman scripts/build-test-image.sh --podman
@@ -79,6 +142,7 @@ run_step clippy-ebpf cargo clippy --package dxdp-ebpf --all-targets -- -D warnin
 # Release mode because the datapath tests measure throughput; one thread because
 # privileged tests share the host's bpffs, links and docker daemon.
 run_step test cargo test --release "${cargo_args[@]}" -- --test-threads=1 "${test_args[@]}"
+run_step forward-policies check_forward_policies
 
 # The legacy engine lane: Debian 12's docker.io 20.10 (API 1.41) with docker-compose 1.29, in
 # place of Engine 28 for the Docker-facing areas that apply to it, `docker::`,
@@ -93,6 +157,7 @@ if ((${#cargo_args[@]} == 0 && ${#test_args[@]} == 0)); then
         --test-threads=1 \
         --skip engine28_ \
         docker:: compose_examples:: firewall::
+    run_step forward-policies-after-legacy-engine check_forward_policies
     lane_took=$((SECONDS - lane_started))
     printf 'test.sh: legacy-engine lane (Docker 20.10 + Compose 1.29) took %ss\n' "$lane_took" >&2
     lanes=", legacy engine in ${lane_took}s"
