@@ -17,6 +17,7 @@ use super::{
     addr::{Net, Prefix},
     model::{Blocker, Family, Flow, Hook, Layer, Mode},
     of_family,
+    refused::REFUSED_SOURCES,
 };
 
 /// A published port's transport protocol.
@@ -60,9 +61,10 @@ pub struct PublishedPort<'a> {
     /// The bridge of the container's network, and the container's host-side veth on it.
     pub bridge: &'a str,
     pub veth: &'a str,
-    /// Prefixes (address, length) no client is on: the host's container networks (loopback is
-    /// added). The fast path must leave packets from them to the stack; Docker's raw
-    /// PREROUTING drops for other networks' containers then cannot meet a reply.
+    /// Prefixes (address, length) no client is on: the host's container networks (the sources
+    /// the fast path refuses, `REFUSED_SOURCES`, are added). The fast path must leave packets
+    /// from them to the stack; Docker's raw PREROUTING drops for other networks' containers
+    /// then cannot meet a reply.
     pub clients_outside: &'a [(IpAddr, u8)],
 }
 
@@ -99,16 +101,12 @@ impl Ruleset {
         let to = port.translation();
         let host = of_family(port.host_addrs, family);
         let container = [port.container_addr];
-        // Nor is a client on loopback: the kernel drops such a source from a NIC as a martian
-        // (unless route_localnet is set on it), and the fast path must leave it alone too.
-        let loopback = [
-            (IpAddr::from([127, 0, 0, 0]), 8),
-            (IpAddr::from(std::net::Ipv6Addr::LOCALHOST), 128),
-        ];
+        // Nor is a client at a source the fast path refuses (loopback, link-local, multicast…):
+        // its packets take Docker's path whatever the rules do to them.
         let outside: Vec<Net> = port
             .clients_outside
             .iter()
-            .chain(&loopback)
+            .chain(&REFUSED_SOURCES)
             .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
             .collect();
         // Under br_netfilter the routed packet's bridge port is known to physdev matches too.
@@ -578,6 +576,46 @@ mod tests {
                 let last = line.lines().last().unwrap().trim();
                 assert!(found[0].ends_with(last), "{line}: {found:?}");
             }
+        }
+    }
+
+    /// `ip6tables-save` on Engine 28.5 with container fd00:dead:38::2 on the IPv6 network
+    /// br-8a73c47aaf27 publishing 18638→80/tcp: Docker's DNAT leaves out link-local clients
+    /// (`! -s fe80::/10`), which the fast path refuses anyway (issue 38).
+    const PUBLISHED_IPV6: &str =
+        include_str!("../../tests/fixtures/firewall/ip6tables-engine-28-published-v6.txt");
+
+    fn ipv6_blockers(v6: &str) -> Vec<String> {
+        let rs = Ruleset::saved(&stock(PUBLISHED_V4), v6, Some((true, true)));
+        let host = ["2001:db8::2".parse().unwrap()];
+        let outside = [("fd00:dead:38::".parse().unwrap(), 64)];
+        let p = PublishedPort {
+            host_addrs: &host,
+            container_addr: "fd00:dead:38::2".parse().unwrap(),
+            bridge: "br-8a73c47aaf27",
+            veth: "veth6d1a7c0",
+            ..port(&host, Transport::Tcp, (18638, 80), &outside)
+        };
+        rs.published_port_blockers(&p)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn dockers_ipv6_dnat_leaving_out_only_refused_sources_translates_every_carried_packet() {
+        assert_eq!(ipv6_blockers(PUBLISHED_IPV6), [] as [String; 0]);
+        // Leaving out sources the fast path does carry leaves them untranslated: refused.
+        for excluded in ["2001:db8::/32", "fe80::/9", "::/0"] {
+            let v6 = PUBLISHED_IPV6.replacen("! -s fe80::/10", &format!("! -s {excluded}"), 1);
+            assert_eq!(
+                ipv6_blockers(&v6),
+                [
+                    "ip6tables nat chain PREROUTING: some packets reach the chain's end without \
+                     Docker's DNAT to [fd00:dead:38::2]:80"
+                ],
+                "! -s {excluded}"
+            );
         }
     }
 

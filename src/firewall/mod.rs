@@ -24,6 +24,7 @@ mod model;
 mod nft;
 mod pinned;
 mod read;
+mod refused;
 mod tc;
 mod tri;
 

@@ -646,7 +646,9 @@ fn the_watch_exposes_a_labeled_container_and_follows_its_restart_and_removal() {
 
 /// IPv4 and IPv6 bindings of a port range, a second container exposing another port, and a
 /// link to a peer on the exposed container's veth: every binding is carried by the fast path,
-/// each to its own container, and the link keeps redirecting beside the exposure.
+/// each to its own container, and the link keeps redirecting beside the exposure. Exposed
+/// through the firewall walk: Docker 28's IPv6 DNAT leaves out only link-local clients, which
+/// the fast path refuses anyway (issue 38).
 #[test]
 fn ipv6_port_ranges_two_containers_and_a_linked_one() {
     if !require_docker() {
@@ -677,7 +679,7 @@ fn ipv6_port_ranges_two_containers_and_a_linked_one() {
     for c in [&web, &api] {
         world
             .dxdp
-            .run(&["expose", c, "--nic", &out.nic, "--bypass-firewall"])
+            .run(&["expose", c, "--nic", &out.nic])
             .assert_success();
     }
     let entries = exposures(&world);
