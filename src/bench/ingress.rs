@@ -28,7 +28,7 @@ use super::{
     table,
 };
 use crate::{
-    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, PortMapping},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan, PortMapping},
     netlink::Interface,
     netns::NetnsPath,
 };
@@ -1194,7 +1194,7 @@ impl ExposureSwitch {
         let veth = self.plan.endpoint.host_ifindex;
         let mut datapath = self.open()?;
         datapath
-            .unexpose(veth)
+            .unexpose(veth, ExistingConnections::End)
             .with_context(|| format!("cannot unexpose {}", self.plan.container))?;
         datapath.forget_connections(veth, self.client)?;
         Ok(())

@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::{
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExposedPort, ExposurePlan, Origin},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan, Origin},
     docker::{Container, Docker, PublishedPort},
     firewall::Ruleset,
     netlink::{self, Interface},
@@ -151,7 +151,7 @@ pub fn unexpose(pin_dir: &Path, capacity: Capacity, args: UnexposeArgs) -> Resul
     veths.dedup();
     let mut removed: Vec<ExposedPort> = Vec::new();
     for veth in veths {
-        removed.extend(datapath.unexpose(veth)?);
+        removed.extend(datapath.unexpose(veth, ExistingConnections::Drain)?);
     }
     if removed.is_empty() {
         bail!(

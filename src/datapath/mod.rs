@@ -24,7 +24,8 @@ use tracing::{info, warn};
 pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use ports::{
-    ConnectionTables, ExposedPort, Exposure, ExposurePlan, PortMapping, TableFill, TablePressure,
+    ConnectionTables, ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping,
+    TableFill, TablePressure,
 };
 pub use state::Capacity;
 

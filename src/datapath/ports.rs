@@ -330,6 +330,22 @@ impl<'a> PortMaps<'a> {
     }
 }
 
+/// What becomes of the connections the fast path let in when their container's ports are
+/// unexposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExistingConnections {
+    /// The operator's or the labels' doing: TCP connections keep the fast path for their
+    /// replies until quiet (`DRAIN_IDLE`), for a reply that reached conntrack before any packet
+    /// of the client's would be masqueraded. UDP flows go at once: the client's next datagram
+    /// meets conntrack as a new flow, and the container's answer then goes through it too, so
+    /// conntrack sees both halves (a drained flow it saw only half of would stay NEW to it,
+    /// and a later `--ctstate NEW -j DROP` would cut it where Docker's path would not).
+    Drain,
+    /// A firewall rule now covers the port: every connection goes at once, so that the replies
+    /// meet the rule, as on Docker's path.
+    End,
+}
+
 /// How long an unexposed container's connection may be quiet before its replies lose the fast
 /// path: UDP's conntrack timeout for a stream; a TCP connection quiet that long whose next
 /// packet is a reply is the one case that breaks (docs/ingress.md).
@@ -526,7 +542,7 @@ impl Datapath {
         let first_time = PortMaps::new(&mut self.ebpf)?.owners.get(&veth, 0).is_err();
         let result = self.expose_steps(e);
         if result.is_err() && first_time {
-            let _ = self.unexpose(veth);
+            let _ = self.unexpose(veth, ExistingConnections::End);
         }
         result
     }
@@ -602,10 +618,14 @@ impl Datapath {
     }
 
     /// Takes the fast path away from the container behind this veth: every packet to its ports
-    /// takes Docker's path again at once. The replies of connections let in before keep theirs
-    /// until the connection is quiet (`DRAIN_IDLE`), when the garbage collection of a later
-    /// `dxdp` command or the watch's resync lets them go. Returns the ports it had.
-    pub fn unexpose(&mut self, veth_ifindex: u32) -> Result<Vec<ExposedPort>> {
+    /// takes Docker's path again at once. The connections let in before go at once or drain
+    /// (`existing`); draining ones go when quiet, at the garbage collection of a later `dxdp`
+    /// command or the watch's resync. Returns the ports it had.
+    pub fn unexpose(
+        &mut self,
+        veth_ifindex: u32,
+        existing: ExistingConnections,
+    ) -> Result<Vec<ExposedPort>> {
         let mut maps = PortMaps::new(&mut self.ebpf)?;
         // One read of the ports map: the veth's entries are what it had and what goes, the
         // others' NICs are those that keep their program.
@@ -615,7 +635,12 @@ impl Datapath {
             .partition(|(_, t)| t.veth_ifindex == veth_ifindex);
         let had = maps.exposed_ports(&own)?;
         maps.forget_veth(veth_ifindex, &own)?;
-        if maps.drop_flows(veth_ifindex, DRAIN_IDLE)? == 0 {
+        // The ports' entries are gone, so no new connection comes in while these go.
+        let left = maps.drop_flows_where(veth_ifindex, |key, quiet| match existing {
+            ExistingConnections::End => true,
+            ExistingConnections::Drain => key.proto == PROTO_UDP || quiet >= DRAIN_IDLE,
+        })?;
+        if left == 0 {
             detach(&self.pins, Role::Reply, veth_ifindex)?;
         }
         detach_idle_nics(&self.pins, &others)?;
@@ -663,7 +688,7 @@ impl Datapath {
         let mut dropped = 0;
         for &veth in &owners {
             if !alive(veth) {
-                self.unexpose(veth)?;
+                self.unexpose(veth, ExistingConnections::End)?;
                 dropped += 1;
             }
         }
@@ -727,7 +752,11 @@ fn detach_idle_nics(pins: &Pins, entries: &[(PortKey, PortTarget)]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dxdp_common::ingress::{DEFAULT_MAX_FLOWS, refused_source, side_table_size};
+    use dxdp_common::ingress::{
+        DEFAULT_MAX_FLOWS, TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+        ipv4_header_checksum_ok, refused_source, side_table_size, tcp_flags_valid,
+        udp_length_valid,
+    };
 
     // The programs' shared logic is tested here: dxdp-common has no test binary of its own.
     #[test]
@@ -764,6 +793,73 @@ mod tests {
         ] {
             assert!(!refused(ordinary), "{ordinary}");
         }
+    }
+
+    #[test]
+    fn tcp_flags_are_valid_exactly_where_conntrack_takes_them() {
+        let taken = [
+            TCP_SYN,
+            TCP_SYN | TCP_ACK,
+            TCP_SYN | TCP_URG,
+            TCP_RST,
+            TCP_RST | TCP_ACK,
+            TCP_FIN | TCP_ACK,
+            TCP_FIN | TCP_ACK | TCP_URG,
+            TCP_ACK,
+            TCP_ACK | TCP_URG,
+        ];
+        for flags in 0..=u8::MAX {
+            // PSH, ECE and CWR never change conntrack's verdict.
+            let core = flags & !(TCP_PSH | TCP_ECE | TCP_CWR);
+            assert_eq!(
+                tcp_flags_valid(flags),
+                taken.contains(&core),
+                "flags {flags:#04x}"
+            );
+        }
+        for refused in [
+            0,
+            TCP_SYN | TCP_FIN,
+            TCP_SYN | TCP_RST,
+            TCP_FIN,
+            TCP_FIN | TCP_PSH | TCP_URG,
+        ] {
+            assert!(!tcp_flags_valid(refused), "flags {refused:#04x}");
+        }
+        assert!(
+            tcp_flags_valid(TCP_SYN | TCP_ECE | TCP_CWR),
+            "an ECN-setup SYN"
+        );
+    }
+
+    #[test]
+    fn an_ipv4_header_checksum_is_checked_as_ip_rcv_checks_it() {
+        // 10.236.1.2 -> 10.236.1.1, UDP, 48 bytes, TTL 64, as a client sends it.
+        let mut header: [u8; 20] = [
+            0x45, 0, 0, 48, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 236, 1, 2, 10, 236, 1, 1,
+        ];
+        let sum: u32 = header
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        header[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+        assert!(ipv4_header_checksum_ok(&header));
+        let mut bad = header;
+        bad[11] ^= 1;
+        assert!(!ipv4_header_checksum_ok(&bad));
+        let mut ttl_changed = header;
+        ttl_changed[8] = 1;
+        assert!(!ipv4_header_checksum_ok(&ttl_changed), "the TTL is covered");
+    }
+
+    #[test]
+    fn a_udp_length_must_fit_its_packet_and_its_header() {
+        assert!(udp_length_valid(8, 8));
+        assert!(udp_length_valid(100, 100));
+        assert!(udp_length_valid(90, 100), "the stack trims what follows");
+        assert!(!udp_length_valid(101, 100), "longer than its packet");
+        assert!(!udp_length_valid(7, 100), "shorter than its header");
     }
 
     #[test]

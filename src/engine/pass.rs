@@ -292,7 +292,7 @@ fn expose_ports<H: Host>(
         _ => Default::default(),
     };
     let scope = seen.update(&plan, which);
-    ports::apply(table, &pinned, &plan.wanted, &covered, &scope)
+    ports::apply(table, &pinned, &plan, &covered, &scope)
 }
 
 /// The links a pass wants, resolved and judged.

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::{Which, links::Scope, pass::Shared};
 use crate::{
-    datapath::{ExposedPort, Exposure, Origin, PortMapping},
+    datapath::{ExistingConnections, ExposedPort, Exposure, Origin, PortMapping},
     docker::Container,
     endpoint::Endpoint,
     labels,
@@ -24,7 +24,7 @@ use crate::{
 pub trait PortStore {
     fn exposed(&mut self) -> Result<Vec<ExposedPort>>;
     fn expose(&mut self, exposure: &Exposure<'_>) -> Result<usize>;
-    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()>;
+    fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()>;
 }
 
 /// Where clients come in and which prefixes none is on: what the kind needs of the host.
@@ -51,6 +51,8 @@ pub(super) struct WantedPorts {
 pub(super) struct PortPlan {
     pub(super) wanted: BTreeMap<u32, WantedPorts>,
     pub(super) refused: BTreeMap<String, String>,
+    /// The veths of containers a rule now refuses: their connections end with the exposure.
+    pub(super) refused_by_rules: BTreeSet<u32>,
     /// Each labeled container's veth, for the scope of an event's pass.
     pub(super) veths: BTreeMap<String, u32>,
 }
@@ -106,6 +108,7 @@ pub(super) fn plan(
                     .map(|rule| format!("port {}: {rule}", ports::describe(m)))
             });
             if let Some(refusal) = refusal {
+                plan.refused_by_rules.insert(endpoint.host_ifindex);
                 plan.refused.insert(
                     name.clone(),
                     format!(
@@ -210,18 +213,20 @@ pub(super) fn covered_by_hand(
         .collect()
 }
 
-/// Takes the watch's exposures within `scope` to `wanted`: those no longer wanted (label gone,
+/// Takes the watch's exposures within `scope` to `plan`'s: those no longer wanted (label gone,
 /// container gone, a rule now refusing) go, wanted ones whose entries differ are written. A
 /// veth exposed by hand is not touched unless `covered` (a rule now keeps its ports on Docker's
-/// path). `pinned` is the table's exposures as the pass read them. One that fails does not stop
-/// the others.
+/// path). An exposure a rule takes away takes its connections with it at once, so that their
+/// replies meet the rule; others' drain ([`ExistingConnections`]). `pinned` is the table's
+/// exposures as the pass read them. One that fails does not stop the others.
 pub(super) fn apply(
     table: &mut impl PortStore,
     pinned: &[ExposedPort],
-    wanted: &BTreeMap<u32, WantedPorts>,
+    plan: &PortPlan,
     covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {
+    let wanted = &plan.wanted;
     let mut have: BTreeMap<u32, (Origin, BTreeSet<PortMapping>)> = BTreeMap::new();
     for p in pinned {
         let entry = have
@@ -235,10 +240,15 @@ pub(super) fn apply(
             continue;
         }
         if *origin == Origin::Watch && !wanted.contains_key(&veth) {
-            table.unexpose(veth)?;
+            let existing = if plan.refused_by_rules.contains(&veth) {
+                ExistingConnections::End
+            } else {
+                ExistingConnections::Drain
+            };
+            table.unexpose(veth, existing)?;
             done.unexposed += 1;
         } else if let (Origin::Manual, Some(why)) = (origin, covered.get(&veth)) {
-            table.unexpose(veth)?;
+            table.unexpose(veth, ExistingConnections::End)?;
             warn!(
                 "removed an exposure made by hand: {why}; expose it again with \
                  --bypass-firewall to skip such rules on purpose"

@@ -245,6 +245,7 @@ pub mod ingress {
         pub const OPENING: &str = "DXDP_OPENING";
         pub const UDP_FLOWS: &str = "DXDP_UDP_FLOWS";
         pub const VETHS: &str = "DXDP_PORT_VETHS";
+        pub const REPLY_FRAGMENTS: &str = "DXDP_REPLY_FRAGMENTS";
         pub const OWNERS: &str = "DXDP_PORT_OWNERS";
         pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
         pub const REPLY_PROGRAM: &str = "dxdp_reply";
@@ -254,6 +255,9 @@ pub mod ingress {
     /// TCP connections at once through exposed ports (`DXDP_FLOWS`); the least recently used
     /// is forgotten first, and its replies then take the stack (see docs/ingress.md).
     pub const DEFAULT_MAX_FLOWS: u32 = 131072;
+    /// Fragmented datagrams being sent at once by exposed containers (`DXDP_REPLY_FRAGMENTS`):
+    /// a record lives from a datagram's first fragment to its last, microseconds apart.
+    pub const DEFAULT_MAX_REPLY_FRAGMENTS: u32 = 4096;
 
     /// The size of each table beside `DXDP_FLOWS` for a `DXDP_FLOWS` of `max_flows`: a quarter,
     /// at least 256. `DXDP_OPENING` holds TCP connections being opened ([`Opening`]), each for
@@ -297,6 +301,80 @@ pub mod ingress {
 
     pub const PROTO_TCP: u8 = 6;
     pub const PROTO_UDP: u8 = 17;
+
+    /// TCP's flag bits.
+    pub const TCP_FIN: u8 = 0x01;
+    pub const TCP_SYN: u8 = 0x02;
+    pub const TCP_RST: u8 = 0x04;
+    pub const TCP_PSH: u8 = 0x08;
+    pub const TCP_ACK: u8 = 0x10;
+    pub const TCP_URG: u8 = 0x20;
+    pub const TCP_ECE: u8 = 0x40;
+    pub const TCP_CWR: u8 = 0x80;
+
+    /// Whether conntrack takes a segment with these flags (`tcp_valid_flags` in
+    /// `nf_conntrack_proto_tcp.c`, with PSH, ECE and CWR ignored as it ignores them). Anything
+    /// else (SYN+FIN, no flag at all, SYN+RST, ...) is invalid there: Docker's DNAT never
+    /// translates it, so the fast path must not either.
+    #[inline(always)]
+    pub const fn tcp_flags_valid(flags: u8) -> bool {
+        let flags = flags & !(TCP_PSH | TCP_ECE | TCP_CWR);
+        matches!(
+            flags,
+            TCP_SYN
+                | 0x22 // SYN|URG
+                | 0x12 // SYN|ACK
+                | TCP_RST
+                | 0x14 // RST|ACK
+                | 0x11 // FIN|ACK
+                | 0x31 // FIN|ACK|URG
+                | TCP_ACK
+                | 0x30 // ACK|URG
+        )
+    }
+
+    /// Whether an IPv4 header without options sums to zero, as `ip_rcv` requires before it
+    /// lets a packet further.
+    #[inline(always)]
+    pub const fn ipv4_header_checksum_ok(header: &[u8; 20]) -> bool {
+        let mut sum: u32 = 0;
+        let mut i = 0;
+        while i < 20 {
+            sum += ((header[i] as u32) << 8) | header[i + 1] as u32;
+            i += 2;
+        }
+        // Ten words sum to less than 2^20: two folds carry every bit back, and a loop "until
+        // no carry is left" would be one the verifier walks state by state.
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum == 0xffff
+    }
+
+    /// Whether a UDP header's length field fits the IP payload it arrived in (`ip_payload`
+    /// bytes, by the IP header's own length): conntrack's `udp_error` marks a datagram
+    /// longer than its packet, or shorter than its header, invalid, and Docker's DNAT then
+    /// never translates it.
+    #[inline(always)]
+    pub const fn udp_length_valid(udp_len: u16, ip_payload: u16) -> bool {
+        udp_len >= 8 && udp_len <= ip_payload
+    }
+
+    /// One fragmented datagram a container sends over a fast-path connection, as its fragments
+    /// carry it: from `src` to `dst` over `proto` with IP identification `id` (IPv4's 16 bits,
+    /// or IPv6's fragment header's 32), leaving the container behind `veth_ifindex`. Only the
+    /// first fragment has the ports that find the connection; the rest find it by this key,
+    /// which the first recorded (`DXDP_REPLY_FRAGMENTS`). Addresses as in [`FlowKey`].
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct FragmentKey {
+        pub veth_ifindex: u32,
+        pub id: u32,
+        pub proto: u8,
+        pub v6: u8,
+        pub _pad: u16,
+        pub src: [u8; 16],
+        pub dst: [u8; 16],
+    }
 
     /// A published port as packets from outside address it: arriving on `nic_ifindex` for
     /// `addr`:`port` over `proto`.
@@ -426,6 +504,7 @@ pub mod ingress {
         assert!(core::mem::size_of::<PortKey>() == 24);
         assert!(core::mem::size_of::<PortTarget>() == 80);
         assert!(core::mem::size_of::<FlowKey>() == 44);
+        assert!(core::mem::size_of::<FragmentKey>() == 44);
     };
 
     #[cfg(feature = "user")]
@@ -437,6 +516,7 @@ pub mod ingress {
         unsafe impl aya::Pod for super::PortOwner {}
         unsafe impl aya::Pod for super::Flow {}
         unsafe impl aya::Pod for super::Opening {}
+        unsafe impl aya::Pod for super::FragmentKey {}
     }
 }
 

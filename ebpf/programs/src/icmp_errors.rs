@@ -24,19 +24,19 @@ use aya_ebpf::{
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::{FlowKey, PROTO_TCP, PROTO_UDP, refused_source};
-
-use crate::{
-    ingress::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, exposed, into_container, known_flow,
-        out_of_nic, words,
-    },
-    maps::{PORT_VETHS, PORTS},
-    verdict::v4_mapped,
+use dxdp_common::ingress::{
+    FlowKey, PROTO_TCP, PROTO_UDP, ipv4_header_checksum_ok, refused_source,
 };
 
-const PROTO_ICMP: u8 = 1;
-const PROTO_ICMPV6: u8 = 58;
+use crate::{
+    flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
+    headers::{
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, v4_mapped,
+        words,
+    },
+    maps::{PORT_VETHS, PORTS},
+};
+
 const ICMP_HLEN: usize = 8;
 /// What an error quotes of the packet it is about and this reads: the IP header and the ports.
 const QUOTED_L4: usize = 4;
@@ -65,15 +65,32 @@ struct Quoted {
     proto: u8,
     local: ([u8; 16], u16),
     remote: ([u8; 16], u16),
+    /// The error's own source (a router's address coming in), and whether the host would
+    /// forward the error on (a TTL or hop limit above 1; IPv4's header checksum right).
+    from: [u8; 16],
+    forwardable: bool,
 }
 
 /// An ICMP error arriving on a NIC about a fast-path reply goes to its container; anything
-/// else passes.
+/// else passes. The error's source must pass the checks a connection's first packet passes
+/// (`ingress::admit`): not one the stack refuses, and one the host routes back out of this
+/// NIC, which neither the host's own addresses nor a container's are. Docker's path drops
+/// an error from such a source (as a martian, or by reverse-path filtering), so the fast path
+/// must not deliver it: a forged "fragmentation needed" would cut the container's path MTU.
 #[inline(always)]
-pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
+pub fn ingress(ctx: &TcContext) -> i32 {
+    // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
+    let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
     let Some(q) = parse(ctx, false) else {
         return TC_ACT_UNSPEC;
     };
+    let icmp = if q.v6 { PROTO_ICMPV6 } else { PROTO_ICMP };
+    if !q.forwardable
+        || !for_this_host(ctx)
+        || !routes_back(ctx, q.v6, icmp, (q.local.0, 0), (q.from, 0), nic_ifindex)
+    {
+        return TC_ACT_UNSPEC;
+    }
     let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, q.local, q.remote) else {
         return TC_ACT_UNSPEC;
     };
@@ -93,13 +110,15 @@ pub fn ingress(ctx: &TcContext, nic_ifindex: u32) -> i32 {
 /// client sent it over the fast path) leaves through the NIC as from the published address
 /// and port, as conntrack translates it on Docker's path; anything else passes.
 #[inline(always)]
-pub fn reply(ctx: &TcContext, veth_ifindex: u32) -> i32 {
+pub fn reply(ctx: &TcContext) -> i32 {
+    // SAFETY: as in `ingress`.
+    let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
     let Some(q) = parse(ctx, true) else {
         return TC_ACT_UNSPEC;
     };
     // The quoted packet came from the client to the container.
     let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
-    let Some(known) = known_flow(flow) else {
+    let Some(known) = known_flow(flow).filter(|_| q.forwardable) else {
         return TC_ACT_UNSPEC;
     };
     known.touch();
@@ -165,6 +184,9 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             if !outward && refused_source(&v4_mapped(&ip[12..16]), false) {
                 return None;
             }
+            let mut outer = [0u8; IPV4_HLEN];
+            outer.copy_from_slice(&ip[..IPV4_HLEN]);
+            let forwardable = ip[8] > 1 && ipv4_header_checksum_ok(&outer);
             let remote_v4 = 28 - inner_v4;
             let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
             let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);
@@ -172,6 +194,8 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             let inner = ETH_HLEN + IPV4_HLEN + ICMP_HLEN;
             Some(Quoted {
                 v6: false,
+                from: v4_mapped(&ip[12..16]),
+                forwardable,
                 outer: ETH_HLEN + outer_v4,
                 icmp_csum: ETH_HLEN + IPV4_HLEN + 2,
                 inner,
@@ -225,6 +249,8 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             let inner = ETH_HLEN + IPV6_HLEN + ICMP_HLEN;
             Some(Quoted {
                 v6: true,
+                from,
+                forwardable: ip[7] > 1,
                 outer: ETH_HLEN + outer_v6,
                 icmp_csum: ETH_HLEN + IPV6_HLEN + 2,
                 inner,

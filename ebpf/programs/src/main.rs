@@ -7,9 +7,13 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod flows;
+mod fragments;
+mod headers;
 mod icmp_errors;
 mod ingress;
 mod maps;
+mod rewrite;
 mod verdict;
 
 use aya_ebpf::{
@@ -46,17 +50,20 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
 }
 
 /// TCX ingress on a NIC: packets to exposed published ports go straight into their container
-/// (see `ingress`).
+/// (see `ingress`), and so do ICMP errors about their replies (`icmp_errors`).
 #[classifier]
 pub fn dxdp_ingress(ctx: TcContext) -> i32 {
-    ingress::ingress(&ctx)
+    ingress::ingress(&ctx).unwrap_or_else(|| icmp_errors::ingress(&ctx))
 }
 
 /// TCX ingress on an exposed container's host veth: replies of the connections `dxdp_ingress`
-/// let in leave through their NIC, translated back.
+/// let in leave through their NIC, translated back, whole or in fragments (`fragments`), and
+/// so do the container's ICMP errors about them (`icmp_errors`).
 #[classifier]
 pub fn dxdp_reply(ctx: TcContext) -> i32 {
     ingress::reply(&ctx)
+        .or_else(|| fragments::reply(&ctx))
+        .unwrap_or_else(|| icmp_errors::reply(&ctx))
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.

@@ -7,8 +7,8 @@ use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
     LinkTarget, Meta, Sources,
     ingress::{
-        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, Flow, FlowKey, Opening, PortKey, PortOwner,
-        PortTarget, side_table_size,
+        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, DEFAULT_MAX_REPLY_FRAGMENTS, Flow, FlowKey,
+        FragmentKey, Opening, PortKey, PortOwner, PortTarget, side_table_size,
     },
 };
 
@@ -71,3 +71,11 @@ pub static PORT_VETHS: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_PORTS, 0);
 /// Who exposed each container (by host veth): userspace's bookkeeping, beside the datapath.
 #[map(name = "DXDP_PORT_OWNERS")]
 pub static PORT_OWNERS: HashMap<u32, PortOwner> = HashMap::pinned(DEFAULT_MAX_PORTS, 0);
+
+/// Fragmented datagrams the containers of exposed ports are sending over fast-path
+/// connections, by what their fragments share, with the published port the first fragment's
+/// connection was let in through (see `fragments`). A record lives from a datagram's first
+/// fragment to its last.
+#[map(name = "DXDP_REPLY_FRAGMENTS")]
+pub static REPLY_FRAGMENTS: LruHashMap<FragmentKey, PortKey> =
+    LruHashMap::pinned(DEFAULT_MAX_REPLY_FRAGMENTS, 0);

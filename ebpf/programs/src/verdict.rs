@@ -1,23 +1,20 @@
 //! The one decision both datapaths share.
-use dxdp_common::{Counters, LinkKey, MacAddr};
+use dxdp_common::{
+    Counters, LinkKey, MacAddr,
+    ingress::{PROTO_TCP, PROTO_UDP},
+};
 
 use crate::{
     Frame,
+    headers::{
+        ETH_HLEN, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMPV6, PROTO_SCTP,
+        v4_mapped,
+    },
     maps::{COUNTERS, ENDPOINTS, LINKS, SOURCES, TARGETS},
 };
 
-const ETH_HLEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86DD;
-const ETH_P_ARP: u16 = 0x0806;
 /// An ARP message for IPv4 over Ethernet.
 const ARP_LEN: usize = 28;
-const IPV4_HLEN: usize = 20;
-const IPV6_HLEN: usize = 40;
-const IPPROTO_TCP: u8 = 6;
-const IPPROTO_UDP: u8 = 17;
-const IPPROTO_ICMPV6: u8 = 58;
-const IPPROTO_SCTP: u8 = 132;
 /// ICMPv6 router solicitation .. redirect: neighbour discovery. Router messages and redirects
 /// are the bridge's; solicitations and advertisements are carried when their claims are the
 /// sender's own.
@@ -194,15 +191,6 @@ fn addressed_to(target_ifindex: u32, claim: &Claim) -> bool {
     }
 }
 
-/// IPv4 as the maps hold it: `::ffff:a.b.c.d`.
-pub fn v4_mapped(addr: &[u8]) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    out[10] = 0xff;
-    out[11] = 0xff;
-    out[12..16].copy_from_slice(&addr[..4]);
-    out
-}
-
 /// The claims of an IPv4 packet, an ARP message for IPv4, or an IPv6 packet carrying TCP, UDP,
 /// SCTP or ICMPv6 right after its fixed header (neighbour solicitations and advertisements
 /// only with at most their one link-layer address option); `None` for anything else, which the
@@ -267,13 +255,13 @@ fn claim(frame: &Frame) -> Option<Claim> {
             let mut destination = [0u8; 16];
             destination.copy_from_slice(&ip[24..40]);
             match ip[6] {
-                IPPROTO_TCP | IPPROTO_UDP | IPPROTO_SCTP => Some(Claim {
+                PROTO_TCP | PROTO_UDP | PROTO_SCTP => Some(Claim {
                     source,
                     target: None,
                     lladdr: None,
                     destination,
                 }),
-                IPPROTO_ICMPV6 => match ip[IPV6_HLEN] {
+                PROTO_ICMPV6 => match ip[IPV6_HLEN] {
                     NDP_NEIGHBOR_SOLICIT | NDP_NEIGHBOR_ADVERT => {
                         neighbour_claim(frame, l3, source, destination, ip[IPV6_HLEN])
                     }

@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use super::runtime;
 use crate::{
     cli::WatchArgs,
-    datapath::{Capacity, Datapath, Origin, Unlocked},
+    datapath::{Capacity, Datapath, ExistingConnections, Origin, Unlocked},
     docker::Docker,
     engine::{
         Engine, Outcome, RealHost, Which,
@@ -330,7 +330,7 @@ async fn finish(
             .collect();
         exposed.dedup();
         for &veth in &exposed {
-            datapath.unexpose(veth)?;
+            datapath.unexpose(veth, ExistingConnections::Drain)?;
         }
         Ok((removed, exposed.len()))
     })

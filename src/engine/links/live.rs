@@ -6,7 +6,9 @@ use anyhow::Result;
 
 use super::{LinkStore, LinkTable};
 use crate::{
-    datapath::{Datapath, ExposedPort, Exposure, Kind, LinkRecord, LinkRequest, Origin},
+    datapath::{
+        Datapath, ExistingConnections, ExposedPort, Exposure, Kind, LinkRecord, LinkRequest, Origin,
+    },
     endpoint::Endpoint,
     engine::PortStore,
     netlink::Interface,
@@ -87,7 +89,7 @@ impl PortStore for Live {
         self.datapath.expose(exposure)
     }
 
-    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()> {
-        self.datapath.unexpose(veth_ifindex).map(drop)
+    fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()> {
+        self.datapath.unexpose(veth_ifindex, existing).map(drop)
     }
 }

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Result, anyhow, bail};
 
 use crate::{
-    datapath::{ExposedPort, Exposure, Kind, LinkRecord, Origin, Traffic},
+    datapath::{ExistingConnections, ExposedPort, Exposure, Kind, LinkRecord, Origin, Traffic},
     docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
     endpoint::Endpoint,
     engine::{
@@ -41,6 +41,8 @@ pub(super) struct World {
     pub(super) links: Vec<LinkRecord>,
     /// The exposed ports.
     pub(super) exposed: Vec<ExposedPort>,
+    /// Every unexposure, with what became of its connections.
+    pub(super) unexposed: Vec<(u32, ExistingConnections)>,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
     /// `iptables-save` text of the rules, and the nf_tables generation.
@@ -437,11 +439,10 @@ impl PortStore for FakeLinks {
         Ok(e.ports.len())
     }
 
-    fn unexpose(&mut self, veth_ifindex: u32) -> Result<()> {
-        self.0
-            .world()
-            .exposed
-            .retain(|p| p.veth_ifindex != veth_ifindex);
+    fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()> {
+        let mut world = self.0.world();
+        world.exposed.retain(|p| p.veth_ifindex != veth_ifindex);
+        world.unexposed.push((veth_ifindex, existing));
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ mod fakes;
 use std::sync::Arc;
 
 use super::{Engine, Outcome, Which};
-use crate::{labels::ENABLE, metrics::Metrics};
+use crate::{datapath::ExistingConnections, labels::ENABLE, metrics::Metrics};
 pub(crate) use fakes::record;
 use fakes::{ACCEPT_ALL, FakeEngine, FakeHost, Shared, World};
 
@@ -272,10 +272,14 @@ fn a_labeled_containers_published_ports_are_exposed_and_follow_it() {
         rig.shared.world().exposures(),
         ["23:8080->10.0.0.23:80 Watch"]
     );
-    // Stopped: its exposure goes with the event.
+    // Stopped: its exposure goes with the event; no rule took it, so its connections drain.
     rig.shared.world().stop("web");
     rig.about(&["web"]);
     assert!(rig.shared.world().exposures().is_empty());
+    assert_eq!(
+        rig.shared.world().unexposed.last(),
+        Some(&(23, ExistingConnections::Drain))
+    );
 }
 
 #[test]
@@ -302,7 +306,8 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
         ["21:8080->10.0.0.21:80 Watch"]
     );
     assert_eq!(refused_now(&rig), Some(0));
-    // It comes back: the exposure goes, as a link would.
+    // It comes back: the exposure goes, as a link would, and its connections with it, so that
+    // their replies meet the rule.
     {
         let mut world = rig.shared.world();
         world.rules = published_rules("10.0.0.21", drop_some);
@@ -310,6 +315,10 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
     }
     rig.pass(Which::Known);
     assert!(rig.shared.world().exposures().is_empty());
+    assert_eq!(
+        rig.shared.world().unexposed,
+        [(21, ExistingConnections::End)]
+    );
     // Labeled to bypass the rules: exposed despite the rule.
     {
         let mut world = rig.shared.world();
@@ -372,6 +381,11 @@ fn a_rule_that_comes_after_an_exposure_by_hand_takes_it_away_unless_it_bypasses_
         rig.shared.world().exposures().is_empty(),
         "fail closed: {:?}",
         rig.shared.world().exposures()
+    );
+    assert_eq!(
+        rig.shared.world().unexposed,
+        [(21, ExistingConnections::End)],
+        "its connections end with it"
     );
     let removed = |rig: &Rig| rig.engine.stats.exposures_removed_by_firewall_total();
     assert_eq!(removed(&rig), 1);

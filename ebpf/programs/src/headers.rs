@@ -1,0 +1,45 @@
+//! The header layouts every program reads, in one place: sizes, EtherTypes, protocol numbers,
+//! and the two ways addresses are held (v4-mapped bytes, the kernel's network-order words).
+pub(crate) const ETH_HLEN: usize = 14;
+pub(crate) const ETH_P_IP: u16 = 0x0800;
+pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
+pub(crate) const ETH_P_ARP: u16 = 0x0806;
+/// An IPv4 header without options, and IPv6's fixed header.
+pub(crate) const IPV4_HLEN: usize = 20;
+pub(crate) const IPV6_HLEN: usize = 40;
+/// IPv6's fragment header: its number as a next header, and its length.
+pub(crate) const IPV6_FRAGMENT: u8 = 44;
+pub(crate) const IPV6_FRAGMENT_HLEN: usize = 8;
+pub(crate) const PROTO_ICMP: u8 = 1;
+pub(crate) const PROTO_ICMPV6: u8 = 58;
+pub(crate) const PROTO_SCTP: u8 = 132;
+/// `skb->pkt_type` of a frame addressed to the receiving device's own MAC: anything else
+/// (broadcast, multicast, another host's MAC) is not the host's to route.
+pub(crate) const PACKET_HOST: u32 = 0;
+
+/// IPv4 as the maps hold it: `::ffff:a.b.c.d`.
+#[inline(always)]
+pub fn v4_mapped(addr: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[10] = 0xff;
+    out[11] = 0xff;
+    out[12..16].copy_from_slice(&addr[..4]);
+    out
+}
+
+/// The 16 address bytes as the kernel's four network-order words.
+#[inline(always)]
+pub(crate) fn words(addr: &[u8; 16]) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    let mut i = 0;
+    while i < 4 {
+        out[i] = u32::from_ne_bytes([
+            addr[4 * i],
+            addr[4 * i + 1],
+            addr[4 * i + 2],
+            addr[4 * i + 3],
+        ]);
+        i += 1;
+    }
+    out
+}
