@@ -14,9 +14,22 @@
   forge.py udp-flood IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT COUNT
       COUNT UDP flows from SRC_IP (ports 20000 on) to DST_IP:PORT, a datagram each, by a sender
       that never sees the answers. Run by tests/integration/ingress.rs in its client namespace.
-  forge.py receive PORT QUIET_SECONDS
+  forge.py too-big IFACE DST_MAC SRC_MAC SRC_IP DST_IP QUOTED_SPORT QUOTED_DST QUOTED_DPORT MTU
+      One ICMP "fragmentation needed" (IPv4) or ICMPv6 "packet too big" from SRC_IP to DST_IP,
+      quoting a UDP datagram from DST_IP:QUOTED_SPORT to QUOTED_DST:QUOTED_DPORT, as a router
+      on the way to QUOTED_DST would send it about a reply too big for its next link; MTU is the
+      link's. Run by tests/integration/ingress.rs in its client namespace, from sources the
+      stack must refuse.
+  forge.py odd IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT KIND
+      One UDP datagram (a TCP segment for the kinds syn-fin and no-flags) to DST_IP:PORT that
+      is wrong in the way KIND says (see ODD: broadcast, multicast or another host's MAC, a VLAN
+      tag, TTL or hop limit 0 or 1, a bad IPv4 header checksum, an IP or UDP length that does
+      not fit, TCP flags conntrack refuses), or "valid" ("valid-last": the last a `receive`
+      counts). Run by tests/integration/ingress.rs.
+  forge.py receive PORT QUIET_SECONDS [TOTAL_SECONDS]
       Binds UDP PORT on every address, prints "ready", then counts datagrams until none came for
-      QUIET_SECONDS (or 10 s in all), and prints the count.
+      QUIET_SECONDS (or TOTAL_SECONDS in all, 10 by default) or one ending in "-last" came,
+      and prints the count.
 """
 import ipaddress
 import socket
@@ -34,25 +47,33 @@ def checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def frame(dst_mac, src_mac, src_ip, dst_ip, proto, l4, csum_at, ident):
-    """An Ethernet frame carrying the layer-4 segment `l4` (its checksum, at `csum_at`, zero)."""
+def frame(dst_mac, src_mac, src_ip, dst_ip, proto, l4, csum_at, ident, ttl=64, vlan=None,
+          ip_len_extra=0, bad_ip_checksum=False):
+    """An Ethernet frame carrying the layer-4 segment `l4` (its checksum, at `csum_at`, zero):
+    with `ttl` as TTL or hop limit, behind an 802.1Q tag of VLAN `vlan`, its IP length
+    `ip_len_extra` bytes longer than the packet, its IPv4 header checksum wrong, if asked."""
     src, dst = ipaddress.ip_address(src_ip), ipaddress.ip_address(dst_ip)
-    if src.version == 4:
+    if proto == 1:
+        pseudo = b""  # ICMPv4's checksum covers its message alone
+    elif src.version == 4:
         pseudo = src.packed + dst.packed + struct.pack("!BBH", 0, proto, len(l4))
     else:
         pseudo = src.packed + dst.packed + struct.pack("!I3xB", len(l4), proto)
     l4_sum = checksum(pseudo + l4) or 0xFFFF
     l4 = l4[:csum_at] + struct.pack("!H", l4_sum) + l4[csum_at + 2:]
     if src.version == 4:
-        head = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), ident & 0xFFFF, 0, 64, proto,
-                           0, src.packed, dst.packed)
-        head = head[:10] + struct.pack("!H", checksum(head)) + head[12:]
+        head = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4) + ip_len_extra, ident & 0xFFFF,
+                           0, ttl, proto, 0, src.packed, dst.packed)
+        head_sum = checksum(head) ^ (0x0101 if bad_ip_checksum else 0)
+        head = head[:10] + struct.pack("!H", head_sum) + head[12:]
         ethertype = 0x0800
     else:
-        head = struct.pack("!IHBB16s16s", 6 << 28, len(l4), proto, 64, src.packed, dst.packed)
+        head = struct.pack("!IHBB16s16s", 6 << 28, len(l4) + ip_len_extra, proto, ttl,
+                           src.packed, dst.packed)
         ethertype = 0x86DD
     mac = lambda m: bytes.fromhex(m.replace(":", ""))
-    return mac(dst_mac) + mac(src_mac) + struct.pack("!H", ethertype) + head + l4
+    tag = struct.pack("!HH", 0x8100, vlan) if vlan is not None else b""
+    return mac(dst_mac) + mac(src_mac) + tag + struct.pack("!H", ethertype) + head + l4
 
 
 def datagram(dst_mac, src_mac, src_ip, dst_ip, sport, port, seq):
@@ -101,21 +122,82 @@ def udp_flood(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
                 time.sleep(0.001)
 
 
-def receive(port, quiet):
+def too_big(iface, dst_mac, src_mac, src_ip, dst_ip, quoted_sport, quoted_dst, quoted_dport, mtu):
+    """The error, quoting the IP header and UDP header of the reply it is about."""
+    quoted_src = ipaddress.ip_address(dst_ip)
+    quoted_to = ipaddress.ip_address(quoted_dst)
+    udp = struct.pack("!HHHH", int(quoted_sport), int(quoted_dport), 1480, 0)
+    if quoted_src.version == 4:
+        inner = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 1500, 1, 0x4000, 63, 17, 0,
+                            quoted_src.packed, quoted_to.packed)
+        inner = inner[:10] + struct.pack("!H", checksum(inner)) + inner[12:]
+        icmp = struct.pack("!BBHHH", 3, 4, 0, 0, int(mtu)) + inner + udp
+        proto = 1
+    else:
+        inner = struct.pack("!IHBB16s16s", 6 << 28, 1480, 17, 63, quoted_src.packed,
+                            quoted_to.packed)
+        icmp = struct.pack("!BBHI", 2, 0, 0, int(mtu)) + inner + udp
+        proto = 58
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
+        s.send(frame(dst_mac, src_mac, src_ip, dst_ip, proto, icmp, 2, 7))
+
+
+# What `odd` can make wrong, and how: keyword arguments of `frame`, or a change of its own.
+ODD = {
+    "valid": {},
+    "valid-last": {},
+    "broadcast": {"dst_mac": "ff:ff:ff:ff:ff:ff"},
+    "multicast": {"dst_mac": "01:00:5e:00:00:fb"},
+    "foreign-mac": {"dst_mac": "02:00:5e:00:00:99"},
+    "vlan": {"vlan": 5},
+    "ttl-0": {"ttl": 0},
+    "ttl-1": {"ttl": 1},
+    "bad-ip-checksum": {"bad_ip_checksum": True},
+    "ip-length-long": {"ip_len_extra": 100},
+    "udp-length-long": {"udp_len_extra": 50},
+    "udp-length-short": {"udp_len": 4},
+    "syn-fin": {"tcp_flags": 0x03},
+    "no-flags": {"tcp_flags": 0x00},
+}
+
+
+def odd(iface, nic_mac, src_mac, src_ip, dst_ip, port, kind):
+    """One UDP datagram (or, for the TCP kinds, a segment) from SRC_IP port 40999 to
+    DST_IP:PORT, wrong in the way KIND (a key of ODD) says; "valid" is right in every way."""
+    how = dict(ODD[kind])
+    dst_mac = how.pop("dst_mac", nic_mac)
+    payload = b"dxdp-odd-" + kind.encode()
+    if "tcp_flags" in how:
+        tcp = struct.pack("!HHIIBBHHH", 40999, int(port), 1, 0, 5 << 4, how.pop("tcp_flags"),
+                          65535, 0, 0)
+        packet = (6, tcp, 16)
+    else:
+        length = how.pop("udp_len", 8 + len(payload) + how.pop("udp_len_extra", 0))
+        packet = (17, struct.pack("!HHHH", 40999, int(port), length, 0) + payload, 6)
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
+        s.send(frame(dst_mac, src_mac, src_ip, dst_ip, *packet, 9, **how))
+
+
+def receive(port, quiet, total="10"):
     with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         s.bind(("::", int(port)))
         print("ready", flush=True)
         s.settimeout(float(quiet))
-        count, deadline = 0, time.monotonic() + 10
+        count, deadline = 0, time.monotonic() + float(total)
         while time.monotonic() < deadline:
             try:
-                s.recv(2048)
+                data = s.recv(2048)
             except socket.timeout:
                 break
             count += 1
+            if data.endswith(b"-last"):
+                break
         print(count, flush=True)
 
 
 if __name__ == "__main__":
-    {"send": send, "syn": syn, "udp-flood": udp_flood, "receive": receive}[sys.argv[1]](*sys.argv[2:])
+    {"send": send, "syn": syn, "udp-flood": udp_flood, "too-big": too_big, "odd": odd,
+     "receive": receive}[sys.argv[1]](*sys.argv[2:])

@@ -11,7 +11,7 @@ use std::{
 use crate::support::{
     Background, FORGE, FirewallRule, LinkGuard, NetnsGuard, World, assert_host_facts, bpftool,
     iface_name, in_ns, load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program,
-    require_docker, run_for, update_pinned_link, wait_until,
+    quietly, require_docker, run_for, update_pinned_link, wait_until,
 };
 
 /// A client namespace behind a veth "NIC": `host_addr` on the host end, `client_addr` in the
@@ -100,6 +100,36 @@ impl Outside {
             &count,
         ];
         self.run(&argv, Duration::from_secs(20)).assert_success();
+    }
+}
+
+impl Outside {
+    /// `forge.py too-big` from the client namespace: an ICMP "fragmentation needed" (IPv4) or
+    /// "packet too big" (IPv6) of `mtu` from `from` to `published`'s address, about a reply from
+    /// `published` to `client`, as a router on the way would send it.
+    fn forge_too_big(&self, from: &str, published: (&str, u16), client: (&str, u16), mtu: u16) {
+        let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.nic))
+            .expect("the NIC's MAC");
+        let (sport, dport, mtu) = (
+            published.1.to_string(),
+            client.1.to_string(),
+            mtu.to_string(),
+        );
+        let argv = [
+            "python3",
+            FORGE,
+            "too-big",
+            &self.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            from,
+            published.0,
+            &sport,
+            client.0,
+            &dport,
+            &mtu,
+        ];
+        self.run(&argv, Duration::from_secs(10)).assert_success();
     }
 }
 
@@ -1497,6 +1527,402 @@ fn a_martian_source_stays_on_dockers_path_even_where_a_route_leads_back_to_it() 
         (in_after - in_before, passed_after - passed_before),
         (0, 2),
         "the SYN and the ACK from {martian} should both pass to the stack"
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// A UDP answer larger than the MTU (a big DNS answer, say) leaves the container in fragments;
+/// over the fast path each answer reaches the client whole, from the published address and
+/// port, as over Docker's path: ten questions in each family, on both paths. Before the
+/// fragments were translated they took the stack, where conntrack, which never saw the flow,
+/// took the answer for a new connection from the container and masqueraded it from the
+/// container's own port: the client's connected socket got none of the ten (checked by hand
+/// without `fragments::reply`, in both families).
+#[test]
+fn udp_answers_larger_than_the_mtu_reach_the_client_whole_from_the_published_port() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17090u16;
+    let web = dual_stack_web(&mut world, &out, "frag", port, "7010/udp");
+    let pid = world.pid(&web);
+    // Three fragments each at the network's MTU of 1,500.
+    let size = "4000";
+    let _server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "udp-big", "7010", size],
+    ));
+    let hosts = [out.host_addr.as_str(), out.host_addr6.as_str()];
+    let whole_answers = |host: &str| {
+        let port = port.to_string();
+        let run = out.run(
+            &["python3", PEER, "udp-ask-big", host, &port, "10", size],
+            Duration::from_secs(30),
+        );
+        run.assert_success();
+        run.stdout.trim().to_owned()
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || whole_answers(hosts[0]) != "0"),
+        "the container's server never answered"
+    );
+    for host in hosts {
+        assert_eq!(whole_answers(host), "10", "Docker's path, to {host}");
+    }
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    for host in hosts {
+        assert_eq!(whole_answers(host), "10", "the fast path, to {host}");
+        let (inbound, outbound, passed) =
+            counters_at(&world, Some(host), port, "udp").expect("exposed");
+        assert!(
+            inbound >= 10 && outbound >= 30 && passed == 0,
+            "to {host}: the answers' fragments did not take the fast path: (in, out, passed) \
+             ({inbound}, {outbound}, {passed})"
+        );
+    }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// A rule that closes a published port's traffic to a client, and the exposure taken away for
+/// it (as the watch takes it when the rules change), stop the container's datagrams to that
+/// client at once, as the rule stops them on Docker's path: a UDP flow ends with its exposure,
+/// and the container's next datagram meets conntrack and the rule. Before, a flow kept the
+/// fast path for its replies until it had been quiet for 120 s, and each datagram the container
+/// sent kept it alive (checked by hand with the flows left to drain: the stream went on
+/// reaching the client until its end).
+#[test]
+fn a_udp_flow_ends_with_its_exposure_and_meets_the_rule_that_took_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17100u16;
+    let web = one_port_web(
+        &mut world,
+        &out,
+        "stream",
+        port,
+        "7011/udp",
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let _server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "udp-stream", "7011", "8"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let arrivals = PathBuf::from(format!("/tmp/dxt-{}-stream", std::process::id()));
+    let _files = Files(vec![arrivals.clone()]);
+    let mut follower = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "udp-follow",
+            &out.host_addr,
+            &port.to_string(),
+            &arrivals.display().to_string(),
+            "7",
+        ],
+    ));
+    let arrived = || {
+        std::fs::read_to_string(&arrivals)
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || arrived() >= 100),
+        "the stream did not reach the client: {} datagrams",
+        arrived()
+    );
+    let (_, outbound, _) = port_counters(&world, port, "udp").expect("exposed");
+    assert!(
+        outbound >= 100,
+        "the stream did not take the fast path: {outbound} out"
+    );
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-d", &out.client_addr, "-j", "DROP"],
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    // What was already on its way.
+    std::thread::sleep(Duration::from_millis(200));
+    let settled = arrived();
+    follower.wait_timeout(Duration::from_secs(15));
+    assert_eq!(
+        arrived(),
+        settled,
+        "datagrams reached the client after the rule and the unexpose"
+    );
+}
+
+/// A forged "fragmentation needed" (IPv4) or "packet too big" (IPv6) quoting a live fast-path
+/// flow is delivered to the container only from a source the stack would take it from: one the
+/// host routes back out of the NIC, as the flow's own packets must come from. From the host's
+/// own address, from a container's, or from an address routed through another interface it
+/// stays with the stack, which drops it as on Docker's path, and the container's path MTU is
+/// untouched; from the client's side of the NIC (a router there) it is delivered and the path
+/// MTU drops, so the check is not vacuous. Before, only martian sources were refused: each of
+/// these forged errors cut the container's path MTU (checked by hand without the route check:
+/// every assertion on a refused source fails).
+#[test]
+fn a_forged_mtu_error_from_a_source_the_stack_refuses_never_reaches_the_container() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    // Another NIC: its client's address is routed through it, not through `out`'s.
+    let elsewhere = Outside::new(&world);
+    let port = 17110u16;
+    let net = world.network_v6("icmpsrc", true, &[]);
+    let v4 = format!("{}:{port}:7012/udp", out.host_addr);
+    let v6 = format!("[{}]:{port}:7012/udp", out.host_addr6);
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &v4, "-p", &v6],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    let web_addr = world.ip(&web, &net);
+    let _echo = Background::spawn(&in_container(pid, &["python3", PEER, "udp-echo", "7012"]));
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let client_port = 40400u16;
+    // The live flow the errors quote: a datagram from the client's fixed port, and its answer.
+    const FLOW: &str = "import socket, sys\n\
+        host, port, sport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n\
+        s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET, socket.SOCK_DGRAM)\n\
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+        s.bind(('::' if ':' in host else '', sport))\n\
+        s.settimeout(1.5)\n\
+        s.sendto(b'hi', (host, port))\n\
+        print(s.recvfrom(64)[0].decode())\n";
+    let path_mtu = |client: &str| {
+        let family = if client.contains(':') { "-6" } else { "-4" };
+        let run = run_for(
+            &in_container(pid, &["ip", family, "route", "get", client]),
+            Duration::from_secs(5),
+        );
+        run.assert_success();
+        run.stdout
+            .split_whitespace()
+            .skip_while(|w| *w != "mtu")
+            .nth(1)
+            .map(str::to_owned)
+    };
+    let v6_client = out.host_addr6.replace("::1", "::2");
+    let v6_elsewhere = elsewhere.host_addr6.replace("::1", "::2");
+    let cases: [(&str, &str, &str, &str, u16); 5] = [
+        (
+            "the host's own address",
+            &out.host_addr,
+            &out.host_addr,
+            &out.client_addr,
+            600,
+        ),
+        (
+            "the container's address",
+            &web_addr,
+            &out.host_addr,
+            &out.client_addr,
+            600,
+        ),
+        (
+            "an address routed elsewhere",
+            &elsewhere.client_addr,
+            &out.host_addr,
+            &out.client_addr,
+            600,
+        ),
+        (
+            "the host's own IPv6 address",
+            &out.host_addr6,
+            &out.host_addr6,
+            &v6_client,
+            1280,
+        ),
+        (
+            "an IPv6 address routed elsewhere",
+            &v6_elsewhere,
+            &out.host_addr6,
+            &v6_client,
+            1280,
+        ),
+    ];
+    for (what, from, published, client, mtu) in cases {
+        quietly(&in_container(pid, &["ip", "route", "flush", "cache"]));
+        quietly(&in_container(pid, &["ip", "-6", "route", "flush", "cache"]));
+        let flow = out.run(
+            &[
+                "python3",
+                "-c",
+                FLOW,
+                published,
+                &port.to_string(),
+                &client_port.to_string(),
+            ],
+            Duration::from_secs(10),
+        );
+        assert!(
+            flow.success(),
+            "the flow to {published} was not answered: {flow}"
+        );
+        out.forge_too_big(from, (published, port), (client, client_port), mtu);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            path_mtu(client),
+            None,
+            "an error from {what} ({from}) reached the container"
+        );
+        // The same error from the client's side of the NIC, where a router would be.
+        let router = if client.contains(':') {
+            client
+        } else {
+            &out.client_addr
+        };
+        out.forge_too_big(router, (published, port), (client, client_port), mtu);
+        assert!(
+            wait_until(Duration::from_secs(2), || path_mtu(client)
+                .is_some_and(|m| m == mtu.to_string())),
+            "an error from the client's side ({router}) did not reach the container: {:?}",
+            path_mtu(client)
+        );
+    }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// Frames the stack would not forward to a container take no fast path: to a broadcast,
+/// multicast or another host's MAC, VLAN-tagged, with a TTL or hop limit of 0 or 1, a bad IPv4
+/// header checksum, an IP length longer than the packet, a UDP length that does not fit, and
+/// TCP segments with flags conntrack refuses (SYN+FIN, none). Each is counted as passed to
+/// Docker's path, none is counted in, and the container's receiver gets only the two valid
+/// datagrams sent last (one per family): the stack dropped the others, as it does when nothing
+/// is exposed. Before, every one of them was carried in (checked by hand with the checks taken
+/// out of `ingress`: each assertion on an odd frame fails).
+#[test]
+fn frames_the_stack_would_not_forward_to_the_container_stay_off_the_fast_path() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17120u16;
+    let tcp_port = port + 1;
+    let net = world.network_v6("odd", true, &[]);
+    let udp4 = format!("{}:{port}:7013/udp", out.host_addr);
+    let udp6 = format!("[{}]:{port}:7013/udp", out.host_addr6);
+    let tcp4 = format!("{}:{tcp_port}:5201", out.host_addr);
+    let web = world.run(
+        "web",
+        &["--network", &net, "-p", &udp4, "-p", &udp6, "-p", &tcp4],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let receiver = std::thread::spawn(move || {
+        run_for(
+            &in_container(pid, &["python3", FORGE, "receive", "7013", "60", "60"]),
+            Duration::from_secs(70),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let send = |from: &str, to: &str, port: u16, kind: &str| {
+        let port = port.to_string();
+        let argv = [
+            "python3",
+            FORGE,
+            "odd",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            from,
+            to,
+            &port,
+            kind,
+        ];
+        out.run(&argv, Duration::from_secs(10)).assert_success();
+    };
+    let client6 = out.host_addr6.replace("::1", "::2");
+    let odd_udp = [
+        "broadcast",
+        "multicast",
+        "foreign-mac",
+        "vlan",
+        "ttl-0",
+        "ttl-1",
+        "ip-length-long",
+        "udp-length-long",
+        "udp-length-short",
+    ];
+    let mut cases: Vec<(&str, &str, u16, &str, &str)> = Vec::new();
+    for kind in odd_udp {
+        cases.push((&out.client_addr, &out.host_addr, port, "udp", kind));
+        cases.push((&client6, &out.host_addr6, port, "udp", kind));
+    }
+    cases.push((
+        &out.client_addr,
+        &out.host_addr,
+        port,
+        "udp",
+        "bad-ip-checksum",
+    ));
+    for kind in ["syn-fin", "no-flags"] {
+        cases.push((&out.client_addr, &out.host_addr, tcp_port, "tcp", kind));
+    }
+    for (from, to, port, protocol, kind) in cases {
+        let before = counters_at(&world, Some(to), port, protocol).expect("exposed");
+        send(from, to, port, kind);
+        let counted = wait_until(Duration::from_secs(2), || {
+            counters_at(&world, Some(to), port, protocol)
+                .is_some_and(|now| now.2 > before.2 || now.0 > before.0)
+        });
+        let after = counters_at(&world, Some(to), port, protocol).expect("exposed");
+        assert!(
+            counted && after.0 == before.0 && after.2 == before.2 + 1,
+            "{kind} to {to}:{port}/{protocol} was not left to the stack: (in, out, passed) \
+             {before:?} -> {after:?}"
+        );
+    }
+    // The receiver stops at the last.
+    let valid = [
+        (&out.client_addr, &out.host_addr, "valid"),
+        (&client6, &out.host_addr6, "valid-last"),
+    ];
+    for (from, to, kind) in valid {
+        let before = counters_at(&world, Some(to), port, "udp").expect("exposed");
+        send(from, to, port, kind);
+        assert!(
+            wait_until(Duration::from_secs(2), || {
+                counters_at(&world, Some(to), port, "udp").is_some_and(|now| now.0 == before.0 + 1)
+            }),
+            "a valid datagram to {to} did not take the fast path"
+        );
+    }
+    let received = receiver.join().expect("the receiver's thread");
+    received.assert_success();
+    assert_eq!(
+        received.stdout.lines().last(),
+        Some("2"),
+        "the container did not receive exactly the two valid datagrams: {received}"
     );
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }

@@ -8,6 +8,17 @@
   receive PORT OUT             accept one connection, write everything received to OUT
   udp-echo PORT                answer each datagram with the sender's address as "ip:port"
   udp-ask HOST PORT            send one datagram, print the answer (2 s at most)
+  udp-big PORT SIZE            answer each datagram with SIZE bytes (more than the MTU: the
+                               answer leaves the container in fragments)
+  udp-ask-big HOST PORT COUNT SIZE
+                               COUNT one-byte questions, one at a time, from a socket connected
+                               to HOST PORT (so only answers from there count); print how many
+                               answers of SIZE bytes came (1.5 s each at most)
+  udp-stream PORT SECONDS      on the first datagram, send its sender a numbered datagram every
+                               10 ms for SECONDS
+  udp-follow HOST PORT OUT SECONDS
+                               start HOST PORT's stream and append a line to OUT for each
+                               datagram that arrives, for SECONDS
 
 Paced: 40 slices 0.1 s apart, so that the test can expose and unexpose while bytes flow.
 Every socket has a timeout, so that nothing outlives a failed test by long.
@@ -94,6 +105,54 @@ def main(argv):
         s.settimeout(2)
         s.sendto(b"hi", (argv[2], int(argv[3])))
         print(s.recvfrom(2048)[0].decode())
+    elif mode == "udp-big":
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.settimeout(TIMEOUT)
+        s.bind(("::", int(argv[2])))
+        answer = b"x" * int(argv[3])
+        while True:
+            _, peer = s.recvfrom(2048)
+            s.sendto(answer, peer)
+    elif mode == "udp-ask-big":
+        s = socket.socket(family(argv[2]), socket.SOCK_DGRAM)
+        s.settimeout(1.5)
+        s.connect((argv[2], int(argv[3])))
+        size, whole = int(argv[5]), 0
+        for _ in range(int(argv[4])):
+            s.send(b"?")
+            try:
+                whole += len(s.recv(1 << 16)) == size
+            except socket.timeout:
+                pass
+        print(whole)
+    elif mode == "udp-stream":
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        s.settimeout(TIMEOUT)
+        s.bind(("::", int(argv[2])))
+        _, peer = s.recvfrom(2048)
+        end = time.monotonic() + float(argv[3])
+        n = 0
+        while time.monotonic() < end:
+            try:
+                s.sendto(b"%d" % n, peer)
+            except OSError:
+                pass  # an ICMP error from a dropped datagram; the stream goes on
+            n += 1
+            time.sleep(0.01)
+    elif mode == "udp-follow":
+        s = socket.socket(family(argv[2]), socket.SOCK_DGRAM)
+        s.settimeout(0.2)
+        s.connect((argv[2], int(argv[3])))
+        s.send(b"go")
+        end = time.monotonic() + float(argv[5])
+        with open(argv[4], "a", buffering=1) as out:
+            while time.monotonic() < end:
+                try:
+                    out.write(s.recv(64).decode() + "\n")
+                except (socket.timeout, ConnectionRefusedError):
+                    pass
     else:
         sys.exit(f"unknown mode {mode}")
 
