@@ -1926,3 +1926,81 @@ fn frames_the_stack_would_not_forward_to_the_container_stay_off_the_fast_path() 
     );
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }
+
+/// Where the NIC's MTU (1,400 here) is smaller than the container network's (1,500), a reply
+/// too big for the NIC is not lost on the fast path: it takes the stack, which answers the
+/// container with "fragmentation needed" / "packet too big" as on Docker's path, and the
+/// container sends the next answers in fragments that fit, which the fast path carries. Five
+/// 1,450-byte answers in each family: as many arrive as over Docker's path (the first is lost
+/// on both). Before, `bpf_redirect_neigh` dropped every one silently and nothing told the
+/// container (checked by hand without the MTU check: none of the five arrived).
+#[test]
+fn replies_too_big_for_a_smaller_nic_mtu_teach_the_container_its_path_mtu() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    must(&["ip", "link", "set", &out.nic, "mtu", "1400"]);
+    must(&[
+        "ip",
+        "-n",
+        &out.ns.name,
+        "link",
+        "set",
+        &out.peer,
+        "mtu",
+        "1400",
+    ]);
+    let port = 17130u16;
+    let web = dual_stack_web(&mut world, &out, "nicmtu", port, "7014/udp");
+    let pid = world.pid(&web);
+    // 1,450 bytes on the wire in IPv4, 1,470 in IPv6: over 1,400, under 1,500.
+    let size = "1422";
+    let _server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "udp-big", "7014", size],
+    ));
+    let hosts = [out.host_addr.as_str(), out.host_addr6.as_str()];
+    let answers = |host: &str| -> u32 {
+        let port = port.to_string();
+        let run = out.run(
+            &["python3", PEER, "udp-ask-big", host, &port, "5", size],
+            Duration::from_secs(30),
+        );
+        run.assert_success();
+        run.stdout.trim().parse().expect("a count")
+    };
+    let forget_path_mtus = || {
+        quietly(&in_container(pid, &["ip", "route", "flush", "cache"]));
+        quietly(&in_container(pid, &["ip", "-6", "route", "flush", "cache"]));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut dockers = Vec::new();
+    for host in hosts {
+        forget_path_mtus();
+        dockers.push(answers(host));
+    }
+    assert!(
+        dockers.iter().all(|&n| n >= 4),
+        "Docker's path lost more than the first answer: {dockers:?}"
+    );
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    for (host, docker) in hosts.into_iter().zip(dockers) {
+        forget_path_mtus();
+        let fast = answers(host);
+        assert!(
+            fast >= docker.min(4),
+            "to {host}: {fast} of 5 answers over the fast path, {docker} over Docker's path"
+        );
+        let (_, outbound, _) = counters_at(&world, Some(host), port, "udp").expect("exposed");
+        assert!(
+            outbound >= 6,
+            "to {host}: the answers' fragments did not take the fast path"
+        );
+    }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}

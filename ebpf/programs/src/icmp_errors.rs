@@ -29,7 +29,9 @@ use dxdp_common::ingress::{
 };
 
 use crate::{
-    flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
+    flows::{
+        exposed, fits_nic, for_this_host, into_container, known_flow, out_of_nic, routes_back,
+    },
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, v4_mapped,
         words,
@@ -123,6 +125,9 @@ pub fn reply(ctx: &TcContext) -> i32 {
     };
     known.touch();
     let port = known.port();
+    if !fits_nic(ctx, port.nic_ifindex) {
+        return TC_ACT_UNSPEC;
+    }
     let translated = translate(ctx, &q, &port.addr, port.port);
     out_of_nic(
         ctx,

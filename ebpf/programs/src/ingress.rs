@@ -27,7 +27,8 @@ use dxdp_common::ingress::{
 
 use crate::{
     flows::{
-        Known, exposed, for_this_host, into_container, known_flow, now, out_of_nic, routes_back,
+        Known, exposed, fits_nic, for_this_host, into_container, known_flow, now, out_of_nic,
+        routes_back,
     },
     headers::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, v4_mapped},
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
@@ -389,12 +390,12 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     let Some(known) = known_flow(flow) else {
         return Some(TC_ACT_UNSPEC);
     };
-    // A packet the host would not forward (TTL or hop limit 1; flags conntrack refuses) is the
-    // stack's to answer or drop, as on Docker's path.
-    if !packet.forwardable {
+    let port = known.port();
+    // A packet the host would not forward (TTL or hop limit 1; flags conntrack refuses; too
+    // big for the NIC) is the stack's to answer or drop, as on Docker's path.
+    if !packet.forwardable || !fits_nic(ctx, port.nic_ifindex) {
         return Some(TC_ACT_UNSPEC);
     }
-    let port = known.port();
     let target = PORTS.get_ptr_mut(port);
     // A SYN-ACK answers a connection's first packet: if the port no longer leads here, that
     // packet came over Docker's path (a client reusing its address and port after an
