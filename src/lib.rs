@@ -10,6 +10,7 @@ pub mod docker;
 pub mod endpoint;
 pub mod engine;
 mod ethtool;
+pub mod family;
 pub mod firewall;
 pub mod labels;
 pub mod metrics;

@@ -700,6 +700,7 @@ mod tests {
                 datapath: Kind::Tc,
                 origin: Origin::Watch,
                 bypasses_firewall: false,
+                families: crate::family::Families::ALL,
                 created_unix_secs: 0,
                 low_to_high: Traffic {
                     packets: 7,

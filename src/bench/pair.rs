@@ -11,6 +11,7 @@ use super::measure::{in_netns, run_to_end};
 use crate::{
     datapath::{Capacity, Datapath, Kind, LinkRecord, LinkRequest, Origin},
     endpoint::Endpoint,
+    family::Families,
     netlink,
     netns::NetnsPath,
 };
@@ -22,6 +23,7 @@ pub struct FoundLink {
     pub origin: Origin,
     pub network: String,
     pub bypasses_firewall: bool,
+    pub families: Families,
 }
 
 pub struct PairState {
@@ -33,6 +35,8 @@ pub struct PairState {
     /// `--bypass-firewall`: the bench's own links are recorded as bypassing the rules, so that
     /// a watch does not take them away mid-measurement.
     bypass_firewall: bool,
+    /// The families the rules leave open: the bench's own links carry only those.
+    families: Families,
     found: Option<FoundLink>,
     /// A pin directory the bench had to create is removed again if it ends up holding nothing.
     pin_dir_existed: bool,
@@ -50,6 +54,7 @@ impl PairState {
         b: Endpoint,
         network: String,
         bypass_firewall: bool,
+        families: Families,
     ) -> Result<Self> {
         let pin_dir_existed = pin_dir.exists();
         let mut state = Self {
@@ -59,6 +64,7 @@ impl PairState {
             b,
             network,
             bypass_firewall,
+            families,
             found: None,
             pin_dir_existed,
             lo_raised: None,
@@ -71,6 +77,7 @@ impl PairState {
                 origin: rec.origin,
                 network: rec.network,
                 bypasses_firewall: rec.bypasses_firewall,
+                families: rec.families,
             });
         }
         Ok(state)
@@ -136,6 +143,7 @@ impl PairState {
             origin: Origin::Manual,
             network: self.network.clone(),
             bypasses_firewall: self.bypass_firewall,
+            families: self.families,
         }))
     }
 
@@ -150,6 +158,7 @@ impl PairState {
             && cur.origin == want.origin
             && cur.network == want.network
             && cur.bypasses_firewall == want.bypasses_firewall
+            && cur.families == want.families
         {
             return Ok(());
         }
@@ -170,6 +179,7 @@ impl PairState {
                         origin: want.origin,
                         network: &want.network,
                         bypass_firewall: want.bypasses_firewall,
+                        families: want.families,
                     },
                     &host,
                 )

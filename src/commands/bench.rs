@@ -68,8 +68,22 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
             b.bridge_name
         );
     }
+    let mut families = crate::family::Families::ALL;
     if !args.bypass_firewall && plan.configs.iter().any(|c| c.datapath().is_some()) {
-        firewall::check(&a, &b, "measure with --bypass-firewall")?;
+        let way_out = "measure with --bypass-firewall";
+        let verdict = firewall::check(&a, &b, way_out)?;
+        // The bench measures over IPv4: a link that leaves it on the bridge measures nothing.
+        if !verdict.open().ipv4 {
+            let ipv4 = crate::family::Families::IPV4;
+            bail!(firewall::refusal(
+                &a.label,
+                &b.label,
+                &a.bridge_name,
+                &verdict.closing(ipv4),
+                way_out
+            ));
+        }
+        families = verdict.open();
     }
     let server_ip = measure::ipv4_of(b.netns.path(), &b.ifname)
         .with_context(|| format!("cannot find the IPv4 address of {}", b.label))?;
@@ -82,6 +96,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         b.clone(),
         network.clone(),
         args.bypass_firewall,
+        families,
     )?;
     for config in &plan.configs {
         if let Some(kind) = config.datapath()

@@ -16,6 +16,7 @@ use crate::{
         Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
         TableFill, TablePressure,
     },
+    family::Families,
     netlink,
     netns::NetnsPath,
 };
@@ -144,6 +145,16 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// A link's families for the table: `ipv4,ipv6`, `ipv4`, `ipv6`.
+fn families(families: Families) -> String {
+    let names = families.names();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(",")
+    }
+}
+
 /// Both tables, columns aligned whatever the names' lengths (Compose v2 names are long).
 fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
     print_exposed(status, out)?;
@@ -155,20 +166,21 @@ fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
     let mut links = TabWriter::new(&mut *out).padding(2);
     writeln!(
         links,
-        "ENDPOINT A\tVETH A\tENDPOINT B\tVETH B\tNETWORK\tPATH\tORIGIN\tSTATE\t\
+        "ENDPOINT A\tVETH A\tENDPOINT B\tVETH B\tNETWORK\tPATH\tFAMILIES\tORIGIN\tSTATE\t\
          A->B PKTS\tA->B BYTES\tB->A PKTS\tB->A BYTES"
     )?;
     for l in &status.links {
         let r = &l.record;
         writeln!(
             links,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             r.low_name,
             name(&l.low_ifname),
             r.high_name,
             name(&l.high_ifname),
             r.network,
             r.datapath,
+            families(r.families),
             format!("{:?}", r.origin).to_lowercase(),
             match l.state {
                 LinkState::Live => "live",
@@ -182,6 +194,18 @@ fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
     }
     links.flush()?;
     drop(links);
+    if status
+        .links
+        .iter()
+        .any(|l| l.record.families != Families::ALL)
+    {
+        writeln!(
+            out,
+            "FAMILIES: what rides the link; the other family stays on the bridge (a firewall \
+             rule may drop or alter it there, or neither end has an address of it). \
+             `dxdp doctor` names the rule."
+        )?;
+    }
     if status.links.iter().any(|l| l.state == LinkState::Gone) {
         writeln!(
             out,

@@ -29,7 +29,7 @@ pub use ports::{
 };
 pub use state::Capacity;
 
-use crate::{endpoint::Endpoint, netlink::Interface};
+use crate::{endpoint::Endpoint, family::Families, netlink::Interface};
 
 /// The eBPF object built from `ebpf/programs` by build.rs.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dxdp-ebpf"));
@@ -121,6 +121,8 @@ pub struct LinkRecord {
     pub origin: Origin,
     /// Made with the firewall bypassed on purpose; any other link is held to the rules.
     pub bypasses_firewall: bool,
+    /// The families the link carries; the others stay on the bridge (a rule may drop them there).
+    pub families: Families,
     pub created_unix_secs: u64,
     /// Frames redirected from the low to the high endpoint, and back.
     pub low_to_high: Traffic,
@@ -173,12 +175,16 @@ pub struct LinkRequest<'a> {
     /// The operator chose to bypass the firewall for this pair; recorded with the link, so that
     /// whoever re-checks links later knows which ones rules must not take away.
     pub bypass_firewall: bool,
+    /// The families the link carries: those the firewall accepts on the bridge.
+    pub families: Families,
 }
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Installed {
     New,
     AlreadyThere,
+    /// It was there, carrying other families.
+    FamiliesChanged,
 }
 
 /// The pinned datapath, opened under an exclusive lock so that concurrent `dxdp` processes
@@ -267,8 +273,12 @@ impl Datapath {
                 pins.maps().display()
             )
         })?;
+        // Layout 4's links read as carrying every family (the byte was zero padding), which is
+        // what its firewall check allowed them; the next check narrows them where a rule closes
+        // a family. Its programs would not read the byte: swapped.
         let migrating = found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES
-            || found_abi == dxdp_common::ABI_VERSION_WITHOUT_FIREWALL;
+            || found_abi == dxdp_common::ABI_VERSION_WITHOUT_FIREWALL
+            || found_abi == dxdp_common::ABI_VERSION_WITHOUT_FAMILIES;
         if found_abi == dxdp_common::ABI_VERSION_WITHOUT_SOURCES {
             // The pinned programs of that layout check no source address: fill the addresses
             // first, then swap in this binary's programs, which need them.
@@ -424,6 +434,7 @@ impl Datapath {
             attach::check_foreign(kind, ep, host, &programs)?;
         }
         let mut undo = state::Journal::default();
+        let mut refamilied = false;
         let result = (|| -> Result<()> {
             let mut maps = state::Maps::new(&mut self.ebpf)?;
             for ep in [a, b] {
@@ -439,8 +450,8 @@ impl Datapath {
                     maps.add_endpoint(ep, kind, fixups, &mut undo)?;
                 }
             }
-            maps.add_direction(a, b, &mut undo)?;
-            maps.add_direction(b, a, &mut undo)?;
+            let changed = maps.add_direction(a, b, req.families, &mut undo)?;
+            refamilied = maps.add_direction(b, a, req.families, &mut undo)? || changed;
             maps.set_link_meta(meta_key, link_meta(req, &meta_key), &mut undo)?;
             for ep in [a, b] {
                 programs.attach(kind, ep, &mut undo)?;
@@ -452,12 +463,25 @@ impl Datapath {
             return Err(err);
         }
         undo.commit();
-        if already {
+        if already && refamilied {
+            info!(a = %a.label, b = %b.label, families = %req.families, "link carries other families now");
+            Ok(Installed::FamiliesChanged)
+        } else if already {
             Ok(Installed::AlreadyThere)
         } else {
-            info!(a = %a.label, b = %b.label, network = req.network, datapath = %kind, "link added");
+            info!(a = %a.label, b = %b.label, network = req.network, datapath = %kind, families = %req.families, "link added");
             Ok(Installed::New)
         }
+    }
+
+    /// Makes an existing link carry only `families` (a rule closed one since it was made),
+    /// keeping its counters; returns whether that changed anything.
+    pub fn set_families(&mut self, low: u32, high: u32, families: Families) -> Result<bool> {
+        let changed = state::Maps::new(&mut self.ebpf)?.set_link_families(low, high, families)?;
+        if changed {
+            info!(low, high, families = %families, "link carries other families now");
+        }
+        Ok(changed)
     }
 
     /// Removes a link; an interface left without links loses its program and its fix-ups.
@@ -512,22 +536,29 @@ impl Datapath {
     pub fn links(&mut self) -> Result<Vec<LinkRecord>> {
         let maps = state::Maps::new(&mut self.ebpf)?;
         // Keyed by (ingress, target), not scanned per link: status lists hundreds of links.
-        let mut by_ends: std::collections::HashMap<(u32, u32), Traffic> = Default::default();
+        let mut by_ends: std::collections::HashMap<(u32, u32), (Traffic, u8)> = Default::default();
         for (k, t) in maps.directions()? {
-            let sum = by_ends
+            let (sum, closed) = by_ends
                 .entry((k.ingress_ifindex, t.target_ifindex))
                 .or_default();
             sum.packets += t.packets;
             sum.bytes += t.bytes;
+            *closed |= t.closed;
         }
-        let traffic = |from: u32, to: u32| by_ends.get(&(from, to)).copied().unwrap_or_default();
+        let direction = |from: u32, to: u32| by_ends.get(&(from, to)).copied().unwrap_or_default();
         let mut links: Vec<_> = maps
             .all_link_meta()?
             .iter()
-            .map(|(k, m)| LinkRecord {
-                low_to_high: traffic(k.low_ifindex, k.high_ifindex),
-                high_to_low: traffic(k.high_ifindex, k.low_ifindex),
-                ..to_record(k, m)
+            .map(|(k, m)| {
+                let (low_to_high, up) = direction(k.low_ifindex, k.high_ifindex);
+                let (high_to_low, down) = direction(k.high_ifindex, k.low_ifindex);
+                LinkRecord {
+                    low_to_high,
+                    high_to_low,
+                    // A family either direction keeps on the bridge is not linked.
+                    families: Families::from_closed_bits(up | down),
+                    ..to_record(k, m)
+                }
             })
             .collect();
         links.sort_by(|x, y| (&x.low_name, &x.high_name).cmp(&(&y.low_name, &y.high_name)));
@@ -691,6 +722,7 @@ fn to_record(key: &LinkMetaKey, meta: &LinkMeta) -> LinkRecord {
         datapath: Kind::from_code(meta.datapath).unwrap_or(Kind::Tc),
         origin: Origin::from_code(meta.origin),
         bypasses_firewall: meta.firewall == dxdp_common::FIREWALL_BYPASSED,
+        families: Families::ALL,
         created_unix_secs: meta.created_unix_secs,
         low_to_high: Traffic::default(),
         high_to_low: Traffic::default(),

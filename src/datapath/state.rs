@@ -7,14 +7,15 @@ use aya::{
     maps::{Array, HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
 };
 use dxdp_common::{
-    ABI_VERSION, ABI_VERSION_WITHOUT_FIREWALL, ABI_VERSION_WITHOUT_SOURCES, Counters,
-    DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint as EndpointRec, LinkKey, LinkMeta,
-    LinkMetaKey, LinkTarget, MAX_SOURCES, Meta, Sources, ingress, names,
+    ABI_VERSION, ABI_VERSION_WITHOUT_FAMILIES, ABI_VERSION_WITHOUT_FIREWALL,
+    ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
+    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, Meta,
+    Sources, ingress, names,
 };
 use tracing::warn;
 
 use super::{InterfaceCounters, Kind, fixups, pins};
-use crate::{endpoint::Endpoint, netns::NetnsPath};
+use crate::{endpoint::Endpoint, family::Families, netns::NetnsPath};
 
 /// Map sizes for a pin directory made from scratch; existing pinned maps keep their size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,8 @@ impl Capacity {
 /// Refuses a pin directory written by a dxdp whose map layout differs from ours, before the
 /// loader tries to reuse maps whose keys and values it would misread. Returns the version found
 /// (0 for a new directory): [`ABI_VERSION_WITHOUT_SOURCES`] is taken, and migrated by
-/// [`migrate_sources`] once loaded; [`ABI_VERSION_WITHOUT_FIREWALL`] is taken as it is.
+/// [`migrate_sources`] once loaded; [`ABI_VERSION_WITHOUT_FIREWALL`] and
+/// [`ABI_VERSION_WITHOUT_FAMILIES`] are taken as they are.
 pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
     let path = pins.maps().join(names::META);
     if !path.exists() {
@@ -73,6 +75,7 @@ pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
         ABI_VERSION,
         ABI_VERSION_WITHOUT_SOURCES,
         ABI_VERSION_WITHOUT_FIREWALL,
+        ABI_VERSION_WITHOUT_FAMILIES,
     ];
     if found != 0 && !known.contains(&found) {
         bail!(
@@ -229,7 +232,8 @@ impl<'a> Maps<'a> {
             .and_then(|per_cpu| per_cpu.iter().next().map(|t| t.target_ifindex)))
     }
 
-    /// Every directed link with its target and its traffic summed over CPUs.
+    /// Every directed link with its target and its traffic summed over CPUs; a family closed
+    /// on any CPU's copy counts as closed.
     pub(super) fn directions(&self) -> Result<Vec<(LinkKey, LinkTarget)>> {
         let mut out = Vec::new();
         for item in self.links.iter() {
@@ -237,6 +241,7 @@ impl<'a> Maps<'a> {
             let mut sum = LinkTarget::default();
             for t in per_cpu.iter() {
                 sum.target_ifindex = t.target_ifindex;
+                sum.closed |= t.closed;
                 sum.packets += t.packets;
                 sum.bytes += t.bytes;
             }
@@ -292,24 +297,79 @@ impl<'a> Maps<'a> {
             .map_err(|e| full(e, names::ENDPOINTS, &ep.label))
     }
 
+    /// Makes the direction `from` -> `to` carry `families`; returns whether an existing one
+    /// changed its families.
     pub(super) fn add_direction(
         &mut self,
         from: &Endpoint,
         to: &Endpoint,
+        families: Families,
         undo: &mut Journal,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let key = LinkKey::new(from.host_ifindex, to.mac);
+        let closed = families.closed_bits();
         match self.target(&key)? {
-            // Rewriting it would zero its counters.
-            Some(target) if target == to.host_ifindex => return Ok(()),
+            // Rewriting it would zero its counters: only its families change.
+            Some(target) if target == to.host_ifindex => {
+                let was = self.closed(&key)?;
+                if was == closed {
+                    return Ok(false);
+                }
+                undo.push(Undo::Closed(key, was));
+                self.set_closed(&key, closed)?;
+                return Ok(true);
+            }
             Some(_) => {}
             None => undo.push(Undo::Direction(key)),
         }
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
-        let value = PerCpuValues::try_from(vec![LinkTarget::new(to.host_ifindex); cpus])?;
+        let value = PerCpuValues::try_from(vec![LinkTarget::new(to.host_ifindex, closed); cpus])?;
         self.links
             .insert(key, value, 0)
-            .map_err(|e| full(e, names::LINKS, &from.label))
+            .map_err(|e| full(e, names::LINKS, &from.label))?;
+        Ok(false)
+    }
+
+    /// The families a direction keeps on the bridge, as any CPU's copy says.
+    fn closed(&self, key: &LinkKey) -> Result<u8> {
+        Ok(absent_is_none(self.links.get(key, 0))?
+            .map_or(0, |per_cpu| per_cpu.iter().fold(0, |acc, t| acc | t.closed)))
+    }
+
+    /// Rewrites only the `closed` byte of every CPU's copy of a direction, keeping its target
+    /// and counters. Read, then written: what the datapath counts on a CPU in between is lost
+    /// from the counters (a few packets, once per change of families), never a frame.
+    fn set_closed(&mut self, key: &LinkKey, closed: u8) -> Result<()> {
+        let Some(per_cpu) = absent_is_none(self.links.get(key, 0))? else {
+            return Ok(());
+        };
+        let values: Vec<LinkTarget> = per_cpu
+            .iter()
+            .map(|t| LinkTarget { closed, ..*t })
+            .collect();
+        self.links
+            .insert(key, PerCpuValues::try_from(values)?, 0)
+            .with_context(|| format!("cannot change the families of a link in {}", names::LINKS))
+    }
+
+    /// Makes both directions between these veths carry only `families`; returns whether that
+    /// changed anything.
+    pub(super) fn set_link_families(
+        &mut self,
+        low: u32,
+        high: u32,
+        families: Families,
+    ) -> Result<bool> {
+        let closed = families.closed_bits();
+        let mut changed = false;
+        for (key, target) in self.directions()? {
+            let ends = (key.ingress_ifindex, target.target_ifindex);
+            if (ends == (low, high) || ends == (high, low)) && target.closed != closed {
+                self.set_closed(&key, closed)?;
+                changed = true;
+            }
+        }
+        Ok(changed)
     }
 
     pub(super) fn set_link_meta(
@@ -484,6 +544,8 @@ fn full(err: MapError, map: &str, what: &str) -> anyhow::Error {
 pub(super) enum Undo {
     Endpoint(u32),
     Direction(LinkKey),
+    /// A direction's families as they were.
+    Closed(LinkKey, u8),
     Meta(LinkMetaKey),
     LinkPin(std::path::PathBuf),
     Fixups {
@@ -535,6 +597,7 @@ impl Journal {
                     ignore_absent(maps.targets.remove(ifindex))
                 }
                 Undo::Direction(key) => ignore_absent(maps.links.remove(&key)),
+                Undo::Closed(key, closed) => maps.set_closed(&key, closed),
                 Undo::Meta(key) => ignore_absent(maps.link_meta.remove(&key)),
                 Undo::LinkPin(path) => pins::remove_if_present(&path),
                 Undo::Fixups {

@@ -353,9 +353,16 @@ fn plan_links(
         let bypass = [a, b]
             .iter()
             .all(|c| labels::bypasses_firewall(&c.view.labels));
+        // With the rules bypassed, every family rides the link.
+        let mut families = crate::family::Families::ALL;
         if !bypass {
-            let blockers = shared.rules()?.between(&ea, &eb)?;
-            if !blockers.is_empty() {
+            let verdict = shared.rules()?.between(&ea, &eb)?;
+            families = verdict.open();
+            if let Some(note) = verdict.note() {
+                trace!(a = %a.view.name, b = %b.view.name, "{note}");
+            }
+            if families.is_empty() {
+                let blockers = verdict.blockers();
                 plan.refused.insert(
                     (x.min(y), x.max(y)),
                     Diagnostic {
@@ -377,24 +384,28 @@ fn plan_links(
             .attachment(&link.network_id)
             .map(|att| att.network.name.clone())
             .unwrap_or_default();
-        plan.wanted.push(Wanted::new(
-            x,
-            y,
-            link.datapath.resolve(),
-            Resolved {
-                a: ea,
-                b: eb,
-                network,
-                bypass_firewall: bypass,
-            },
-        ));
+        plan.wanted.push(
+            Wanted::new(
+                x,
+                y,
+                link.datapath.resolve(),
+                Resolved {
+                    a: ea,
+                    b: eb,
+                    network,
+                    bypass_firewall: bypass,
+                },
+            )
+            .carrying(families),
+        );
     }
     Ok(plan)
 }
 
-/// Removes the links made by hand (without `--bypass-firewall`) that a rule now covers, from
-/// the table and from `pinned` (its links as this pass read them), each logged with the rule;
-/// returns how many. The rules are read once a pass, as for the watch's own links.
+/// Holds the links made by hand (without `--bypass-firewall`) to the rules: one a rule now
+/// closes a family of carries the others from now on; one left with none is removed, from the
+/// table and from `pinned` (its links as this pass read them). Each is logged with the rule;
+/// returns how many were removed. The rules are read once a pass, as for the watch's own links.
 fn hold_hand_made_links(
     shared: &mut Shared<'_>,
     table: &mut impl LinkStore,
@@ -416,13 +427,25 @@ fn hold_hand_made_links(
         &by_hand,
         "link them again with --bypass-firewall",
     )?;
+    let mut removed = 0;
     for c in &covered {
         let pair = (c.link.low_ifindex, c.link.high_ifindex);
-        table.remove(pair.0, pair.1)?;
-        pinned.retain(|l| (l.low_ifindex, l.high_ifindex) != pair);
-        warn!("removed a link made by hand: {}", c.message);
+        if c.families.is_empty() {
+            table.remove(pair.0, pair.1)?;
+            pinned.retain(|l| (l.low_ifindex, l.high_ifindex) != pair);
+            warn!("removed a link made by hand: {}", c.message);
+            removed += 1;
+        } else {
+            table.set_families(pair.0, pair.1, c.families)?;
+            for l in pinned.iter_mut() {
+                if (l.low_ifindex, l.high_ifindex) == pair {
+                    l.families = c.families;
+                }
+            }
+            warn!("narrowed a link made by hand: {}", c.message);
+        }
     }
-    Ok(covered.len())
+    Ok(removed)
 }
 
 /// Whether this pass will attach a program to a veth that has none pinned: only then is it

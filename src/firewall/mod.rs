@@ -4,8 +4,10 @@
 //! would pass: iptables and ip6tables (through br_netfilter, legacy and nf_tables backends),
 //! nftables chains of the ip, ip6, inet and bridge families, and netdev chains. Before a link
 //! is made (and at every resync of the watch) the rules those hooks hold are read and each
-//! direction of the pair's IPv4 and IPv6 traffic is walked through them ([`model`]): the link
-//! is allowed only if every base chain provably accepts all of it, as the bridge would.
+//! direction of the pair's IPv4 and IPv6 traffic is walked through them ([`model`]): a family
+//! rides the link only if every base chain provably accepts all of its traffic, as the bridge
+//! would; a family a rule may close stays on the bridge ([`verdict`]), and a pair with no family
+//! left is not linked.
 //!
 //! Docker's own rules need no special case: they are ordinary rules about bridges and
 //! subnets, and the walk sees that Docker's `-i BRIDGE -j ACCEPT` for the pair's network comes
@@ -27,17 +29,19 @@ mod read;
 mod refused;
 mod tc;
 mod tri;
+mod verdict;
 
 pub use inbound::{PublishedPort, Transport};
-pub use pinned::{Covered, Recorded, covered};
+pub use pinned::{Covered, Recorded, covered, judged};
 
 use std::{collections::HashMap, net::IpAddr};
 
 pub use model::Blocker;
 #[cfg(test)]
 pub(crate) use tc::TcState;
+pub use verdict::{FamilyVerdict, listed};
 
-use crate::endpoint::Endpoint;
+use crate::{endpoint::Endpoint, family::Families};
 use model::{Family, Flow, Hook, Layer, Table};
 
 /// One end of a pair as the rules see it.
@@ -79,7 +83,7 @@ pub struct Ruleset {
 pub struct RulesetCache {
     source: Box<dyn RulesSource>,
     held: Option<(Option<u32>, Ruleset)>,
-    verdicts: HashMap<Pair, Vec<Blocker>>,
+    verdicts: HashMap<Pair, FamilyVerdict>,
     /// Each bridge's own br_netfilter switches, read once per refresh (two sysfs files).
     switches: HashMap<String, (bool, bool)>,
     /// Full reads so far, for the log and the tests.
@@ -180,9 +184,9 @@ impl RulesetCache {
         Ok(())
     }
 
-    /// The rules that keep the two endpoints from being linked, by the rules as of the last
-    /// [`RulesetCache::refresh`], which must have succeeded.
-    pub fn between(&mut self, a: &Endpoint, b: &Endpoint) -> anyhow::Result<Vec<Blocker>> {
+    /// The rules that close each family of the two endpoints' traffic, by the rules as of the
+    /// last [`RulesetCache::refresh`], which must have succeeded.
+    pub fn between(&mut self, a: &Endpoint, b: &Endpoint) -> anyhow::Result<FamilyVerdict> {
         self.between_ports(&a.bridge_name, Side::of(a), Side::of(b))
     }
 
@@ -192,7 +196,7 @@ impl RulesetCache {
         bridge: &str,
         a: Side<'_>,
         b: Side<'_>,
-    ) -> anyhow::Result<Vec<Blocker>> {
+    ) -> anyhow::Result<FamilyVerdict> {
         let Some((_, ruleset)) = &self.held else {
             anyhow::bail!("the firewall rules were not read");
         };
@@ -218,9 +222,15 @@ impl RulesetCache {
                 verdict
             }
         };
-        // Read at every refresh, so not part of the cached verdict.
-        verdict.extend(self.tc.on(a.index, a.port)?);
-        verdict.extend(self.tc.on(b.index, b.port)?);
+        // Read at every refresh, so not part of the cached verdict. A qdisc sees every frame.
+        for blocker in self
+            .tc
+            .on(a.index, a.port)?
+            .into_iter()
+            .chain(self.tc.on(b.index, b.port)?)
+        {
+            verdict.close_all(blocker);
+        }
         Ok(verdict)
     }
 
@@ -284,9 +294,9 @@ impl Ruleset {
         format!("{ipt} iptables/ip6tables tables and {nft} other nftables tables read; {nf}")
     }
 
-    /// The rules that keep `a` and `b`, ports of `bridge`, from being linked: empty if the
-    /// bridge would accept all their traffic. Distinct, in the order found.
-    pub(crate) fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> Vec<Blocker> {
+    /// The rules that close each family of the traffic between `a` and `b`, ports of `bridge`:
+    /// none if the bridge would accept all of it. Distinct, in the order found.
+    pub(crate) fn blockers(&self, bridge: &str, a: Side<'_>, b: Side<'_>) -> FamilyVerdict {
         let mut directions = Vec::new();
         for (from, to) in [(a, b), (b, a)] {
             for family in [Family::V4, Family::V6] {
@@ -302,18 +312,19 @@ impl Ruleset {
                 }
             }
         }
-        self.walk(bridge, &directions)
+        let carried = Families::of(a.addrs).or(Families::of(b.addrs));
+        self.walk(bridge, &directions, carried)
     }
 
-    /// The rules that keep the two endpoints from being linked.
-    pub fn between(&self, a: &Endpoint, b: &Endpoint) -> Vec<Blocker> {
+    /// The rules that close each family of the two endpoints' traffic.
+    pub fn between(&self, a: &Endpoint, b: &Endpoint) -> FamilyVerdict {
         self.blockers(&a.bridge_name, Side::of(a), Side::of(b))
     }
 
     /// The rules that could keep some pair of ports of `bridge` apart, for the families the
     /// bridge's network carries, the pair's addresses being any of `addrs`: what `doctor`
     /// lists. Ports are unknown.
-    pub fn on_bridge(&self, bridge: &str, addrs: &[IpAddr], v4: bool, v6: bool) -> Vec<Blocker> {
+    pub fn on_bridge(&self, bridge: &str, addrs: &[IpAddr], v4: bool, v6: bool) -> FamilyVerdict {
         let directions: Vec<Direction<'_>> = [(Family::V4, v4), (Family::V6, v6)]
             .into_iter()
             .filter(|(_, carried)| *carried)
@@ -324,15 +335,16 @@ impl Ruleset {
                 dst: of_family(addrs, family),
             })
             .collect();
-        self.walk(bridge, &directions)
+        let carried = Families { ipv4: v4, ipv6: v6 };
+        self.walk(bridge, &directions, carried)
     }
 
-    fn walk(&self, bridge: &str, directions: &[Direction<'_>]) -> Vec<Blocker> {
+    fn walk(&self, bridge: &str, directions: &[Direction<'_>], carried: Families) -> FamilyVerdict {
         let nf = self.bridge_nf.map(|(v4, v6)| {
             let (own4, own6) = (self.bridge_switches)(bridge);
             (v4 || own4, v6 || own6)
         });
-        let mut found = Vec::new();
+        let mut found = FamilyVerdict::new(carried);
         for d in directions {
             let inet_sees = nf.is_some_and(|(v4, v6)| match d.family {
                 Family::V4 => v4,
@@ -349,9 +361,8 @@ impl Ruleset {
                     }
                     if let Err(blocker) =
                         table.passes(base, &d.flow(table.layer, base.hook, bridge))
-                        && !found.contains(&blocker)
                     {
-                        found.push(blocker);
+                        found.close(d.family, blocker);
                     }
                 }
             }
@@ -420,43 +431,46 @@ impl Direction<'_> {
     }
 }
 
-/// Refuses a pair whose traffic a firewall rule could drop or alter on the bridge, before
-/// anything is made: the link would bypass that rule. `way_out` names the opt-in.
-pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<()> {
+/// Refuses a pair none of whose families the rules leave open, before anything is made: a link
+/// would bypass the rule that may drop or alter their traffic on the bridge. Otherwise returns
+/// the verdict, whose open families the link may carry. `way_out` names the opt-in.
+pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<FamilyVerdict> {
     use anyhow::Context;
     let mut rules = RulesetCache::default();
     rules.refresh().with_context(|| {
         format!("cannot read the host's firewall rules to check that a link bypasses none; fix that, or {way_out}")
     })?;
-    let blockers = rules.between(a, b)?;
-    if blockers.is_empty() {
-        return Ok(());
+    let verdict = rules.between(a, b)?;
+    if !verdict.open().is_empty() {
+        return Ok(verdict);
     }
     anyhow::bail!(refusal(
         &a.label,
         &b.label,
         &a.bridge_name,
-        &blockers,
+        &verdict.blockers(),
         way_out
     ))
 }
 
-/// Why a pair stays on the bridge, with the way out: one line.
+/// Why a pair stays on the bridge, with the way out: one line. `blockers` close every family
+/// the pair has; none means it has no address a link could carry frames to.
 pub fn refusal(a: &str, b: &str, bridge: &str, blockers: &[Blocker], way_out: &str) -> String {
-    let more = match blockers.len() {
-        0 | 1 => String::new(),
-        n => format!(" (and {} more; `dxdp doctor` lists them)", n - 1),
-    };
-    let first = blockers.first();
-    let (what, it) = if first.is_some_and(Blocker::is_traffic_control) {
+    if blockers.is_empty() {
+        return format!(
+            "{a} and {b} stay on bridge {bridge}: neither has an IP address a link could carry \
+             frames to"
+        );
+    }
+    let (what, it) = if blockers[0].is_traffic_control() {
         ("traffic control", "it")
     } else {
         ("firewall rule", "the rule")
     };
-    let first = first.map(ToString::to_string).unwrap_or_default();
     format!(
-        "{a} and {b} stay on bridge {bridge}: the {what} [{first}]{more} may drop or alter \
-         their traffic there, and a link would bypass it; remove {it}, or {way_out}"
+        "{a} and {b} stay on bridge {bridge}: the {what} {} may drop or alter their traffic \
+         there, and a link would bypass it; remove {it}, or {way_out}",
+        verdict::listed(blockers)
     )
 }
 
@@ -493,21 +507,83 @@ mod tests {
         let b4 = ips(&["172.18.0.3"]);
         let a = side("veth1", &a4);
         let b = side("veth2", &b4);
-        assert_eq!(rs.blockers("br-4abc8bbf58d0", a, b), []);
+        assert_eq!(rs.blockers("br-4abc8bbf58d0", a, b).blockers(), []);
         // With link-local IPv6 on both ends, ip6tables' FORWARD policy drops the pair on the
         // bridge, so a link would open a path that is closed today.
         let a6 = ips(&["172.18.0.2", "fe80::1"]);
         let b6 = ips(&["172.18.0.3", "fe80::2"]);
         let a = side("veth1", &a6);
         let b = side("veth2", &b6);
-        let found = rs.blockers("br-4abc8bbf58d0", a, b);
+        let found = rs.blockers("br-4abc8bbf58d0", a, b).blockers();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
             found[0].to_string(),
             "ip6tables filter chain FORWARD: policy drop"
         );
         // The dual-stack network br-c2359292ee9c has Docker's ip6tables accept.
-        assert_eq!(rs.blockers("br-c2359292ee9c", a, b), []);
+        assert_eq!(rs.blockers("br-c2359292ee9c", a, b).blockers(), []);
+    }
+
+    /// Podman next to Docker 28 (issue 38, item 7): Podman gives its containers IPv6
+    /// link-local addresses on an IPv4-only network, and Docker 28's ip6tables `FORWARD`
+    /// policy drops them on the bridge. IPv6 stays there; IPv4, which Docker's rules accept for
+    /// the network, rides the link.
+    #[test]
+    fn a_family_the_rules_close_stays_on_the_bridge_and_the_other_rides_the_link() {
+        let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, Some((true, true)));
+        let a = ips(&["172.18.0.2", "fe80::1"]);
+        let b = ips(&["172.18.0.3", "fe80::2"]);
+        let verdict = rs.blockers("br-4abc8bbf58d0", side("veth1", &a), side("veth2", &b));
+        assert_eq!(verdict.carried(), Families::ALL);
+        assert_eq!(verdict.closed(), Families::IPV6);
+        assert_eq!(verdict.open(), Families::IPV4);
+        let closing: Vec<String> = verdict
+            .closing(Families::IPV6)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(closing, ["ip6tables filter chain FORWARD: policy drop"]);
+        assert_eq!(verdict.closing(Families::IPV4), []);
+        assert_eq!(
+            verdict.note().as_deref(),
+            Some(
+                "IPv4 only; IPv6 stays on the bridge: [ip6tables filter chain FORWARD: policy \
+                 drop]"
+            )
+        );
+
+        // A network Docker's rules know nothing of: iptables' FORWARD policy closes IPv4 too,
+        // and with no family left the pair is refused, naming a rule of each.
+        let closed = rs.blockers("br-mine", side("veth1", &a), side("veth2", &b));
+        assert_eq!(closed.open(), Families::NONE);
+        let all: Vec<String> = closed.blockers().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            all,
+            [
+                "iptables filter chain FORWARD: policy drop",
+                "ip6tables filter chain FORWARD: policy drop"
+            ]
+        );
+
+        // A family neither end has an address of is not open: it has nothing to carry, and
+        // frames of it stay on the bridge (fail closed if one appears before the next check).
+        let a4 = ips(&["172.18.0.2"]);
+        let b4 = ips(&["172.18.0.3"]);
+        let v4 = rs.blockers("br-4abc8bbf58d0", side("veth1", &a4), side("veth2", &b4));
+        assert_eq!((v4.open(), v4.note()), (Families::IPV4, None));
+    }
+
+    /// Traffic control on a port acts on every frame: it closes both families.
+    #[test]
+    fn traffic_control_closes_every_family() {
+        let mut verdict = FamilyVerdict::new(Families::ALL);
+        verdict.close_all(Blocker {
+            table: "tc on veth1".into(),
+            chain: "root".into(),
+            rule: "qdisc tbf".into(),
+        });
+        assert_eq!(verdict.open(), Families::NONE);
+        assert!(refusal("a", "b", "br", &verdict.blockers(), "x").contains("traffic control"));
     }
 
     #[test]
@@ -517,9 +593,9 @@ mod tests {
         let b4 = ips(&["10.9.0.3", "fe80::2"]);
         let a = side("veth1", &a4);
         let b = side("veth2", &b4);
-        assert_eq!(rs.blockers("br-mine", a, b), []);
+        assert_eq!(rs.blockers("br-mine", a, b).blockers(), []);
         let rs = ruleset(ENGINE_28_V4, ENGINE_28_V6, Some((true, false)));
-        let found = rs.blockers("br-mine", a, b);
+        let found = rs.blockers("br-mine", a, b).blockers();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
             found[0].to_string(),
@@ -560,12 +636,15 @@ mod tests {
         };
         let (a4, b4) = (ips(&["10.9.0.2"]), ips(&["10.9.0.3"]));
         let (a, b) = (side("veth1", &a4), side("veth2", &b4));
-        assert_eq!(drop_all("eth0").blockers("br-x", a, b), []);
-        assert_eq!(drop_all("veth2").blockers("br-x", a, b).len(), 1);
-        assert_eq!(drop_all("br-x").blockers("br-x", a, b).len(), 1);
+        assert_eq!(drop_all("eth0").blockers("br-x", a, b).blockers(), []);
+        assert_eq!(drop_all("veth2").blockers("br-x", a, b).blockers().len(), 1);
+        assert_eq!(drop_all("br-x").blockers("br-x", a, b).blockers().len(), 1);
         // doctor does not know the ports: any device may be one.
         assert_eq!(
-            drop_all("eth0").on_bridge("br-x", &a4, true, false).len(),
+            drop_all("eth0")
+                .on_bridge("br-x", &a4, true, false)
+                .blockers()
+                .len(),
             1
         );
     }

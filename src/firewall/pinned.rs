@@ -10,22 +10,26 @@ use std::net::IpAddr;
 
 use anyhow::Result;
 
-use super::{RulesetCache, Side, refusal};
-use crate::{datapath::LinkRecord, netlink::Interface};
+use super::{FamilyVerdict, RulesetCache, Side, refusal, verdict::listed};
+use crate::{datapath::LinkRecord, family::Families, netlink::Interface};
 
 /// The addresses recorded for the container behind a managed veth, by ifindex (`None`: not
 /// managed): what the datapath holds ([`crate::datapath::Datapath::recorded_addresses`]).
 pub type Recorded<'r> = dyn FnMut(u32) -> Result<Option<Vec<IpAddr>>> + 'r;
 
-/// A pinned link a rule now covers, and the one line that says which.
+/// A pinned link a rule now covers, the families it may keep, and the one line that says which
+/// rule.
 #[derive(Debug)]
 pub struct Covered {
     pub link: LinkRecord,
+    /// What the link may still carry: empty when it must go.
+    pub families: Families,
     pub message: String,
 }
 
-/// The links among `links` not made to bypass the firewall that the rules, as of the cache's
-/// last refresh, would now refuse. A link whose veth is gone is left to garbage collection.
+/// The links among `links` not made to bypass the firewall that carry a family the rules, as of
+/// the cache's last refresh, now close: each with the families it may keep (none: it must go).
+/// A link whose veth is gone is left to garbage collection.
 pub fn covered(
     rules: &mut RulesetCache,
     recorded: &mut Recorded<'_>,
@@ -35,27 +39,64 @@ pub fn covered(
 ) -> Result<Vec<Covered>> {
     let mut out = Vec::new();
     for link in links.iter().filter(|l| !l.bypasses_firewall) {
-        let (Some(low), Some(high)) = (
-            port(recorded, host, link.low_ifindex)?,
-            port(recorded, host, link.high_ifindex)?,
-        ) else {
+        let Some((bridge, verdict)) = judged(rules, recorded, host, link)? else {
             continue;
         };
-        let blockers = rules.between_ports(&low.bridge, low.side(), high.side())?;
-        if !blockers.is_empty() {
-            out.push(Covered {
-                link: link.clone(),
-                message: refusal(
-                    &link.low_name,
-                    &link.high_name,
-                    &low.bridge,
-                    &blockers,
-                    way_out,
-                ),
-            });
+        let closed = link.families.and(verdict.closed());
+        if closed.is_empty() {
+            continue;
         }
+        let left = link.families.and(closed.others());
+        // A family the pair has no address of carries nothing: a link left with only such a
+        // family is no link.
+        let families = if left.and(verdict.carried()).is_empty() {
+            Families::NONE
+        } else {
+            left
+        };
+        let message = if families.is_empty() {
+            refusal(
+                &link.low_name,
+                &link.high_name,
+                &bridge,
+                &verdict.blockers(),
+                way_out,
+            )
+        } else {
+            format!(
+                "{} and {} carry {families} only: their {closed} traffic goes back to bridge {}, \
+                 where {} may drop or alter it",
+                link.low_name,
+                link.high_name,
+                bridge,
+                listed(&verdict.closing(closed))
+            )
+        };
+        out.push(Covered {
+            link: link.clone(),
+            families,
+            message,
+        });
     }
     Ok(out)
+}
+
+/// What the rules, as of the cache's last refresh, say of a pinned link's traffic, with its
+/// bridge; `None` when a veth of it is gone or not managed.
+pub fn judged(
+    rules: &mut RulesetCache,
+    recorded: &mut Recorded<'_>,
+    host: &[Interface],
+    link: &LinkRecord,
+) -> Result<Option<(String, FamilyVerdict)>> {
+    let (Some(low), Some(high)) = (
+        port(recorded, host, link.low_ifindex)?,
+        port(recorded, host, link.high_ifindex)?,
+    ) else {
+        return Ok(None);
+    };
+    let verdict = rules.between_ports(&low.bridge, low.side(), high.side())?;
+    Ok(Some((low.bridge, verdict)))
 }
 
 /// A managed veth as the rules see it.

@@ -9,8 +9,8 @@ use std::{thread, time::Duration};
 use crate::{
     scenarios,
     support::{
-        self, Background, DXDP, Dxdp, Engine, FirewallRule, PinDir, Run, Watch, can_run,
-        link_between, next_id, run_for, try_run,
+        self, Background, ChainPolicy, DXDP, Dxdp, Engine, FirewallRule, PinDir, Run, Watch,
+        can_run, link_between, must, next_id, run_for, try_run,
     },
 };
 
@@ -326,6 +326,135 @@ fn a_drop_in_netavarks_forward_chain_refuses_the_pair() {
     world.dxdp.status().assert_empty();
     drop(rule);
     world.dxdp(&["link", &a, &b]).assert_success();
+}
+
+/// The IPv6 link-local address of a container's `eth0`, from /proc/net/if_inet6 (the image has
+/// no `ip -6`): Podman gives one even on an IPv4-only network.
+#[track_caller]
+fn link_local(container: &str) -> String {
+    let table = podman_ok(&["exec", container, "cat", "/proc/net/if_inet6"]);
+    let hex = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 6 && f[5] == "eth0" && f[0].starts_with("fe80"))
+        .map(|f| f[0].to_owned())
+        .unwrap_or_else(|| panic!("{container} has no IPv6 link-local on eth0: {table}"));
+    let groups: Vec<&str> = (0..8).map(|i| &hex[4 * i..4 * i + 4]).collect();
+    let addr: std::net::Ipv6Addr = groups.join(":").parse().expect("an IPv6 address");
+    addr.to_string()
+}
+
+/// Makes `container` know `peer`'s link-local address at `mac` without neighbour discovery
+/// (whose multicast solicitations take the bridge, where the rules drop them), so that its
+/// IPv6 frames to the peer are unicast to the linked MAC: those the link must leave alone.
+#[track_caller]
+fn pin_neighbour(container: &str, peer_ll: &str, mac: &str) {
+    let pid = podman_ok(&["inspect", "-f", "{{.State.Pid}}", container]);
+    must(&[
+        "nsenter",
+        "-t",
+        &pid,
+        "-n",
+        "ip",
+        "-6",
+        "neigh",
+        "replace",
+        peer_ll,
+        "dev",
+        "eth0",
+        "lladdr",
+        mac,
+        "nud",
+        "permanent",
+    ]);
+}
+
+/// Podman next to Docker 28 (issue 38, item 7): Podman gives its containers IPv6 link-local
+/// addresses on an IPv4-only network, and Docker 28 sets ip6tables' `FORWARD` policy to `DROP`.
+/// The pair is linked for IPv4, which Docker's and netavark's rules accept, and says so; IPv4
+/// rides the link (its counters rise); IPv6 stays on the bridge, where the policy drops it as
+/// before: a unicast IPv6 frame to the linked MAC is not redirected.
+#[test]
+fn a_pair_ip6tables_drops_is_linked_for_ipv4_only_and_ipv6_stays_on_the_bridge() {
+    if !require_podman() {
+        return;
+    }
+    let _policy = ChainPolicy::set("ip6tables", "FORWARD", "DROP");
+    let mut world = World::new();
+    let net = world.network("v4only", &[]);
+    let a = world.run("a", &["--network", &net]);
+    let b = world.run("b", &["--network", &net]);
+    let (ll_a, ll_b) = (link_local(&a), link_local(&b));
+
+    let run = world.dxdp(&["link", &a, &b]);
+    run.assert_success();
+    assert!(
+        run.stdout
+            .contains("(IPv4 only; IPv6 stays on the bridge: [ip6tables filter chain FORWARD"),
+        "the link says which family stays on the bridge and why: {run}"
+    );
+    let status = world.dxdp.status();
+    let link = link_between(&status, &a, &b).expect("linked").clone();
+    assert_eq!(link.families, ["ipv4"], "{link:?}");
+    let text = world.dxdp(&["status"]);
+    text.assert_success();
+    assert!(
+        text.stdout.contains("FAMILIES") && text.stdout.contains("ipv4 "),
+        "status shows the link's families: {text}"
+    );
+
+    ping_all(&a, &world.ip(&b, &net), 20);
+    let status = world.dxdp.status();
+    let after_v4 = link_between(&status, &a, &b).expect("linked").clone();
+    assert!(
+        after_v4.low_to_high.packets >= link.low_to_high.packets + 20
+            && after_v4.high_to_low.packets >= link.high_to_low.packets + 20,
+        "IPv4 rides the link both ways: {after_v4:?}"
+    );
+
+    let mac = |c: &str| {
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{net}\").MacAddress}}}}");
+        podman_ok(&["inspect", "-f", &format, c])
+    };
+    pin_neighbour(&a, &ll_b, &mac(&b));
+    pin_neighbour(&b, &ll_a, &mac(&a));
+    let ping6 = podman(&[
+        "exec",
+        &a,
+        "ping",
+        "-6",
+        "-q",
+        "-n",
+        "-c",
+        "5",
+        "-i",
+        "0.2",
+        "-W",
+        "1",
+        &format!("{ll_b}%eth0"),
+    ]);
+    let status = world.dxdp.status();
+    let after_v6 = link_between(&status, &a, &b).expect("still linked").clone();
+    assert_eq!(
+        (after_v6.low_to_high, after_v6.high_to_low),
+        (after_v4.low_to_high, after_v4.high_to_low),
+        "no IPv6 frame was redirected: {ping6}"
+    );
+    let nf6 = std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-ip6tables");
+    if nf6.is_ok_and(|v| v.trim() == "1") {
+        assert!(
+            !ping6.stdout.contains(" 0% packet loss"),
+            "the bridge drops IPv6 between them as before: {ping6}"
+        );
+    }
+
+    let doctor = world.dxdp(&["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains("carries IPv4 only; IPv6 stays on the bridge, where [ip6tables"),
+        "doctor names the rule keeping IPv6 on the bridge: {doctor}"
+    );
 }
 
 /// `dxdp watch` on Podman, driven by Podman's events (the resync is left at 60 s, beyond every

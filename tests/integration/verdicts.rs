@@ -28,7 +28,8 @@ use aya::{
     programs::{ProgramError, SchedClassifier, Xdp},
 };
 use dxdp_common::{
-    Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, LinkTarget, MacAddr, Sources, names,
+    CLOSED_IPV4, CLOSED_IPV6, Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, LinkTarget,
+    MacAddr, Sources, names,
 };
 
 use crate::support::{can_run, library::OBJECT, missing_root_and_bpffs};
@@ -282,7 +283,12 @@ impl Datapath {
 
     /// Adds a direction as `dxdp` does: the same target and zeroed counters on every CPU.
     fn add_link(&mut self, ingress: u32, dst: MacAddr, target: u32) {
-        let value = PerCpuValues::try_from(vec![LinkTarget::new(target); cpus()]).unwrap();
+        self.add_link_closed(ingress, dst, target, 0);
+    }
+
+    /// [`Datapath::add_link`] keeping the `closed` families on the bridge.
+    fn add_link_closed(&mut self, ingress: u32, dst: MacAddr, target: u32, closed: u8) {
+        let value = PerCpuValues::try_from(vec![LinkTarget::new(target, closed); cpus()]).unwrap();
         let mut links: PerCpuHashMap<_, LinkKey, LinkTarget> = self.map_mut(names::LINKS);
         links.insert(LinkKey::new(ingress, dst), value, 0).unwrap();
     }
@@ -537,6 +543,24 @@ fn linked(prog: Prog, net: Net) -> Datapath {
     dp.add_link(net.ingress, MAC_B, net.target);
     dp.add_link(net.target, MAC_A, net.ingress);
     dp
+}
+
+/// [`linked`], but both directions keep the `closed` families on the bridge (a rule closes them).
+fn linked_keeping(prog: Prog, net: Net, closed: u8) -> Datapath {
+    let mut dp = linked(prog, net);
+    dp.add_link_closed(net.ingress, MAC_B, net.target, closed);
+    dp.add_link_closed(net.target, MAC_A, net.ingress, closed);
+    dp
+}
+
+/// [`linked`] for IPv4 only: ip6tables closes IPv6 (Docker 28's `FORWARD` policy `DROP`).
+fn linked_ipv4_only(prog: Prog, net: Net) -> Datapath {
+    linked_keeping(prog, net, CLOSED_IPV6)
+}
+
+/// [`linked`] for IPv6 only.
+fn linked_ipv6_only(prog: Prog, net: Net) -> Datapath {
+    linked_keeping(prog, net, CLOSED_IPV4)
 }
 
 /// Only the ingress in the devmap, and a link from it to `target`: the target comes from the
@@ -1054,6 +1078,68 @@ verdict_cases! {
                 on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::ArpTo(IP_B), len: 60,
                 verdict: Verdict::Redirect,
                 then: &[Traffic(Ingress, MAC_B, (3, 190)), Spoofed(Ingress, 0)],
+            },
+        ],
+    };
+
+    /// A link that carries IPv4 only redirects IPv4 and ARP; IPv6, neighbour discovery included,
+    /// goes to the bridge, where the rule that closed it sees it (issue 38, item 7).
+    a_link_of_ipv4_only_leaves_ipv6_to_the_bridge: Case {
+        setup: linked_ipv4_only,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: Own, len: 60, verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (1, 60))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp(MAC_A, IP_A), len: 60,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (2, 120))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V6(IP6_A, IPPROTO_UDP, 0), len: 70,
+                verdict: Verdict::Pass,
+                then: &[
+                    Expect::Counters(Ingress, Some(Counters {
+                        redirected_packets: 2,
+                        redirected_bytes: 120,
+                        ..passed(1, 70)
+                    })),
+                    Traffic(Ingress, MAC_B, (2, 120)),
+                ],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A,
+                l3: L3::Nd(NDP_NEIGHBOR_ADVERT, LL6_A, IP6_A, Some(MAC_A)), len: 86,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 0), Traffic(Ingress, MAC_B, (2, 120))],
+            },
+            // The reply direction is held the same way.
+            Step {
+                on: Target, dst: MAC_A, src: MAC_B, l3: L3::V6To(IP6_A), len: 70,
+                verdict: Verdict::Pass,
+                then: &[Traffic(Target, MAC_A, (0, 0))],
+            },
+        ],
+    };
+
+    /// And the other way round: IPv4 and ARP go to the bridge, IPv6 rides the link.
+    a_link_of_ipv6_only_leaves_ipv4_and_arp_to_the_bridge: Case {
+        setup: linked_ipv6_only,
+        steps: &[
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::V6(IP6_A, IPPROTO_UDP, 0), len: 70,
+                verdict: Verdict::Redirect,
+                then: &[Traffic(Ingress, MAC_B, (1, 70))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: Own, len: 60, verdict: Verdict::Pass,
+                then: &[Traffic(Ingress, MAC_B, (1, 70))],
+            },
+            Step {
+                on: Ingress, dst: MAC_B, src: MAC_A, l3: L3::Arp(MAC_A, IP_A), len: 60,
+                verdict: Verdict::Pass,
+                then: &[Spoofed(Ingress, 0), Traffic(Ingress, MAC_B, (1, 70))],
             },
         ],
     };

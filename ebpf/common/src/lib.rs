@@ -6,7 +6,7 @@
 #![no_std]
 
 /// Layout version of the pinned maps. A pinned directory written with another version is refused.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// The layout before [`Sources`]: the same maps less `DXDP_SOURCES`. A directory of this
 /// version is migrated in place (the map is added and filled from each endpoint's namespace).
@@ -15,6 +15,11 @@ pub const ABI_VERSION_WITHOUT_SOURCES: u32 = 2;
 /// The layout before [`LinkMeta::firewall`]: the byte was padding, always zero, which reads as
 /// [`FIREWALL_CHECKED`]. A directory of this version is taken as it is and stamped.
 pub const ABI_VERSION_WITHOUT_FIREWALL: u32 = 3;
+
+/// The layout before [`LinkTarget::closed`]: the byte was padding, always zero, which reads as
+/// "every family rides the link", what the firewall check of that layout allowed. A directory of
+/// this version gets this binary's programs and is stamped; its links stay as they are.
+pub const ABI_VERSION_WITHOUT_FAMILIES: u32 = 4;
 
 /// Names of the maps and programs as they appear in the object file and under the pin directory.
 pub mod names {
@@ -63,16 +68,25 @@ impl LinkKey {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkTarget {
     pub target_ifindex: u32,
-    pub _pad: u32,
+    /// The address families whose frames stay on the bridge ([`CLOSED_IPV4`], [`CLOSED_IPV6`]):
+    /// those the firewall may drop or alter there. Zero: every family rides the link.
+    pub closed: u8,
+    pub _pad: [u8; 3],
     pub packets: u64,
     pub bytes: u64,
 }
 
+/// [`LinkTarget::closed`]: IPv4 and ARP frames stay on the bridge.
+pub const CLOSED_IPV4: u8 = 1 << 0;
+/// [`LinkTarget::closed`]: IPv6 frames, neighbour discovery included, stay on the bridge.
+pub const CLOSED_IPV6: u8 = 1 << 1;
+
 impl LinkTarget {
-    pub const fn new(target_ifindex: u32) -> Self {
+    pub const fn new(target_ifindex: u32, closed: u8) -> Self {
         Self {
             target_ifindex,
-            _pad: 0,
+            closed,
+            _pad: [0; 3],
             packets: 0,
             bytes: 0,
         }

@@ -1,6 +1,6 @@
 //! The one decision both datapaths share.
 use dxdp_common::{
-    Counters, LinkKey, MacAddr,
+    CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr,
     ingress::{PROTO_TCP, PROTO_UDP},
 };
 
@@ -28,7 +28,8 @@ const NDP_OPT_LEN: usize = 8;
 
 /// Redirects only a frame that (1) arrives on a managed veth, (2) carries that container's own
 /// source MAC, (3) is unicast to a MAC linked from this very veth, (4) is IPv4, ARP or IPv6
-/// (not behind an IPv6 extension header, no router message) whose every claim about its sender
+/// (not behind an IPv6 extension header, no router message) of a family the link carries (a
+/// family the firewall may drop on the bridge goes there) and whose every claim about its sender
 /// is the container's own (source address; ARP's sender addresses; a neighbour message's
 /// link-layer option and an advertisement's target), (5) is addressed to one of the target
 /// container's own addresses (IP destination; ARP's target protocol address), and (6) whose
@@ -74,6 +75,8 @@ pub fn decide<A: Copy>(
                         match claim(frame) {
                             // IPv6 extension headers, router messages, other ethertypes.
                             None => Outcome::Passed,
+                            // A family the rules may drop there: the bridge's, whoever sent it.
+                            Some(claim) if link.closed & claim.family != 0 => Outcome::Passed,
                             Some(claim) if !honest(ingress_ifindex, &endpoint.mac, &claim) => {
                                 Outcome::Spoofed
                             }
@@ -149,6 +152,9 @@ fn ethernet_addrs(frame: &Frame) -> Option<(MacAddr, MacAddr)> {
 /// What a frame a link may carry says about its sender, all of which must be the sending
 /// container's own for the frame to skip the bridge.
 struct Claim {
+    /// The family's bit in `LinkTarget::closed`: ARP counts as IPv4 (it resolves IPv4
+    /// addresses; the ip6tables rules that close IPv6 never see it).
+    family: u8,
     /// IPv4 (v4-mapped) or IPv6 source address; for ARP, the sender protocol address.
     source: [u8; 16],
     /// A neighbour advertisement's target: the address it claims the sender has.
@@ -215,6 +221,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                 return None;
             }
             Some(Claim {
+                family: CLOSED_IPV4,
                 source: v4_mapped(&ip[12..16]),
                 target: None,
                 lladdr: None,
@@ -234,6 +241,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
             let mut sha = [0u8; 6];
             sha.copy_from_slice(&arp[8..14]);
             Some(Claim {
+                family: CLOSED_IPV4,
                 source: v4_mapped(&arp[14..18]),
                 target: None,
                 lladdr: Some(sha),
@@ -256,6 +264,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
             destination.copy_from_slice(&ip[24..40]);
             match ip[6] {
                 PROTO_TCP | PROTO_UDP | PROTO_SCTP => Some(Claim {
+                    family: CLOSED_IPV6,
                     source,
                     target: None,
                     lladdr: None,
@@ -267,6 +276,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                     }
                     NDP_FIRST..=NDP_LAST => None,
                     _ => Some(Claim {
+                        family: CLOSED_IPV6,
                         source,
                         target: None,
                         lladdr: None,
@@ -319,6 +329,7 @@ fn neighbour_claim(
         return None;
     };
     Some(Claim {
+        family: CLOSED_IPV6,
         source,
         target: (kind == NDP_NEIGHBOR_ADVERT).then_some(target),
         lladdr,

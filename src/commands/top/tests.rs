@@ -14,6 +14,7 @@ fn link(low: u32, high: u32, l2h: (u64, u64), h2l: (u64, u64)) -> LinkSnap {
             datapath: Kind::Tc,
             origin: Origin::Manual,
             bypasses_firewall: false,
+            families: crate::family::Families::ALL,
             created_unix_secs: 100,
             low_to_high: Traffic {
                 packets: l2h.0,

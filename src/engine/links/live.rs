@@ -11,6 +11,7 @@ use crate::{
     },
     endpoint::Endpoint,
     engine::PortStore,
+    family::Families,
     netlink::Interface,
 };
 
@@ -49,7 +50,7 @@ impl LinkTable for Live {
         self.datapath.remove(low_ifindex, high_ifindex).map(drop)
     }
 
-    fn install(&mut self, link: &Resolved, kind: Kind) -> Result<()> {
+    fn install(&mut self, link: &Resolved, kind: Kind, families: Families) -> Result<()> {
         let request = LinkRequest {
             a: &link.a,
             b: &link.b,
@@ -57,6 +58,7 @@ impl LinkTable for Live {
             origin: Origin::Watch,
             network: &link.network,
             bypass_firewall: link.bypass_firewall,
+            families,
         };
         self.datapath.install(&request, &self.host).map(drop)
     }
@@ -77,6 +79,10 @@ impl LinkStore for Live {
 
     fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>> {
         self.datapath.recorded_addresses(ifindex)
+    }
+
+    fn set_families(&mut self, low: u32, high: u32, families: Families) -> Result<()> {
+        self.datapath.set_families(low, high, families).map(drop)
     }
 }
 

@@ -14,6 +14,8 @@
 //!   renews it: present is not the same as finished.
 //! - One link that cannot be installed (full map, foreign program) does not stop the others;
 //!   a removal that fails stops the pass, which the next reconcile retries.
+//! - A link of the watch that carries other families than the rules now leave open (a rule
+//!   closed IPv6, or went) is updated in place: its counters and attachments stay.
 //! - A pass can be scoped to the veths of the containers an event is about ([`Scope`]): it
 //!   then changes only links with an end among them, and leaves every other link as it is.
 pub mod live;
@@ -25,6 +27,7 @@ use anyhow::Result;
 use crate::{
     datapath::{Kind, LinkRecord, Origin},
     endpoint::Endpoint,
+    family::Families,
     netlink::Interface,
 };
 pub use live::{Live, Resolved};
@@ -36,17 +39,25 @@ pub struct Wanted<L> {
     pub low_ifindex: u32,
     pub high_ifindex: u32,
     pub kind: Kind,
+    /// The families the rules leave open; the others stay on the bridge.
+    pub families: Families,
     pub link: L,
 }
 
 impl<L> Wanted<L> {
+    /// A link of every family; [`Wanted::carrying`] narrows it.
     pub fn new(x: u32, y: u32, kind: Kind, link: L) -> Self {
         Self {
             low_ifindex: x.min(y),
             high_ifindex: x.max(y),
             kind,
+            families: Families::ALL,
             link,
         }
+    }
+
+    pub fn carrying(self, families: Families) -> Self {
+        Self { families, ..self }
     }
 
     fn pair(&self) -> (u32, u32) {
@@ -85,6 +96,8 @@ pub enum Intent<'w, L> {
     /// Install again a link of the watch that lacks an attachment or whose pinned endpoints
     /// are not the wanted ones any more, with its pinned datapath.
     Complete(&'w Wanted<L>, Kind),
+    /// Make a link of the watch carry the wanted families (install again: only they change).
+    Update(&'w Wanted<L>),
 }
 
 /// The links as the engine sees them: the pinned state, and how to change it.
@@ -97,7 +110,8 @@ pub trait LinkTable {
     /// the ones `link` resolved.
     fn complete(&mut self, record: &LinkRecord, link: &Self::Link) -> bool;
     fn remove(&mut self, low_ifindex: u32, high_ifindex: u32) -> Result<()>;
-    fn install(&mut self, link: &Self::Link, kind: Kind) -> Result<()>;
+    /// Installs the link carrying `families`, or makes an installed one carry them.
+    fn install(&mut self, link: &Self::Link, kind: Kind, families: Families) -> Result<()>;
 }
 
 /// The links table as a whole pass of the engine uses it, besides what [`diff`] and [`apply`]
@@ -114,10 +128,17 @@ pub trait LinkStore: LinkTable<Link = Resolved> + Send {
     fn refresh_sources(&mut self, endpoints: &[&Endpoint]) -> Result<usize>;
     /// The addresses recorded for the container behind a managed veth.
     fn recorded_addresses(&mut self, ifindex: u32) -> Result<Option<Vec<IpAddr>>>;
+    /// Makes a pinned link carry only `families`, keeping everything else of it.
+    fn set_families(
+        &mut self,
+        low_ifindex: u32,
+        high_ifindex: u32,
+        families: Families,
+    ) -> Result<()>;
 }
 
 /// The changes that take `actual` to `wanted` within `scope`: removals first, then installs,
-/// then completions. `complete` tells whether a pinned link is whole and as wanted.
+/// then completions, then updates of families. `complete` tells whether a pinned link is whole and as wanted.
 pub fn diff<'w, L: PartialEq>(
     wanted: &'w [Wanted<L>],
     actual: &[LinkRecord],
@@ -146,6 +167,7 @@ pub fn diff<'w, L: PartialEq>(
     }
     let mut installs: Vec<Intent<'w, L>> = Vec::new();
     let mut completions = Vec::new();
+    let mut updates = Vec::new();
     let mut seen: Vec<(u32, u32)> = Vec::new();
     for w in wanted {
         if seen.contains(&w.pair()) || !scope.covers(w.low_ifindex, w.high_ifindex) {
@@ -156,7 +178,10 @@ pub fn diff<'w, L: PartialEq>(
             Some(have) if have.origin != Origin::Watch => {}
             Some(have) if have.datapath == w.kind => {
                 if !complete(have, &w.link) {
+                    // Installing again writes the wanted families too.
                     completions.push(Intent::Complete(w, have.datapath));
+                } else if have.families != w.families {
+                    updates.push(Intent::Update(w));
                 }
             }
             _ => installs.push(Intent::Install(w)),
@@ -167,6 +192,7 @@ pub fn diff<'w, L: PartialEq>(
         .map(|(low, high)| Intent::Remove { low, high })
         .chain(installs)
         .chain(completions)
+        .chain(updates)
         .collect()
 }
 
@@ -177,6 +203,8 @@ pub struct Applied<'w, L> {
     pub removed: Vec<(u32, u32)>,
     pub installed: Vec<&'w Wanted<L>>,
     pub completed: Vec<&'w Wanted<L>>,
+    /// Links of the watch that carry other families now.
+    pub updated: Vec<&'w Wanted<L>>,
     /// Links that could not be installed, with why; the next pass tries again.
     pub failed: Vec<(&'w Wanted<L>, anyhow::Error)>,
     /// Links pinned after the pass.
@@ -201,6 +229,7 @@ where
         removed: Vec::new(),
         installed: Vec::new(),
         completed: Vec::new(),
+        updated: Vec::new(),
         failed: Vec::new(),
         links: 0,
     };
@@ -210,12 +239,16 @@ where
                 table.remove(low, high)?;
                 applied.removed.push((low, high));
             }
-            Intent::Install(w) => match table.install(&w.link, w.kind) {
+            Intent::Install(w) => match table.install(&w.link, w.kind, w.families) {
                 Ok(()) => applied.installed.push(w),
                 Err(err) => applied.failed.push((w, err)),
             },
-            Intent::Complete(w, kind) => match table.install(&w.link, kind) {
+            Intent::Complete(w, kind) => match table.install(&w.link, kind, w.families) {
                 Ok(()) => applied.completed.push(w),
+                Err(err) => applied.failed.push((w, err)),
+            },
+            Intent::Update(w) => match table.install(&w.link, w.kind, w.families) {
+                Ok(()) => applied.updated.push(w),
                 Err(err) => applied.failed.push((w, err)),
             },
         }

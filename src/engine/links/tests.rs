@@ -41,18 +41,29 @@ impl LinkTable for Fake {
         Ok(())
     }
 
-    fn install(&mut self, &(low, high): &(u32, u32), kind: Kind) -> Result<()> {
-        self.calls.push(format!("install {low}-{high} {kind}"));
+    fn install(&mut self, &(low, high): &(u32, u32), kind: Kind, families: Families) -> Result<()> {
+        let only = if families == Families::ALL {
+            String::new()
+        } else {
+            format!(" {families}")
+        };
+        self.calls
+            .push(format!("install {low}-{high} {kind}{only}"));
         if self.refuse.contains(&(low, high)) {
             bail!("map full");
         }
         self.half_made.remove(&(low, high));
+        self.links
+            .retain(|l| (l.low_ifindex, l.high_ifindex) != (low, high) || l.datapath != kind);
         if !self
             .links
             .iter()
             .any(|l| (l.low_ifindex, l.high_ifindex) == (low, high))
         {
-            self.links.push(rec(low, high, kind, Origin::Watch));
+            self.links.push(LinkRecord {
+                families,
+                ..rec(low, high, kind, Origin::Watch)
+            });
         }
         Ok(())
     }
@@ -242,4 +253,41 @@ fn a_scoped_apply_then_a_whole_one_reach_the_same_table() {
     assert_eq!(whole.removed, [(1, 2)]);
     assert_eq!(table.calls[1..], ["remove 1-2", "install 7-8 tc"]);
     assert_eq!(whole.links, 3);
+}
+
+/// A rule that closes IPv6 under a link of the watch (or a rule that goes) changes the families
+/// it carries in place: an update, not a removal and a new install that would zero its
+/// counters. A hand-made link is left to the check of links made by hand.
+#[test]
+fn a_watch_link_whose_families_the_rules_change_is_updated_in_place() {
+    let wanted = [
+        want(1, 2, Kind::Tc).carrying(Families::IPV4),
+        want(3, 4, Kind::Tc),
+        want(5, 6, Kind::Tc).carrying(Families::IPV4),
+    ];
+    let mut table = Fake {
+        links: vec![
+            rec(1, 2, Kind::Tc, Origin::Watch),
+            LinkRecord {
+                families: Families::IPV6,
+                ..rec(3, 4, Kind::Tc, Origin::Watch)
+            },
+            rec(5, 6, Kind::Tc, Origin::Manual),
+        ],
+        ..Fake::default()
+    };
+    let actual = table.links.clone();
+    assert_eq!(
+        diff(&wanted, &actual, &Scope::Whole, |_, _| true),
+        [Intent::Update(&wanted[0]), Intent::Update(&wanted[1])]
+    );
+    let applied = apply(&mut table, &actual, &wanted, &Scope::Whole).unwrap();
+    assert_eq!(applied.updated.len(), 2);
+    assert!(applied.removed.is_empty() && applied.installed.is_empty());
+    assert_eq!(table.calls, ["install 1-2 tc IPv4", "install 3-4 tc"]);
+    let families: Vec<Families> = table.links().unwrap().iter().map(|l| l.families).collect();
+    assert!(families.contains(&Families::IPV4) && families.contains(&Families::ALL));
+    // Once carried as wanted, nothing is left to do.
+    let now = table.links().unwrap();
+    assert_eq!(diff(&wanted, &now, &Scope::Whole, |_, _| true), []);
 }

@@ -17,6 +17,7 @@ use crate::{
         Host, Ingress, PortStore,
         links::{LinkStore, LinkTable, Resolved},
     },
+    family::Families,
     firewall::{RulesSource, Ruleset, RulesetCache, TcState},
     netlink::Interface,
     netns::NetnsPath,
@@ -230,6 +231,7 @@ pub(crate) fn record(x: u32, y: u32, kind: Kind, origin: Origin) -> LinkRecord {
         datapath: kind,
         origin,
         bypasses_firewall: false,
+        families: Families::ALL,
         created_unix_secs: 0,
         low_to_high: Default::default(),
         high_to_low: Default::default(),
@@ -394,7 +396,7 @@ impl LinkTable for FakeLinks {
         Ok(())
     }
 
-    fn install(&mut self, link: &Resolved, kind: Kind) -> Result<()> {
+    fn install(&mut self, link: &Resolved, kind: Kind, families: Families) -> Result<()> {
         let mut world = self.0.world();
         if world.failing_installs > 0 {
             world.failing_installs -= 1;
@@ -404,7 +406,10 @@ impl LinkTable for FakeLinks {
         world
             .links
             .retain(|l| (l.low_ifindex, l.high_ifindex) != (x.min(y), x.max(y)));
-        world.links.push(record(x, y, kind, Origin::Watch));
+        world.links.push(LinkRecord {
+            families,
+            ..record(x, y, kind, Origin::Watch)
+        });
         Ok(())
     }
 }
@@ -472,5 +477,15 @@ impl LinkStore for FakeLinks {
             .name_of_veth(ifindex)
             .and_then(|name| world.addrs.get(&name).copied())
             .map(|addr| vec![addr]))
+    }
+
+    fn set_families(&mut self, low: u32, high: u32, families: Families) -> Result<()> {
+        let mut world = self.0.world();
+        for l in &mut world.links {
+            if (l.low_ifindex, l.high_ifindex) == (low, high) {
+                l.families = families;
+            }
+        }
+        Ok(())
     }
 }

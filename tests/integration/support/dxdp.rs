@@ -97,6 +97,9 @@ pub struct LinkStatus {
     pub datapath: String,
     pub origin: String,
     pub bypasses_firewall: bool,
+    /// `ipv4`, `ipv6`: what rides the link; the other family stays on the bridge.
+    #[serde(default)]
+    pub families: Vec<String>,
     pub created_unix_secs: u64,
     #[serde(default)]
     pub low_to_high: Traffic,

@@ -125,6 +125,52 @@ impl Drop for FirewallRule {
     }
 }
 
+/// A built-in chain's policy set for a test (`ip6tables -P FORWARD DROP`, as Docker 28 leaves
+/// it), and put back exactly as found on drop. A policy that already is the wanted one is left
+/// alone, and then not touched on drop either: other tests on the host rely on it.
+pub struct ChainPolicy {
+    tool: &'static str,
+    chain: String,
+    /// The policy found, where this guard changed it.
+    changed_from: Option<String>,
+}
+
+impl ChainPolicy {
+    #[track_caller]
+    pub fn set(tool: &'static str, chain: &str, policy: &str) -> Self {
+        let found = Self::current(tool, chain);
+        let changed_from = (found != policy).then(|| {
+            must(&[tool, "-w", "-P", chain, policy]);
+            found
+        });
+        Self {
+            tool,
+            chain: chain.to_owned(),
+            changed_from,
+        }
+    }
+
+    /// The policy `TOOL -S CHAIN` prints first: `-P CHAIN POLICY`.
+    #[track_caller]
+    pub fn current(tool: &str, chain: &str) -> String {
+        let rules = must(&[tool, "-w", "-S", chain]);
+        rules
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("-P {chain} ")))
+            .unwrap_or_else(|| panic!("{tool} -S {chain} printed no policy: {rules}"))
+            .trim()
+            .to_owned()
+    }
+}
+
+impl Drop for ChainPolicy {
+    fn drop(&mut self) {
+        if let Some(policy) = &self.changed_from {
+            quietly(&[self.tool, "-w", "-P", &self.chain, policy]);
+        }
+    }
+}
+
 /// A dxdp pin directory of its own under bpffs. On drop: `dxdp --pin-dir DIR cleanup`, then
 /// whatever is still there is removed.
 pub struct PinDir {
