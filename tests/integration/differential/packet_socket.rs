@@ -139,7 +139,7 @@ impl PacketSocket {
             if n < 0 {
                 return None;
             }
-            if addr.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if addr.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             buf.truncate(n as usize);
