@@ -47,6 +47,8 @@ apt_packages=(
     # sockperf's ping-pong; socat is the fixture's and the tests' generic TCP/UDP tool. Only the
     # binaries are used; services the packages may start on a systemd host are not.
     redis-server redis-tools wrk nginx-light sockperf socat
+    # The differential harness forgets conntrack's entries of its addresses between cases.
+    conntrack
 )
 # cc links every Rust binary; checked by command so a hand-installed compiler counts.
 command -v cc >/dev/null 2>&1 || apt_packages+=(gcc libc6-dev)

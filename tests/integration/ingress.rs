@@ -9,139 +9,10 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, FirewallRule, LinkGuard, NetnsGuard, World, assert_host_facts, bpftool,
-    iface_name, in_ns, load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program,
-    quietly, require_docker, run_for, update_pinned_link, wait_until,
+    Background, FORGE, FirewallRule, NetnsGuard, Outside, World, assert_host_facts, bpftool,
+    iface_name, in_container, in_ns, load_passing_tc, map_entries, must, next_id, pinned_link,
+    pinned_program, quietly, require_docker, run_for, update_pinned_link, wait_until,
 };
-
-/// A client namespace behind a veth "NIC": `host_addr` on the host end, `client_addr` in the
-/// namespace, routed to each other. 10.236.<k>.0/24 is this file's.
-struct Outside {
-    nic: String,
-    /// The pair's far end, in `ns`.
-    peer: String,
-    host_addr: String,
-    client_addr: String,
-    /// fd00:236:<k>::1 and ::2, the same pair's IPv6 addresses.
-    host_addr6: String,
-    // Dropped before the namespace, which takes the pair's other end with it.
-    _link: LinkGuard,
-    ns: NetnsGuard,
-}
-
-impl Outside {
-    fn new(world: &World) -> Self {
-        let k = next_id() % 250 + 1;
-        let ns = NetnsGuard::create(&format!("{}-out{k}", world.prefix));
-        let nic = iface_name();
-        let peer = iface_name();
-        must(&[
-            "ip", "link", "add", &nic, "type", "veth", "peer", "name", &peer, "netns", &ns.name,
-        ]);
-        let link = LinkGuard::adopt(&nic);
-        let host_addr = format!("10.236.{k}.1");
-        let client_addr = format!("10.236.{k}.2");
-        must(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", &nic]);
-        must(&["ip", "link", "set", &nic, "up"]);
-        let ip_ns = |args: &[&str]| {
-            let mut argv = vec!["ip", "-n", &ns.name];
-            argv.extend_from_slice(args);
-            must(&argv);
-        };
-        ip_ns(&["addr", "add", &format!("{client_addr}/24"), "dev", &peer]);
-        let host_addr6 = format!("fd00:236:{k:x}::1");
-        let client6 = format!("fd00:236:{k:x}::2/64");
-        must(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{host_addr6}/64"),
-            "dev",
-            &nic,
-            "nodad",
-        ]);
-        ip_ns(&["-6", "addr", "add", &client6, "dev", &peer, "nodad"]);
-        ip_ns(&["link", "set", &peer, "up"]);
-        Self {
-            nic,
-            peer,
-            host_addr,
-            client_addr,
-            host_addr6,
-            ns,
-            _link: link,
-        }
-    }
-
-    /// `argv` in the client namespace, bounded in time.
-    fn run(&self, argv: &[&str], timeout: Duration) -> crate::support::Run {
-        run_for(&in_ns(&self.ns.name, argv), timeout)
-    }
-
-    /// `forge.py MODE` from the client namespace: `count` forged connections from `from` to
-    /// `to`:`port`, put straight onto the far end of the NIC, addressed to the NIC's MAC.
-    fn forge(&self, mode: &str, from: &str, to: &str, port: u16, count: usize) {
-        let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.nic))
-            .expect("the NIC's MAC");
-        // Any source MAC: the forger's own.
-        let forger_mac = "02:00:5e:10:00:01";
-        let (port, count) = (port.to_string(), count.to_string());
-        let argv = [
-            "python3",
-            FORGE,
-            mode,
-            &self.peer,
-            nic_mac.trim(),
-            forger_mac,
-            from,
-            to,
-            &port,
-            &count,
-        ];
-        self.run(&argv, Duration::from_secs(20)).assert_success();
-    }
-}
-
-impl Outside {
-    /// `forge.py too-big` from the client namespace: an ICMP "fragmentation needed" (IPv4) or
-    /// "packet too big" (IPv6) of `mtu` from `from` to `published`'s address, about a reply from
-    /// `published` to `client`, as a router on the way would send it.
-    fn forge_too_big(&self, from: &str, published: (&str, u16), client: (&str, u16), mtu: u16) {
-        let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.nic))
-            .expect("the NIC's MAC");
-        let (sport, dport, mtu) = (
-            published.1.to_string(),
-            client.1.to_string(),
-            mtu.to_string(),
-        );
-        let argv = [
-            "python3",
-            FORGE,
-            "too-big",
-            &self.peer,
-            nic_mac.trim(),
-            "02:00:5e:10:00:01",
-            from,
-            published.0,
-            &sport,
-            client.0,
-            &dport,
-            &mtu,
-        ];
-        self.run(&argv, Duration::from_secs(10)).assert_success();
-    }
-}
-
-/// `argv` in a container's network namespace (the host's tools; the image has none).
-fn in_container(pid: u32, argv: &[&str]) -> Vec<String> {
-    let target = pid.to_string();
-    ["nsenter", "-t", &target, "-n"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain(argv.iter().map(|s| (*s).to_owned()))
-        .collect()
-}
 
 /// A file of random bytes and its sha256, removed on drop.
 struct Payload {
@@ -1724,8 +1595,8 @@ fn a_forged_mtu_error_from_a_source_the_stack_refuses_never_reaches_the_containe
             .nth(1)
             .map(str::to_owned)
     };
-    let v6_client = out.host_addr6.replace("::1", "::2");
-    let v6_elsewhere = elsewhere.host_addr6.replace("::1", "::2");
+    let v6_client = out.client_addr6.clone();
+    let v6_elsewhere = elsewhere.client_addr6.clone();
     let cases: [(&str, &str, &str, &str, u16); 5] = [
         (
             "the host's own address",
@@ -1861,7 +1732,7 @@ fn frames_the_stack_would_not_forward_to_the_container_stay_off_the_fast_path() 
         ];
         out.run(&argv, Duration::from_secs(10)).assert_success();
     };
-    let client6 = out.host_addr6.replace("::1", "::2");
+    let client6 = out.client_addr6.clone();
     let odd_udp = [
         "broadcast",
         "multicast",

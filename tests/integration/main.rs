@@ -34,6 +34,8 @@ mod docker;
 mod firewall;
 // Published ports from a veth "NIC" straight into containers (`dxdp expose`).
 mod ingress;
+// The same cases through Docker's path and dxdp's, and what each observer saw compared.
+mod differential;
 // The control plane at fleet scale (a private dockerd with up to 200 containers, 500 in the soak).
 mod fleet;
 // `watch --expedite-rcu`: the host's RCU expedite switch, on only while a pass attaches.

@@ -16,6 +16,12 @@ use super::{
 /// The binary under test, built by cargo for this test run.
 pub const DXDP: &str = env!("CARGO_BIN_EXE_dxdp");
 
+/// The binary [`Dxdp::run`] runs: `DXDP_BIN` if set (another build, e.g. an older commit's, whose
+/// programs the differential harness holds against Docker's path), else [`DXDP`].
+pub fn dxdp_bin() -> String {
+    std::env::var("DXDP_BIN").unwrap_or_else(|_| DXDP.to_owned())
+}
+
 /// Where bpffs is mounted; every pin directory of the tests is made under it
 /// (`/sys/fs/bpf/dxdp-test-<pid>-<n>`).
 pub const BPFFS: &str = "/sys/fs/bpf";
@@ -30,7 +36,8 @@ impl Dxdp {
     /// Runs `dxdp --pin-dir DIR ARGS…` whatever its exit code.
     pub fn run(&self, args: &[&str]) -> Run {
         let dir = self.pin_dir.to_string_lossy().into_owned();
-        let mut argv = vec![DXDP, "--pin-dir", &dir];
+        let bin = dxdp_bin();
+        let mut argv = vec![bin.as_str(), "--pin-dir", &dir];
         argv.extend_from_slice(args);
         run(&argv)
     }

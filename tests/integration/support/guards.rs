@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    dxdp::{BPFFS, DXDP},
+    dxdp::{BPFFS, dxdp_bin},
     host::host_iface_exists,
     process::{must, quietly},
 };
@@ -189,7 +189,7 @@ impl PinDir {
 impl Drop for PinDir {
     fn drop(&mut self) {
         let dir = self.path.to_string_lossy().into_owned();
-        quietly(&[DXDP, "--pin-dir", &dir, "cleanup"]);
+        quietly(&[dxdp_bin().as_str(), "--pin-dir", &dir, "cleanup"]);
         if self.path.exists() {
             eprintln!("cleanup: `dxdp cleanup` left {dir} behind; removing it");
             if let Err(e) = std::fs::remove_dir_all(&self.path) {

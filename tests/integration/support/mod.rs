@@ -15,6 +15,8 @@
 //! - [`docker_cli`]: the docker and compose commands;
 //! - [`docker_proxy`]: a proxy in front of a dockerd that can stall its event streams;
 //! - [`world`]: the Docker fixture, on the host's dockerd or on a private one;
+//! - [`outside`]: a client namespace behind a veth "NIC", the outside world of published ports;
+//! - [`netns`]: code run on a thread inside another network namespace;
 //! - [`engine`]: what a scenario needs of Docker's or Podman's world, to run on both;
 //! - [`watch`]: a `dxdp watch` in the background;
 //! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
@@ -35,6 +37,8 @@ pub mod host;
 pub mod labeled;
 pub mod library;
 pub mod names;
+pub mod netns;
+pub mod outside;
 pub mod pinned;
 pub mod prereq;
 pub mod process;
@@ -47,6 +51,6 @@ pub mod world;
 
 pub use self::{
     bench_report::*, bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*,
-    host::*, labeled::*, names::*, pinned::*, prereq::*, process::*, rcu_switch::*, rng::*,
-    topology::*, traffic::*, watch::*, world::*,
+    host::*, labeled::*, names::*, netns::*, outside::*, pinned::*, prereq::*, process::*,
+    rcu_switch::*, rng::*, topology::*, traffic::*, watch::*, world::*,
 };

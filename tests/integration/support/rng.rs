@@ -22,6 +22,11 @@ impl Rng {
         Self(seed | 1)
     }
 
+    /// A generator with this seed, printed by nobody: for callers that report their own seed.
+    pub fn from_seed(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;

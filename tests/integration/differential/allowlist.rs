@@ -1,0 +1,73 @@
+//! The differences the promise allows, each with its reason (docs/differential.md lists them).
+//! What the fast path changes by design and no observer records (MACs, TTL and hop limit) is
+//! normalised away in `record.rs`, and named in [`NORMALISED`].
+
+use super::{
+    case::{Case, Family, L3Edge, L4, Source},
+    runner::Allowance,
+};
+
+/// Differences the observers do not record at all, by design of the fast path.
+pub const NORMALISED: &[Allowance] = &[
+    Allowance {
+        name: "TTL/hop limit",
+        reason: "the fast path does not decrement it; the host is not a hop, as with a bridge",
+    },
+    Allowance {
+        name: "MACs",
+        reason: "the fast path writes the bridge's MAC as source as the bridge would; the \
+                 client's frames come from the NIC either way",
+    },
+];
+
+/// Errors the fast path refuses by design: a "packet too big" or "fragmentation needed" from a
+/// source that does not route back through the NIC. Docker's path takes them (IPv6 has no
+/// reverse-path filter; conntrack relates any source's error to the flow).
+pub const OFF_PATH_ERROR: Allowance = Allowance {
+    name: "off-path MTU error",
+    reason: "stricter by design (issue 38 item 2): an MTU error about a fast-path flow from a \
+             source that does not route back through the NIC (the host's own, another \
+             container's, another interface's address) is refused, so forged errors cannot \
+             lower a container's path MTU; conntrack, which never saw the flow, cannot relate \
+             it either, while Docker's path takes it",
+};
+
+/// An ICMPv6 error whose IPv6 payload length claims more than the frame: the fast path lets it
+/// into the container's namespace, whose stack drops it (the path MTU stays), while Docker's
+/// path drops it on the host.
+pub const LONG_ICMPV6_ERROR: Allowance = Allowance {
+    name: "over-long ICMPv6 error",
+    reason: "open: the NIC's program takes an ICMPv6 error whose payload length exceeds the \
+             frame into the container (its stack then drops it); Docker's path drops it on the \
+             host",
+};
+
+/// The allowance that excuses a difference of `observer` on `case`, if any.
+pub fn exposed(
+    case: &Case,
+    observer: &str,
+    docker: &[String],
+    fast: &[String],
+) -> Option<&'static Allowance> {
+    let mtu_error = matches!(case.l4, L4::MtuError { .. });
+    let off_path = matches!(
+        case.source,
+        Source::HostNic | Source::OtherContainer | Source::NotViaNic
+    );
+    // Docker's path delivered the error and learned the MTU; the fast path neither.
+    if mtu_error && off_path && fast.iter().all(|l| !l.contains("info ")) && fast != docker {
+        let learned = observer != "path MTU" || fast == ["path MTU none"];
+        if learned {
+            return Some(&OFF_PATH_ERROR);
+        }
+    }
+    if mtu_error
+        && case.family == Family::V6
+        && case.l3 == L3Edge::LongerThanFrame
+        && observer == "container"
+        && docker.is_empty()
+    {
+        return Some(&LONG_ICMPV6_ERROR);
+    }
+    None
+}

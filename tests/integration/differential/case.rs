@@ -1,0 +1,276 @@
+//! One case of the exposed-port topology: a spec drawn from a seed and the case's number alone,
+//! so that one case can be replayed without the others. Each layer is usually ordinary and
+//! sometimes one of the edges the stack judges (a frame it would not forward, a header it
+//! refuses), so that a difference names the layer that caused it.
+
+use std::fmt;
+
+use crate::support::Rng;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// Where the frame claims to come from; the exposed topology turns each into an address of its
+/// own making (see `exposed.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The client namespace's own address.
+    Client,
+    /// An address the stack refuses as a source (`n` picks which).
+    Martian(u8),
+    /// The host's own address on the NIC.
+    HostNic,
+    /// Another container's address on the container network.
+    OtherContainer,
+    /// IPv4 169.254/16 (routed through the NIC) or IPv6 fe80::/10.
+    LinkLocal,
+    /// A multicast address routed through the NIC.
+    Multicast,
+    /// IPv4's limited or the NIC subnet's broadcast (`n` picks which); IPv6's all-nodes.
+    Broadcast(u8),
+    /// An address routed through another interface of the test's (a dummy).
+    NotViaNic,
+}
+
+/// Where the frame is addressed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L2 {
+    NicMac,
+    Broadcast,
+    Multicast,
+    ForeignMac,
+    /// The NIC's MAC, with an 802.1Q tag.
+    Vlan,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L3Edge {
+    None,
+    /// IPv4: a header checksum off by one; IPv6 has none, so the layer-4 checksum instead.
+    BadChecksum,
+    /// The IP length claims 40 bytes more than the frame holds.
+    LongerThanFrame,
+    /// IPv4 options (NOPs); IPv6 a hop-by-hop extension header (PadN).
+    Options,
+    /// The first fragment (more to come) of a datagram.
+    FirstFragment,
+    /// A later fragment (offset 512 bytes, the last).
+    LaterFragment,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UdpLength {
+    Exact,
+    /// 16 bytes more than the datagram has.
+    TooLong,
+    /// 4, shorter than the UDP header itself.
+    TooShort,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    Tcp {
+        flags: TcpFlags,
+        sport: u16,
+        dport: Port,
+        payload: u16,
+    },
+    Udp {
+        sport: u16,
+        dport: Port,
+        payload: u16,
+        length: UdpLength,
+    },
+    /// "Fragmentation needed", MTU 600 (IPv4), or "packet too big", MTU 1280 (IPv6), quoting
+    /// the container's answer on a live UDP flow from the client's port `sport`, as the
+    /// client's router would send it.
+    MtuError { sport: u16 },
+}
+
+/// The destination port: the published ones or an edge beside them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    Published,
+    /// The published port plus one, which nobody publishes.
+    Beside,
+    Number(u16),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TcpFlags(pub u8);
+
+impl TcpFlags {
+    pub const FIN: u8 = 0x01;
+    pub const SYN: u8 = 0x02;
+    pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
+    pub const ACK: u8 = 0x10;
+    pub const URG: u8 = 0x20;
+}
+
+impl fmt::Debug for TcpFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", flag_letters(self.0))
+    }
+}
+
+/// tcpdump's letters for TCP flags (`.` for ACK), `none` for no flag.
+pub fn flag_letters(flags: u8) -> String {
+    let letters: String = [
+        (TcpFlags::FIN, 'F'),
+        (TcpFlags::SYN, 'S'),
+        (TcpFlags::RST, 'R'),
+        (TcpFlags::PSH, 'P'),
+        (TcpFlags::ACK, '.'),
+        (TcpFlags::URG, 'U'),
+    ]
+    .iter()
+    .filter(|(bit, _)| flags & bit != 0)
+    .map(|(_, c)| *c)
+    .collect();
+    if letters.is_empty() {
+        "none".to_owned()
+    } else {
+        letters
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Case {
+    pub index: u64,
+    pub family: Family,
+    pub source: Source,
+    pub l2: L2,
+    pub ttl: u8,
+    pub l3: L3Edge,
+    pub l4: L4,
+}
+
+impl Case {
+    /// Case `index` of the run with `seed`: a function of the two alone.
+    pub fn generate(seed: u64, index: u64) -> Self {
+        let mut rng = Rng::from_seed(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let family = if rng.below(2) == 0 {
+            Family::V4
+        } else {
+            Family::V6
+        };
+        // Half from the client itself: its packets are the ones the fast path takes.
+        let source = if rng.below(2) == 0 {
+            Source::Client
+        } else {
+            match rng.below(7) {
+                0 => Source::Martian(rng.below(3) as u8),
+                1 => Source::HostNic,
+                2 => Source::OtherContainer,
+                3 => Source::LinkLocal,
+                4 => Source::Multicast,
+                5 => Source::Broadcast(rng.below(2) as u8),
+                _ => Source::NotViaNic,
+            }
+        };
+        let l2 = if rng.below(10) < 7 {
+            L2::NicMac
+        } else {
+            [L2::Broadcast, L2::Multicast, L2::ForeignMac, L2::Vlan][rng.below(4) as usize]
+        };
+        let ttl = if rng.below(10) < 7 {
+            64
+        } else {
+            [0, 1, 2][rng.below(3) as usize]
+        };
+        let l3 = if rng.below(10) < 6 {
+            L3Edge::None
+        } else {
+            [
+                L3Edge::BadChecksum,
+                L3Edge::LongerThanFrame,
+                L3Edge::Options,
+                L3Edge::FirstFragment,
+                L3Edge::LaterFragment,
+            ][rng.below(5) as usize]
+        };
+        // A source port of the case's own, so that no two cases share a connection; sometimes
+        // an edge.
+        let own_port = 30000 + (index % 30000) as u16;
+        let sport = if rng.below(10) < 9 {
+            own_port
+        } else {
+            [0, 1, 1023, 1024, 65535][rng.below(5) as usize]
+        };
+        let dport = if rng.below(10) < 8 {
+            Port::Published
+        } else {
+            [Port::Beside, Port::Number(0), Port::Number(65535)][rng.below(3) as usize]
+        };
+        let l4 = match rng.below(4) {
+            0 | 1 => {
+                let flags = if rng.below(10) < 4 {
+                    TcpFlags::SYN
+                } else {
+                    [
+                        TcpFlags::SYN | TcpFlags::FIN,
+                        0,
+                        TcpFlags::FIN,
+                        TcpFlags::ACK,
+                        TcpFlags::RST,
+                        TcpFlags::SYN | TcpFlags::ACK,
+                        TcpFlags::FIN | TcpFlags::ACK,
+                        TcpFlags::SYN | TcpFlags::RST,
+                        TcpFlags::PSH | TcpFlags::ACK,
+                        0x3f,
+                    ][rng.below(10) as usize]
+                };
+                let payload = [0, 0, 10, 1000][rng.below(4) as usize];
+                L4::Tcp {
+                    flags: TcpFlags(flags),
+                    sport,
+                    dport,
+                    payload,
+                }
+            }
+            2 => {
+                // Up to a full 1500-byte packet of either family.
+                let largest = match family {
+                    Family::V4 => 1472,
+                    Family::V6 => 1452,
+                };
+                let payload = [0, 1, 32, 512, largest][rng.below(5) as usize];
+                let length = if rng.below(10) < 8 {
+                    UdpLength::Exact
+                } else {
+                    [UdpLength::TooLong, UdpLength::TooShort][rng.below(2) as usize]
+                };
+                L4::Udp {
+                    sport,
+                    dport,
+                    payload,
+                    length,
+                }
+            }
+            _ => L4::MtuError { sport: own_port },
+        };
+        Self {
+            index,
+            family,
+            source,
+            l2,
+            ttl,
+            l3,
+            l4,
+        }
+    }
+}
+
+impl fmt::Display for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} {:?} from {:?}, L2 {:?}, TTL {}, L3 {:?}, {:?}",
+            self.index, self.family, self.source, self.l2, self.ttl, self.l3, self.l4
+        )
+    }
+}

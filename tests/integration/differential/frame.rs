@@ -1,0 +1,307 @@
+//! A case's frame, built with etherparse: the headers are etherparse's, the edges are their
+//! fields set to what the case asks (a checksum off, a length too long), never bytes by hand.
+
+use std::net::IpAddr;
+
+use etherparse::{
+    EtherType, Ethernet2Header, Icmpv4Header, Icmpv4Type, Icmpv6Header, Icmpv6Type, IpFragOffset,
+    IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6FragmentHeader, Ipv6Header, Ipv6RawExtHeader,
+    SingleVlanHeader, TcpHeader, UdpHeader, VlanId, VlanPcp, icmpv4::DestUnreachableHeader,
+};
+
+use super::case::{Case, L2, L3Edge, L4, Port, TcpFlags, UdpLength};
+
+/// What a case's addresses became on the topology.
+pub struct Target {
+    pub src_mac: [u8; 6],
+    pub nic_mac: [u8; 6],
+    pub src: IpAddr,
+    /// The published address.
+    pub dst: IpAddr,
+    pub tcp_port: u16,
+    pub udp_port: u16,
+    /// For an MTU error: the packet it quotes, from its IP header on.
+    pub quote: Vec<u8>,
+}
+
+/// The MTUs the errors announce: above each family's minimum, below the container's 1500.
+pub const MTU4: u16 = 600;
+pub const MTU6: u32 = 1280;
+
+/// Flipped bits that turn a right checksum into a wrong one.
+const SPOIL: u16 = 0x0101;
+
+/// The whole frame of `case` on `target`.
+pub fn frame(case: &Case, target: &Target) -> Vec<u8> {
+    let spoil_l4 = case.l3 == L3Edge::BadChecksum && target.src.is_ipv6();
+    let (proto, l4) = transport(case, target, spoil_l4);
+    let mut out = link(case, target);
+    match (target.src, target.dst) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4(case, src.octets(), dst.octets(), proto, &l4)
+            .write_raw(&mut out)
+            .expect("IPv4 header"),
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            ipv6(case, src.octets(), dst.octets(), proto, &l4, &mut out)
+        }
+        _ => panic!("case {case}: source and destination of different families"),
+    }
+    out.extend_from_slice(&l4);
+    out
+}
+
+fn link(case: &Case, target: &Target) -> Vec<u8> {
+    let ip_type = if target.dst.is_ipv4() {
+        EtherType::IPV4
+    } else {
+        EtherType::IPV6
+    };
+    let destination = match (case.l2, target.dst) {
+        (L2::NicMac | L2::Vlan, _) => target.nic_mac,
+        (L2::Broadcast, _) => [0xff; 6],
+        (L2::Multicast, IpAddr::V4(_)) => [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01],
+        (L2::Multicast, IpAddr::V6(_)) => [0x33, 0x33, 0x00, 0x00, 0x00, 0x01],
+        (L2::ForeignMac, _) => [0x02, 0x00, 0x5e, 0x10, 0xee, 0x01],
+    };
+    let mut out = Vec::new();
+    let tagged = case.l2 == L2::Vlan;
+    Ethernet2Header {
+        source: target.src_mac,
+        destination,
+        ether_type: if tagged {
+            EtherType::VLAN_TAGGED_FRAME
+        } else {
+            ip_type
+        },
+    }
+    .write(&mut out)
+    .expect("Ethernet header");
+    if tagged {
+        SingleVlanHeader {
+            pcp: VlanPcp::ZERO,
+            drop_eligible_indicator: false,
+            vlan_id: VlanId::try_new(236).expect("a VLAN id"),
+            ether_type: ip_type,
+        }
+        .write(&mut out)
+        .expect("VLAN header");
+    }
+    out
+}
+
+fn ipv4(case: &Case, src: [u8; 4], dst: [u8; 4], proto: IpNumber, l4: &[u8]) -> Ipv4Header {
+    let mut ip = Ipv4Header::new(0, case.ttl, proto, src, dst).expect("IPv4 header");
+    ip.identification = case.index as u16;
+    if case.l3 == L3Edge::Options {
+        // Four NOPs: options that ask nothing of anyone, only make the header longer.
+        ip.options = [1u8, 1, 1, 1][..].try_into().expect("IPv4 options");
+    }
+    ip.set_payload_len(l4.len()).expect("IPv4 length");
+    match case.l3 {
+        L3Edge::FirstFragment => ip.more_fragments = true,
+        L3Edge::LaterFragment => {
+            ip.fragment_offset = IpFragOffset::try_new(64).expect("an offset");
+        }
+        L3Edge::LongerThanFrame => ip.total_len += 40,
+        _ => {}
+    }
+    ip.header_checksum = ip.calc_header_checksum();
+    if case.l3 == L3Edge::BadChecksum {
+        ip.header_checksum ^= SPOIL;
+    }
+    ip
+}
+
+fn ipv6(case: &Case, src: [u8; 16], dst: [u8; 16], proto: IpNumber, l4: &[u8], out: &mut Vec<u8>) {
+    let mut extension = Vec::new();
+    let next_header = match case.l3 {
+        L3Edge::Options => {
+            // One PadN option filling the header to 8 bytes.
+            Ipv6RawExtHeader::new_raw(proto, &[1, 4, 0, 0, 0, 0])
+                .expect("hop-by-hop header")
+                .write(&mut extension)
+                .expect("hop-by-hop header");
+            IpNumber::IPV6_HEADER_HOP_BY_HOP
+        }
+        L3Edge::FirstFragment | L3Edge::LaterFragment => {
+            let later = case.l3 == L3Edge::LaterFragment;
+            let offset = IpFragOffset::try_new(if later { 64 } else { 0 }).expect("an offset");
+            Ipv6FragmentHeader::new(proto, offset, !later, case.index as u32)
+                .write(&mut extension)
+                .expect("fragment header");
+            IpNumber::IPV6_FRAGMENTATION_HEADER
+        }
+        _ => proto,
+    };
+    let mut payload_length = (extension.len() + l4.len()) as u16;
+    if case.l3 == L3Edge::LongerThanFrame {
+        payload_length += 40;
+    }
+    Ipv6Header {
+        traffic_class: 0,
+        flow_label: Ipv6FlowLabel::ZERO,
+        payload_length,
+        next_header,
+        hop_limit: case.ttl,
+        source: src,
+        destination: dst,
+    }
+    .write(out)
+    .expect("IPv6 header");
+    out.extend_from_slice(&extension);
+}
+
+/// The layer-4 bytes, checksummed over the pseudo-header of the target's addresses.
+fn transport(case: &Case, target: &Target, spoil: bool) -> (IpNumber, Vec<u8>) {
+    let port = |port: Port, published: u16| match port {
+        Port::Published => published,
+        Port::Beside => published.wrapping_add(1),
+        Port::Number(n) => n,
+    };
+    let mut out = Vec::new();
+    match case.l4 {
+        L4::Tcp {
+            flags,
+            sport,
+            dport,
+            payload,
+        } => {
+            let data = vec![b't'; payload as usize];
+            let seq = 0x1000_0000 + case.index as u32;
+            let mut tcp = TcpHeader::new(sport, port(dport, target.tcp_port), seq, 64240);
+            let bits = flags.0;
+            tcp.fin = bits & TcpFlags::FIN != 0;
+            tcp.syn = bits & TcpFlags::SYN != 0;
+            tcp.rst = bits & TcpFlags::RST != 0;
+            tcp.psh = bits & TcpFlags::PSH != 0;
+            tcp.ack = bits & TcpFlags::ACK != 0;
+            tcp.urg = bits & TcpFlags::URG != 0;
+            if tcp.ack {
+                tcp.acknowledgment_number = 1;
+            }
+            tcp.checksum = match (target.src, target.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    tcp.calc_checksum_ipv4_raw(s.octets(), d.octets(), &data)
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    tcp.calc_checksum_ipv6_raw(s.octets(), d.octets(), &data)
+                }
+                _ => unreachable!("one family per case"),
+            }
+            .expect("TCP checksum");
+            if spoil {
+                tcp.checksum ^= SPOIL;
+            }
+            tcp.write(&mut out).expect("TCP header");
+            out.extend_from_slice(&data);
+            (IpNumber::TCP, out)
+        }
+        L4::Udp {
+            sport,
+            dport,
+            payload,
+            length,
+        } => {
+            let data = vec![b'u'; payload as usize];
+            let mut udp = UdpHeader {
+                source_port: sport,
+                destination_port: port(dport, target.udp_port),
+                length: (UdpHeader::LEN + data.len()) as u16,
+                checksum: 0,
+            };
+            udp.checksum = match (target.src, target.dst) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    udp.calc_checksum_ipv4_raw(s.octets(), d.octets(), &data)
+                }
+                (IpAddr::V6(s), IpAddr::V6(d)) => {
+                    udp.calc_checksum_ipv6_raw(s.octets(), d.octets(), &data)
+                }
+                _ => unreachable!("one family per case"),
+            }
+            .expect("UDP checksum");
+            if spoil {
+                udp.checksum ^= SPOIL;
+            }
+            // After the checksum: the stack checks the length first and drops on it.
+            match length {
+                UdpLength::Exact => {}
+                UdpLength::TooLong => udp.length += 16,
+                UdpLength::TooShort => udp.length = 4,
+            }
+            udp.write(&mut out).expect("UDP header");
+            out.extend_from_slice(&data);
+            (IpNumber::UDP, out)
+        }
+        L4::MtuError { .. } => match (target.src, target.dst) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => {
+                let kind = DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: MTU4 };
+                let icmp = Icmpv4Header::with_checksum(
+                    Icmpv4Type::DestinationUnreachable(kind),
+                    &target.quote,
+                );
+                icmp.write(&mut out).expect("ICMP header");
+                out.extend_from_slice(&target.quote);
+                (IpNumber::ICMP, out)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let mut icmp = Icmpv6Header::with_checksum(
+                    Icmpv6Type::PacketTooBig { mtu: MTU6 },
+                    s.octets(),
+                    d.octets(),
+                    &target.quote,
+                )
+                .expect("ICMPv6 header");
+                if spoil {
+                    icmp.checksum ^= SPOIL;
+                }
+                icmp.write(&mut out).expect("ICMPv6 header");
+                out.extend_from_slice(&target.quote);
+                (IpNumber::IPV6_ICMP, out)
+            }
+            _ => unreachable!("one family per case"),
+        },
+    }
+}
+
+/// The container's answer on a UDP flow as it left the NIC (from the published address and
+/// port to the client), from its IP header on: what a router quotes in an error about it.
+pub fn answer(from: (IpAddr, u16), to: (IpAddr, u16), payload: &[u8]) -> Vec<u8> {
+    let mut udp = UdpHeader {
+        source_port: from.1,
+        destination_port: to.1,
+        length: (UdpHeader::LEN + payload.len()) as u16,
+        checksum: 0,
+    };
+    let mut out = Vec::new();
+    match (from.0, to.0) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            udp.checksum = udp
+                .calc_checksum_ipv4_raw(s.octets(), d.octets(), payload)
+                .expect("UDP checksum");
+            let len = UdpHeader::LEN + payload.len();
+            let mut ip = Ipv4Header::new(len as u16, 63, IpNumber::UDP, s.octets(), d.octets())
+                .expect("IPv4 header");
+            ip.dont_fragment = true;
+            ip.write(&mut out).expect("IPv4 header");
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            udp.checksum = udp
+                .calc_checksum_ipv6_raw(s.octets(), d.octets(), payload)
+                .expect("UDP checksum");
+            Ipv6Header {
+                traffic_class: 0,
+                flow_label: Ipv6FlowLabel::ZERO,
+                payload_length: (UdpHeader::LEN + payload.len()) as u16,
+                next_header: IpNumber::UDP,
+                hop_limit: 63,
+                source: s.octets(),
+                destination: d.octets(),
+            }
+            .write(&mut out)
+            .expect("IPv6 header");
+        }
+        _ => panic!("an answer between families"),
+    }
+    udp.write(&mut out).expect("UDP header");
+    out.extend_from_slice(payload);
+    out
+}

@@ -1,0 +1,99 @@
+//! The differential harness (issue 39): one generated case sent through Docker's path and
+//! through dxdp's on the same topology, and what every observer saw compared. The promise is
+//! that a fast path delivers exactly what Docker's own path would; a difference is a failure
+//! that prints the case, its seed and the command that reruns it, unless the allowlist
+//! (`allowlist.rs`, docs/differential.md) names it with a reason.
+//!
+//! - [`runner`]: the [`runner::Topology`] plug, the run over cases, the report;
+//! - [`case`]: a case of the exposed-port topology, drawn from (seed, number);
+//! - [`frame`]: its frame, built with etherparse;
+//! - [`packet_socket`]: AF_PACKET sockets that inject and observe inside namespaces;
+//! - [`record`]: a frame normalised to what both paths must agree on;
+//! - [`exposed`]: the exposed-port topology (`dxdp expose`);
+//! - [`allowlist`]: the expected differences.
+//!
+//! `DXDP_DIFF_SEED`, `DXDP_DIFF_FIRST` and `DXDP_DIFF_CASES` choose the cases; `DXDP_BIN` runs
+//! another build's dxdp (and so its programs) as the fast path, e.g. an older commit's.
+
+mod allowlist;
+mod case;
+mod exposed;
+mod frame;
+mod packet_socket;
+mod record;
+mod runner;
+
+use std::time::Duration;
+
+use crate::support::{can_run, missing_tools, require_docker};
+
+use self::runner::{Budget, Report};
+
+/// CI's seed, fixed so that every run sends the same cases.
+const CI_SEED: u64 = 39;
+/// CI's cases: 1.2 to 1.7 s each (two paths, 300 ms windows, expose and unexpose between).
+const CI_CASES: u64 = 110;
+const CI_TIME: Duration = Duration::from_secs(200);
+
+fn env_number(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}={value:?}: {e}")),
+    )
+}
+
+fn prerequisites() -> bool {
+    require_docker() && can_run(missing_tools(&["conntrack", "python3", "nsenter"]))
+}
+
+#[track_caller]
+fn assert_no_difference(report: &Report) {
+    eprintln!("differential: {report}");
+    assert!(
+        report.differences.is_empty(),
+        "{report}; each is printed above with its rerun command"
+    );
+}
+
+/// CI's run: a fixed seed and a budget of cases, every one alike on both paths.
+#[test]
+fn exposed_ports_match_dockers_path() {
+    if !prerequisites() {
+        return;
+    }
+    let seed = env_number("DXDP_DIFF_SEED").unwrap_or(CI_SEED);
+    let budget = Budget {
+        first: env_number("DXDP_DIFF_FIRST").unwrap_or(0),
+        cases: env_number("DXDP_DIFF_CASES").unwrap_or(CI_CASES),
+        time: CI_TIME,
+    };
+    let mut topology = exposed::ExposedPorts::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+}
+
+/// The long run, by hand (scripts/differential.sh): a seed of the clock's unless
+/// `DXDP_DIFF_SEED` gives one, for `DXDP_DIFF_MINUTES` (10).
+#[test]
+#[ignore = "long: scripts/differential.sh --seed N --minutes M"]
+fn exposed_ports_match_dockers_path_long() {
+    if !prerequisites() {
+        return;
+    }
+    let seed = env_number("DXDP_DIFF_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let minutes = env_number("DXDP_DIFF_MINUTES").unwrap_or(10);
+    let budget = Budget {
+        first: env_number("DXDP_DIFF_FIRST").unwrap_or(0),
+        cases: u64::MAX / 2,
+        time: Duration::from_secs(minutes * 60),
+    };
+    let mut topology = exposed::ExposedPorts::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+}

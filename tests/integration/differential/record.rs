@@ -1,0 +1,211 @@
+//! What an observer saw, normalised to what both paths must agree on: addresses, protocol,
+//! ports, payload length, TCP flags, an ICMP error's type, code, MTU and the packet it quotes.
+//! Left out on purpose (see docs/differential.md): MACs, TTL and hop limit, IP ids, checksums,
+//! sequence numbers, and the neighbour discovery, MLD and IGMP chatter of the namespaces.
+
+use std::{fmt, net::IpAddr};
+
+use etherparse::{LaxSlicedPacket, TransportSlice};
+
+use super::case::flag_letters;
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Record {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub what: What,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum What {
+    Tcp {
+        sport: u16,
+        dport: u16,
+        flags: u8,
+        len: usize,
+    },
+    Udp {
+        sport: u16,
+        dport: u16,
+        len: usize,
+    },
+    /// A fragment whose layer-4 header is not in it (or not whole).
+    Fragment {
+        proto: u8,
+        len: usize,
+    },
+    /// An ICMP or ICMPv6 error: `info` is its bytes 5 to 8 (the MTU of "fragmentation needed"
+    /// and "packet too big"), `quoted` the addresses, protocol and ports of what it quotes.
+    IcmpError {
+        typ: u8,
+        code: u8,
+        info: u32,
+        quoted: Option<Quoted>,
+    },
+    Icmp {
+        typ: u8,
+        code: u8,
+    },
+    Other {
+        proto: u8,
+        len: usize,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Quoted {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub proto: u8,
+    pub ports: Option<(u16, u16)>,
+}
+
+/// The record of an Ethernet frame, `None` for what no case is about (not IP, or the
+/// namespaces' own neighbour discovery, MLD and IGMP).
+pub fn record(frame: &[u8]) -> Option<Record> {
+    let packet = LaxSlicedPacket::from_ethernet(frame).ok()?;
+    let net = packet.net.as_ref()?;
+    let ip = net.ip_payload_ref()?;
+    let (src, dst) = match net {
+        etherparse::LaxNetSlice::Ipv4(v4) => (
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+        ),
+        etherparse::LaxNetSlice::Ipv6(v6) => (
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+        ),
+        _ => return None,
+    };
+    let proto = ip.ip_number.0;
+    let what = match &packet.transport {
+        Some(TransportSlice::Tcp(tcp)) => What::Tcp {
+            sport: tcp.source_port(),
+            dport: tcp.destination_port(),
+            flags: tcp.slice()[13],
+            len: tcp.payload().len(),
+        },
+        Some(TransportSlice::Udp(udp)) => What::Udp {
+            sport: udp.source_port(),
+            dport: udp.destination_port(),
+            len: udp.payload().len(),
+        },
+        Some(TransportSlice::Icmpv4(icmp)) => icmp_what(
+            icmp.type_u8(),
+            icmp.code_u8(),
+            icmp.bytes5to8(),
+            icmp.payload(),
+            false,
+        ),
+        Some(TransportSlice::Icmpv6(icmp)) => {
+            let typ = icmp.type_u8();
+            // Neighbour discovery (133-137) and MLD (130-132, 143): the namespaces' own.
+            if (130..=137).contains(&typ) || typ == 143 {
+                return None;
+            }
+            icmp_what(typ, icmp.code_u8(), icmp.bytes5to8(), icmp.payload(), true)
+        }
+        Some(TransportSlice::Igmp(_)) => return None,
+        None if ip.fragmented || ip.incomplete => What::Fragment {
+            proto,
+            len: ip.payload.len(),
+        },
+        None if proto == 2 => return None,
+        None => What::Other {
+            proto,
+            len: ip.payload.len(),
+        },
+    };
+    Some(Record { src, dst, what })
+}
+
+fn icmp_what(typ: u8, code: u8, info: [u8; 4], payload: &[u8], v6: bool) -> What {
+    let error = if v6 {
+        (1..=4).contains(&typ)
+    } else {
+        matches!(typ, 3 | 4 | 5 | 11 | 12)
+    };
+    if !error {
+        return What::Icmp { typ, code };
+    }
+    What::IcmpError {
+        typ,
+        code,
+        info: u32::from_be_bytes(info),
+        quoted: quoted(payload),
+    }
+}
+
+/// The addresses, protocol and ports of the packet an ICMP error quotes (its first 8 bytes of
+/// layer 4 at least, so the ports are there).
+fn quoted(payload: &[u8]) -> Option<Quoted> {
+    let inner = LaxSlicedPacket::from_ip(payload).ok()?;
+    let net = inner.net.as_ref()?;
+    let ip = net.ip_payload_ref()?;
+    let (src, dst) = match net {
+        etherparse::LaxNetSlice::Ipv4(v4) => (
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+        ),
+        etherparse::LaxNetSlice::Ipv6(v6) => (
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+        ),
+        _ => return None,
+    };
+    let proto = ip.ip_number.0;
+    let ports = (matches!(proto, 6 | 17) && ip.payload.len() >= 4).then(|| {
+        let p = ip.payload;
+        (
+            u16::from_be_bytes([p[0], p[1]]),
+            u16::from_be_bytes([p[2], p[3]]),
+        )
+    });
+    Some(Quoted {
+        src,
+        dst,
+        proto,
+        ports,
+    })
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (src, dst) = (self.src, self.dst);
+        match &self.what {
+            What::Tcp {
+                sport,
+                dport,
+                flags,
+                len,
+            } => write!(
+                f,
+                "TCP {src}.{sport} > {dst}.{dport} [{}] len {len}",
+                flag_letters(*flags)
+            ),
+            What::Udp { sport, dport, len } => {
+                write!(f, "UDP {src}.{sport} > {dst}.{dport} len {len}")
+            }
+            What::Fragment { proto, len } => {
+                write!(f, "fragment proto {proto} {src} > {dst} len {len}")
+            }
+            What::IcmpError {
+                typ,
+                code,
+                info,
+                quoted,
+            } => {
+                write!(f, "ICMP error {typ}/{code} info {info} {src} > {dst}")?;
+                if let Some(q) = quoted {
+                    write!(f, " quoting proto {} {} > {}", q.proto, q.src, q.dst)?;
+                    if let Some((s, d)) = q.ports {
+                        write!(f, " ports {s} > {d}")?;
+                    }
+                }
+                Ok(())
+            }
+            What::Icmp { typ, code } => write!(f, "ICMP {typ}/{code} {src} > {dst}"),
+            What::Other { proto, len } => write!(f, "proto {proto} {src} > {dst} len {len}"),
+        }
+    }
+}
