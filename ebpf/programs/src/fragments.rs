@@ -18,7 +18,7 @@ use crate::{
     flows::{fits_nic, known_flow, out_of_nic},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_FRAGMENT, IPV6_FRAGMENT_HLEN, IPV6_HLEN,
-        v4_mapped,
+        ethertype, v4_mapped,
     },
     maps::{PORTS, REPLY_FRAGMENTS},
     rewrite::{self, Sums},
@@ -140,15 +140,9 @@ fn l4_csum_offset(proto: u8) -> Option<usize> {
 
 #[inline(always)]
 fn parse(ctx: &TcContext, veth_ifindex: u32) -> Option<Fragment> {
-    let start = ctx.data();
     let end = ctx.data_end();
-    if start + ETH_HLEN > end {
-        return None;
-    }
-    // SAFETY: bounds-checked against data_end just above.
-    let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
-    let l3 = start + ETH_HLEN;
-    match u16::from_be_bytes([eth[12], eth[13]]) {
+    let (ethertype, l3) = ethertype(ctx)?;
+    match ethertype {
         ETH_P_IP => {
             if l3 + IPV4_HLEN > end {
                 return None;

@@ -1,5 +1,7 @@
 //! The header layouts every program reads, in one place: sizes, EtherTypes, protocol numbers,
 //! and the two ways addresses are held (v4-mapped bytes, the kernel's network-order words).
+use aya_ebpf::programs::TcContext;
+
 pub(crate) const ETH_HLEN: usize = 14;
 pub(crate) const ETH_P_IP: u16 = 0x0800;
 pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
@@ -42,4 +44,17 @@ pub(crate) fn words(addr: &[u8; 16]) -> [u32; 4] {
         i += 1;
     }
     out
+}
+
+/// The frame's EtherType and the address its layer-3 header starts at; `None` for a frame
+/// shorter than an Ethernet header.
+#[inline(always)]
+pub(crate) fn ethertype(ctx: &TcContext) -> Option<(u16, usize)> {
+    let start = ctx.data();
+    if start + ETH_HLEN > ctx.data_end() {
+        return None;
+    }
+    // SAFETY: bounds-checked against data_end just above.
+    let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
+    Some((u16::from_be_bytes([eth[12], eth[13]]), start + ETH_HLEN))
 }

@@ -33,8 +33,8 @@ use crate::{
         exposed, fits_nic, for_this_host, into_container, known_flow, out_of_nic, routes_back,
     },
     headers::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, v4_mapped,
-        words,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, ethertype,
+        v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
 };
@@ -68,7 +68,8 @@ struct Quoted {
     local: ([u8; 16], u16),
     remote: ([u8; 16], u16),
     /// The error's own source (a router's address coming in), and whether the host would
-    /// forward the error on (a TTL or hop limit above 1; IPv4's header checksum right).
+    /// forward the error on (a TTL or hop limit above 1; IPv4's header checksum right; an IP
+    /// length the frame holds).
     from: [u8; 16],
     forwardable: bool,
 }
@@ -143,14 +144,11 @@ pub fn reply(ctx: &TcContext) -> i32 {
 /// packet from its destination coming in, to its source going out (`outward`).
 #[inline(always)]
 fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
-    let start = ctx.data();
     let end = ctx.data_end();
-    if start + ETH_HLEN > end {
-        return None;
-    }
-    // SAFETY: bounds-checked against data_end just above.
-    let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
-    let l3 = start + ETH_HLEN;
+    let (ethertype, l3) = ethertype(ctx)?;
+    // What the frame holds after its Ethernet header, by its own length: an IP header that
+    // claims more is one the stack drops.
+    let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
     // Within an IP header: where the local end's address is outside and inside, and where
     // the local port is after the quoted header.
     let (outer_v4, inner_v4, outer_v6, inner_v6, port) = if outward {
@@ -158,7 +156,7 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
     } else {
         (16, 12, 24, 8, 0)
     };
-    match u16::from_be_bytes([eth[12], eth[13]]) {
+    match ethertype {
         ETH_P_IP => {
             const LEN: usize = IPV4_HLEN + ICMP_HLEN + IPV4_HLEN + QUOTED_L4;
             if l3 + LEN > end {
@@ -191,7 +189,9 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             }
             let mut outer = [0u8; IPV4_HLEN];
             outer.copy_from_slice(&ip[..IPV4_HLEN]);
-            let forwardable = ip[8] > 1 && ipv4_header_checksum_ok(&outer);
+            let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+            let forwardable =
+                ip[8] > 1 && ipv4_header_checksum_ok(&outer) && total >= LEN && total <= l3_len;
             let remote_v4 = 28 - inner_v4;
             let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
             let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);
@@ -255,7 +255,8 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             Some(Quoted {
                 v6: true,
                 from,
-                forwardable: ip[7] > 1,
+                forwardable: ip[7] > 1
+                    && IPV6_HLEN + (u16::from_be_bytes([ip[4], ip[5]]) as usize) <= l3_len,
                 outer: ETH_HLEN + outer_v6,
                 icmp_csum: ETH_HLEN + IPV6_HLEN + 2,
                 inner,

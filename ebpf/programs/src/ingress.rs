@@ -30,7 +30,7 @@ use crate::{
         Known, exposed, fits_nic, for_this_host, into_container, known_flow, now, out_of_nic,
         routes_back,
     },
-    headers::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, v4_mapped},
+    headers::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, ethertype, v4_mapped},
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
 };
@@ -110,17 +110,11 @@ impl Packet {
 /// TCP or UDP, carrying TCP or UDP; `None` for anything else.
 #[inline(always)]
 fn parse(ctx: &TcContext) -> Option<Packet> {
-    let start = ctx.data();
     let end = ctx.data_end();
-    if start + ETH_HLEN > end {
-        return None;
-    }
-    // SAFETY: bounds-checked against data_end just above.
-    let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
-    let l3 = start + ETH_HLEN;
+    let (ethertype, l3) = ethertype(ctx)?;
     // What the frame holds after its Ethernet header, by its own length.
     let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
-    match u16::from_be_bytes([eth[12], eth[13]]) {
+    match ethertype {
         ETH_P_IP => {
             if l3 + IPV4_HLEN + L4_READ > end {
                 return None;

@@ -3,7 +3,7 @@
 //! normalised away in `record.rs`, and named in [`NORMALISED`].
 
 use super::{
-    case::{Case, Family, L3Edge, L4, Source},
+    case::{Case, L4, Source},
     runner::Allowance,
 };
 
@@ -25,21 +25,11 @@ pub const NORMALISED: &[Allowance] = &[
 /// reverse-path filter; conntrack relates any source's error to the flow).
 pub const OFF_PATH_ERROR: Allowance = Allowance {
     name: "off-path MTU error",
-    reason: "stricter by design (issue 38 item 2): an MTU error about a fast-path flow from a \
+    reason: "stricter by design (issue 38 item 3): an MTU error about a fast-path flow from a \
              source that does not route back through the NIC (the host's own, another \
              container's, another interface's address) is refused, so forged errors cannot \
              lower a container's path MTU; conntrack, which never saw the flow, cannot relate \
              it either, while Docker's path takes it",
-};
-
-/// An ICMPv6 error whose IPv6 payload length claims more than the frame: the fast path lets it
-/// into the container's namespace, whose stack drops it (the path MTU stays), while Docker's
-/// path drops it on the host.
-pub const LONG_ICMPV6_ERROR: Allowance = Allowance {
-    name: "over-long ICMPv6 error",
-    reason: "open: the NIC's program takes an ICMPv6 error whose payload length exceeds the \
-             frame into the container (its stack then drops it); Docker's path drops it on the \
-             host",
 };
 
 /// The allowance that excuses a difference of `observer` on `case`, if any.
@@ -60,14 +50,6 @@ pub fn exposed(
         if learned {
             return Some(&OFF_PATH_ERROR);
         }
-    }
-    if mtu_error
-        && case.family == Family::V6
-        && case.l3 == L3Edge::LongerThanFrame
-        && observer == "container"
-        && docker.is_empty()
-    {
-        return Some(&LONG_ICMPV6_ERROR);
     }
     None
 }
