@@ -14,6 +14,24 @@ use crate::support::{
     pinned_program, quietly, require_docker, run_for, update_pinned_link, wait_until,
 };
 
+/// Waits until a UDP socket is bound to `port` in the container's namespace, so that the
+/// first datagram a test sends it is not refused.
+fn wait_for_udp_server(pid: u32, port: u16) {
+    let filter = format!("sport = :{port}");
+    let bound = || {
+        run_for(
+            &in_container(pid, &["ss", "-Hunl", &filter]),
+            Duration::from_secs(5),
+        )
+        .stdout
+        .contains(&format!(":{port}"))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), bound),
+        "nothing listens on UDP port {port} in the container"
+    );
+}
+
 /// A file of random bytes and its sha256, removed on drop.
 struct Payload {
     path: PathBuf,
@@ -1425,6 +1443,7 @@ fn udp_answers_larger_than_the_mtu_reach_the_client_whole_from_the_published_por
         pid,
         &["python3", PEER, "udp-big", "7010", size],
     ));
+    wait_for_udp_server(pid, 7010);
     let hosts = [out.host_addr.as_str(), out.host_addr6.as_str()];
     let whole_answers = |host: &str| {
         let port = port.to_string();
@@ -1435,10 +1454,6 @@ fn udp_answers_larger_than_the_mtu_reach_the_client_whole_from_the_published_por
         run.assert_success();
         run.stdout.trim().to_owned()
     };
-    assert!(
-        wait_until(Duration::from_secs(5), || whole_answers(hosts[0]) != "0"),
-        "the container's server never answered"
-    );
     for host in hosts {
         assert_eq!(whole_answers(host), "10", "Docker's path, to {host}");
     }
@@ -1491,7 +1506,7 @@ fn a_udp_flow_ends_with_its_exposure_and_meets_the_rule_that_took_it() {
         pid,
         &["python3", PEER, "udp-stream", "7011", "8"],
     ));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_udp_server(pid, 7011);
     let arrivals = PathBuf::from(format!("/tmp/dxt-{}-stream", std::process::id()));
     let _files = Files(vec![arrivals.clone()]);
     let mut follower = Background::spawn(&in_ns(
@@ -1568,6 +1583,7 @@ fn a_forged_mtu_error_from_a_source_the_stack_refuses_never_reaches_the_containe
     let pid = world.pid(&web);
     let web_addr = world.ip(&web, &net);
     let _echo = Background::spawn(&in_container(pid, &["python3", PEER, "udp-echo", "7012"]));
+    wait_for_udp_server(pid, 7012);
     world
         .dxdp
         .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
@@ -1846,7 +1862,7 @@ fn replies_too_big_for_a_smaller_nic_mtu_teach_the_container_its_path_mtu() {
         quietly(&in_container(pid, &["ip", "route", "flush", "cache"]));
         quietly(&in_container(pid, &["ip", "-6", "route", "flush", "cache"]));
     };
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_udp_server(pid, 7014);
     let mut dockers = Vec::new();
     for host in hosts {
         forget_path_mtus();

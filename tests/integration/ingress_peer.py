@@ -123,8 +123,8 @@ def main(argv):
             s.send(b"?")
             try:
                 whole += len(s.recv(1 << 16)) == size
-            except socket.timeout:
-                pass
+            except (socket.timeout, ConnectionRefusedError):
+                pass  # unanswered: lost, or nothing listening (yet)
         print(whole)
     elif mode == "udp-stream":
         s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
