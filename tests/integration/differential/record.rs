@@ -66,17 +66,7 @@ pub fn record(frame: &[u8]) -> Option<Record> {
     let packet = LaxSlicedPacket::from_ethernet(frame).ok()?;
     let net = packet.net.as_ref()?;
     let ip = net.ip_payload_ref()?;
-    let (src, dst) = match net {
-        etherparse::LaxNetSlice::Ipv4(v4) => (
-            IpAddr::V4(v4.header().source_addr()),
-            IpAddr::V4(v4.header().destination_addr()),
-        ),
-        etherparse::LaxNetSlice::Ipv6(v6) => (
-            IpAddr::V6(v6.header().source_addr()),
-            IpAddr::V6(v6.header().destination_addr()),
-        ),
-        _ => return None,
-    };
+    let (src, dst) = ends(net)?;
     let proto = ip.ip_number.0;
     let what = match &packet.transport {
         Some(TransportSlice::Tcp(tcp)) => What::Tcp {
@@ -136,23 +126,28 @@ fn icmp_what(typ: u8, code: u8, info: [u8; 4], payload: &[u8], v6: bool) -> What
     }
 }
 
+/// The source and destination addresses of an IPv4 or IPv6 header; `None` for anything else.
+fn ends(net: &etherparse::LaxNetSlice<'_>) -> Option<(IpAddr, IpAddr)> {
+    match net {
+        etherparse::LaxNetSlice::Ipv4(v4) => Some((
+            IpAddr::V4(v4.header().source_addr()),
+            IpAddr::V4(v4.header().destination_addr()),
+        )),
+        etherparse::LaxNetSlice::Ipv6(v6) => Some((
+            IpAddr::V6(v6.header().source_addr()),
+            IpAddr::V6(v6.header().destination_addr()),
+        )),
+        _ => None,
+    }
+}
+
 /// The addresses, protocol and ports of the packet an ICMP error quotes (its first 8 bytes of
 /// layer 4 at least, so the ports are there).
 fn quoted(payload: &[u8]) -> Option<Quoted> {
     let inner = LaxSlicedPacket::from_ip(payload).ok()?;
     let net = inner.net.as_ref()?;
     let ip = net.ip_payload_ref()?;
-    let (src, dst) = match net {
-        etherparse::LaxNetSlice::Ipv4(v4) => (
-            IpAddr::V4(v4.header().source_addr()),
-            IpAddr::V4(v4.header().destination_addr()),
-        ),
-        etherparse::LaxNetSlice::Ipv6(v6) => (
-            IpAddr::V6(v6.header().source_addr()),
-            IpAddr::V6(v6.header().destination_addr()),
-        ),
-        _ => return None,
-    };
+    let (src, dst) = ends(net)?;
     let proto = ip.ip_number.0;
     let ports = (matches!(proto, 6 | 17) && ip.payload.len() >= 4).then(|| {
         let p = ip.payload;
