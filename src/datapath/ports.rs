@@ -346,9 +346,10 @@ pub enum ExistingConnections {
     End,
 }
 
-/// How long an unexposed container's connection may be quiet before its replies lose the fast
-/// path: UDP's conntrack timeout for a stream; a TCP connection quiet that long whose next
-/// packet is a reply is the one case that breaks (docs/ingress.md).
+/// How long an unexposed container's TCP connection may be quiet before its replies lose the
+/// fast path (UDP flows do not drain: [`ExistingConnections`]): conntrack's timeout for a UDP
+/// stream, as a measure of quiet; a TCP connection quiet that long whose next packet is a reply
+/// is the one case that breaks (docs/ingress.md).
 const DRAIN_IDLE: Duration = Duration::from_secs(120);
 
 /// CLOCK_MONOTONIC, as `bpf_ktime_get_ns` reads it.
