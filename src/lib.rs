@@ -16,6 +16,7 @@ pub mod labels;
 pub mod metrics;
 pub mod netlink;
 pub mod netns;
+pub mod overlay;
 pub mod plan;
 pub mod ports;
 pub mod rcu;

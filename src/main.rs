@@ -4,7 +4,7 @@ use clap::Parser;
 // The library's modules, under the paths the commands use (`crate::datapath`, ...).
 use dxdp::{
     bench, compose, datapath, docker, endpoint, engine, family, firewall, metrics, netlink, netns,
-    plan, ports, rcu, runtime, sd_notify,
+    overlay, plan, ports, rcu, runtime, sd_notify,
 };
 
 use cli::{Cli, LogFormat};

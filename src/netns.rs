@@ -25,8 +25,16 @@ impl NetnsPath {
         Self(PathBuf::from(format!("/proc/{pid}/ns/net")))
     }
 
+    /// The namespace the calling thread is in: the host's, except on a thread that entered
+    /// an overlay network's sandbox to manage the links there (see `crate::overlay`), where
+    /// the sandbox plays the host's part (its veths' far ends, its bridge, its rules).
     pub fn host() -> Self {
-        Self(PathBuf::from("/proc/self/ns/net"))
+        Self(PathBuf::from("/proc/thread-self/ns/net"))
+    }
+
+    /// A namespace bind-mounted at `path` (an overlay sandbox under dockerd's exec-root).
+    pub(crate) fn at(path: PathBuf) -> Self {
+        Self(path)
     }
 
     pub fn path(&self) -> &Path {

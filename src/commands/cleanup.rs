@@ -11,7 +11,17 @@ pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
         println!("nothing to clean: {} does not exist", pin_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let removed = Datapath::open(pin_dir, capacity)?.purge()?;
+    // Overlay sandboxes' datapaths first: they are pinned inside the host's directory. A live
+    // sandbox's links are removed from inside it, as they were made; a dead one's pins only
+    // remain.
+    let mut removed = 0;
+    for site in crate::overlay::sites(pin_dir) {
+        if let Some(sandbox) = &site.sandbox {
+            removed += sandbox.run(|| Datapath::open(&site.pin_dir, capacity)?.purge())?;
+        }
+    }
+    crate::overlay::remove_all_sites(pin_dir)?;
+    removed += Datapath::open(pin_dir, capacity)?.purge()?;
     println!(
         "removed {removed} link(s) and everything pinned at {}",
         pin_dir.display()

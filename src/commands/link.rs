@@ -2,7 +2,7 @@ use std::{path::Path, process::ExitCode};
 
 use anyhow::Result;
 
-use super::resolve::{Pair, resolve_pair};
+use super::resolve::{Pair, resolve_placed_pair};
 use crate::{
     cli::LinkArgs,
     datapath::{Capacity, Datapath, Installed, LinkRequest, Origin},
@@ -13,15 +13,34 @@ use crate::{
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCode> {
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
+    let (pair, sandbox) = resolve_placed_pair(&args.a, &args.b, &host)?;
+    crate::overlay::remove_dead_sites(pin_dir)?;
+    let line = match sandbox {
+        None => install(pin_dir, capacity, &args, &pair)?,
+        // Inside the sandbox, its veths, bridge and rules are the "host" of everything below.
+        Some(sandbox) => {
+            let line =
+                sandbox.run(|| install(&sandbox.pin_dir(pin_dir), capacity, &args, &pair))?;
+            format!("{line} in sandbox {}", sandbox.name)
+        }
+    };
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks the rules, installs the link in the datapath pinned at `pin_dir`, and says what it
+/// did in one line.
+fn install(pin_dir: &Path, capacity: Capacity, args: &LinkArgs, pair: &Pair) -> Result<String> {
+    let Pair { a, b, network } = pair;
     // A family the rules close stays on the bridge; the link carries the others.
     let (families, note) = if args.bypass_firewall {
         (Families::ALL, None)
     } else {
-        let verdict = firewall::check(&a, &b, "link with --bypass-firewall")?;
+        let verdict = firewall::check(a, b, "link with --bypass-firewall")?;
         (verdict.open(), verdict.note())
     };
     let kind = args.datapath.resolve();
+    let host = netlink::interfaces(&NetnsPath::host())?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     for program in datapath.upgrade_programs()? {
         println!("replaced the pinned {program} program with this binary's in every attachment");
@@ -29,11 +48,11 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
     datapath.collect_garbage(&host)?;
     let outcome = datapath.install(
         &LinkRequest {
-            a: &a,
-            b: &b,
+            a,
+            b,
             kind,
             origin: Origin::Manual,
-            network: &network,
+            network,
             bypass_firewall: args.bypass_firewall,
             families,
         },
@@ -44,15 +63,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
         Installed::AlreadyThere => "already linked",
         Installed::FamiliesChanged => "relinked",
     };
-    let via = if network == a.bridge_name {
+    let via = if *network == a.bridge_name {
         network.clone()
     } else {
         format!("{network} ({})", a.bridge_name)
     };
     let only = note.map(|n| format!(" ({n})")).unwrap_or_default();
-    println!(
+    Ok(format!(
         "{verb} {} ({}) <-> {} ({}) on {via} via {kind}{only}",
         a.label, a.host_ifname, b.label, b.host_ifname
-    );
-    Ok(ExitCode::SUCCESS)
+    ))
 }

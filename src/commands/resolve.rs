@@ -1,10 +1,12 @@
-//! Turning the two endpoints a user named into endpoints on one bridge.
+//! Turning the two endpoints a user named into endpoints on one bridge: the host's, or an
+//! overlay network's `br0` inside its sandbox.
 use anyhow::{Result, anyhow, bail};
 
 use crate::{
     docker::{Docker, endpoint_on},
     endpoint::{Endpoint, EndpointSpec},
-    netlink::Interface,
+    netlink::{self, Interface},
+    overlay::Sandbox,
     plan,
 };
 
@@ -15,7 +17,29 @@ pub struct Pair {
     pub network: String,
 }
 
+/// A pair on the host's bridges; a pair on an overlay network is refused, naming `what`.
 pub fn resolve_pair(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> Result<Pair> {
+    let (pair, sandbox) = resolve_placed_pair(a, b, host)?;
+    if let Some(sandbox) = sandbox {
+        bail!(
+            "{} and {} are on overlay network {} (sandbox {}): `dxdp bench` measures pairs on \
+             bridge networks only so far",
+            pair.a.label,
+            pair.b.label,
+            pair.network,
+            sandbox.name
+        );
+    }
+    Ok(pair)
+}
+
+/// A pair and, for two containers on an overlay network, the sandbox whose bridge carries it
+/// (the endpoints' veths are then the sandbox's, not the host's).
+pub fn resolve_placed_pair(
+    a: &EndpointSpec,
+    b: &EndpointSpec,
+    host: &[Interface],
+) -> Result<(Pair, Option<Sandbox>)> {
     match (a, b) {
         (EndpointSpec::Container { reference: ra }, EndpointSpec::Container { reference: rb }) => {
             super::runtime()?.block_on(containers(ra, rb, host))
@@ -27,12 +51,12 @@ pub fn resolve_pair(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> R
             let a = Endpoint::resolve_local(a, host)?;
             let b = Endpoint::resolve_local(b, host)?;
             let network = a.bridge_name.clone();
-            Ok(Pair { a, b, network })
+            Ok((Pair { a, b, network }, None))
         }
     }
 }
 
-async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<Pair> {
+async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<(Pair, Option<Sandbox>)> {
     let docker = Docker::connect().await?;
     let a = docker.find(ra).await?;
     let b = docker.find(rb).await?;
@@ -52,9 +76,24 @@ async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<Pair> {
             reasons.join("; ")
         )
     })?;
-    Ok(Pair {
-        a: endpoint_on(&a, &net.id, host)?,
-        b: endpoint_on(&b, &net.id, host)?,
-        network: net.name.clone(),
-    })
+    if net.driver != plan::OVERLAY_DRIVER {
+        let pair = Pair {
+            a: endpoint_on(&a, &net.id, host)?,
+            b: endpoint_on(&b, &net.id, host)?,
+            network: net.name.clone(),
+        };
+        return Ok((pair, None));
+    }
+    // Both ends of the pair's veths are found from inside the sandbox, which holds their far
+    // ends and the bridge.
+    let sandbox = Sandbox::of_network(&net.name, &net.id)?;
+    let pair = sandbox.run(|| {
+        let inside = netlink::interfaces(&crate::netns::NetnsPath::host())?;
+        Ok(Pair {
+            a: endpoint_on(&a, &net.id, &inside)?,
+            b: endpoint_on(&b, &net.id, &inside)?,
+            network: net.name.clone(),
+        })
+    })?;
+    Ok((pair, Some(sandbox)))
 }

@@ -70,37 +70,82 @@ struct LinkStatus {
     /// Host-side veth names; `null` where the veth is gone.
     low_ifname: Option<String>,
     high_ifname: Option<String>,
+    /// The overlay network's sandbox namespace the veths are in; `null` for the host's.
+    sandbox: Option<String>,
 }
 
 #[derive(Serialize)]
 struct InterfaceStatus {
     ifindex: u32,
     ifname: Option<String>,
+    /// As for links: the sandbox whose ifindex this is; `null` for the host's.
+    sandbox: Option<String>,
     datapath: Kind,
     counters: InterfaceCounters,
 }
 
+impl Status {
+    fn empty(pin_dir: &Path) -> Self {
+        Self {
+            schema: "dxdp.status/1",
+            pin_dir: pin_dir.display().to_string(),
+            links: Vec::new(),
+            interfaces: Vec::new(),
+            exposed: Vec::new(),
+            draining: Vec::new(),
+            connections: None,
+        }
+    }
+}
+
+/// The links and managed interfaces of one datapath, whose veths are in the calling thread's
+/// namespace: the host's, or the overlay sandbox `sandbox`.
+fn read_links(datapath: &mut Datapath, sandbox: Option<&str>, status: &mut Status) -> Result<()> {
+    let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+        .into_iter()
+        .filter(|i| i.is_veth())
+        .map(|i| (i.index, i.name))
+        .collect();
+    let sandbox = sandbox.map(str::to_owned);
+    let mut interfaces = Vec::new();
+    for (ifindex, kind) in datapath.interfaces()? {
+        interfaces.push(InterfaceStatus {
+            ifindex,
+            ifname: veths.get(&ifindex).cloned(),
+            sandbox: sandbox.clone(),
+            datapath: kind,
+            counters: datapath.counters(ifindex)?.unwrap_or_default(),
+        });
+    }
+    interfaces.sort_by_key(|i| i.ifindex);
+    status.interfaces.extend(interfaces);
+    for record in datapath.links()? {
+        let low_ifname = veths.get(&record.low_ifindex).cloned();
+        let high_ifname = veths.get(&record.high_ifindex).cloned();
+        let state = if low_ifname.is_some() && high_ifname.is_some() {
+            LinkState::Live
+        } else {
+            LinkState::Gone
+        };
+        status.links.push(LinkStatus {
+            record,
+            state,
+            low_ifname,
+            high_ifname,
+            sandbox: sandbox.clone(),
+        });
+    }
+    Ok(())
+}
+
 pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitCode> {
-    let mut status = Status {
-        schema: "dxdp.status/1",
-        pin_dir: pin_dir.display().to_string(),
-        links: Vec::new(),
-        interfaces: Vec::new(),
-        exposed: Vec::new(),
-        draining: Vec::new(),
-        connections: None,
-    };
+    let mut status = Status::empty(pin_dir);
     // An absent directory may have been renamed away under a parent another user controls.
     crate::datapath::check_ancestors(pin_dir)?;
     if pin_dir.exists() {
         let mut datapath = Datapath::open(pin_dir, capacity)?;
         let host = netlink::interfaces(&NetnsPath::host())?;
         let names: HashMap<u32, String> = host.iter().map(|i| (i.index, i.name.clone())).collect();
-        let veths: HashMap<u32, String> = host
-            .into_iter()
-            .filter(|i| i.is_veth())
-            .map(|i| (i.index, i.name))
-            .collect();
         for port in datapath.exposed()? {
             let nic = names.get(&port.nic_ifindex).cloned();
             status.exposed.push(ExposedStatus { port, nic });
@@ -112,29 +157,23 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
                 connections,
             });
         }
-        for (ifindex, kind) in datapath.interfaces()? {
-            status.interfaces.push(InterfaceStatus {
-                ifindex,
-                ifname: veths.get(&ifindex).cloned(),
-                datapath: kind,
-                counters: datapath.counters(ifindex)?.unwrap_or_default(),
-            });
-        }
-        status.interfaces.sort_by_key(|i| i.ifindex);
-        for record in datapath.links()? {
-            let low_ifname = veths.get(&record.low_ifindex).cloned();
-            let high_ifname = veths.get(&record.high_ifindex).cloned();
-            let state = if low_ifname.is_some() && high_ifname.is_some() {
-                LinkState::Live
-            } else {
-                LinkState::Gone
+        read_links(&mut datapath, None, &mut status)?;
+        drop(datapath);
+        // Each overlay sandbox's links, read from inside it (its ifindexes are its own); a
+        // sandbox that is gone took its veths along, and the next link or watch pass removes
+        // its pins.
+        for site in crate::overlay::sites(pin_dir) {
+            let Some(sandbox) = site.sandbox else {
+                continue;
             };
-            status.links.push(LinkStatus {
-                record,
-                state,
-                low_ifname,
-                high_ifname,
-            });
+            let (links, interfaces) = sandbox.run(|| {
+                let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+                let mut found = Status::empty(pin_dir);
+                read_links(&mut datapath, Some(&sandbox.name), &mut found)?;
+                Ok((found.links, found.interfaces))
+            })?;
+            status.links.extend(links);
+            status.interfaces.extend(interfaces);
         }
     }
     if args.json {
@@ -178,7 +217,10 @@ fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
             name(&l.low_ifname),
             r.high_name,
             name(&l.high_ifname),
-            r.network,
+            match &l.sandbox {
+                None => r.network.clone(),
+                Some(sandbox) => format!("{} ({sandbox})", r.network),
+            },
             r.datapath,
             families(r.families),
             format!("{:?}", r.origin).to_lowercase(),
@@ -228,7 +270,10 @@ fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
             ifaces,
             "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t",
             i.ifindex,
-            name(&i.ifname),
+            match &i.sandbox {
+                None => name(&i.ifname),
+                Some(sandbox) => format!("{} ({sandbox})", name(&i.ifname)),
+            },
             i.datapath,
             c.redirected_packets,
             c.redirected_bytes,

@@ -2,13 +2,13 @@ use std::{path::Path, process::ExitCode};
 
 use anyhow::{Result, bail};
 
-use super::resolve::resolve_pair;
+use super::resolve::resolve_placed_pair;
 use crate::{
     cli::UnlinkArgs,
-    datapath::{Capacity, Datapath},
-    endpoint::EndpointSpec,
-    netlink::{self, Interface},
+    datapath::{Capacity, Datapath, LinkRecord},
+    netlink,
     netns::NetnsPath,
+    overlay::{self, Sandbox},
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitCode> {
@@ -21,30 +21,69 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitC
             pin_dir.display()
         );
     }
+    overlay::remove_dead_sites(pin_dir)?;
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let mut datapath = Datapath::open(pin_dir, capacity)?;
-    let links = datapath.links()?;
-    // An endpoint that is gone, or whose veth was replaced, is still known by the name it was
-    // linked under; try the live endpoints first, then the recorded names.
+    // The live endpoints name the datapath (the host's or an overlay sandbox's) and the veths;
+    // an endpoint that is gone, or whose veth was replaced, is still known by the name it was
+    // linked under, in whichever datapath holds it.
+    let live = resolve_placed_pair(&args.a, &args.b, &host).ok();
     let (a, b) = (args.a.to_string(), args.b.to_string());
-    let by_name = links
-        .iter()
-        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
-        .map(|l| (l.low_ifindex, l.high_ifindex));
-    for (x, y) in resolved(&args.a, &args.b, &host).into_iter().chain(by_name) {
-        if let Some(rec) = datapath.remove(x, y)? {
-            println!("unlinked {} <-> {}", rec.low_name, rec.high_name);
-            datapath.collect_garbage(&host)?;
+    let mut places: Vec<Option<Sandbox>> = Vec::new();
+    if let Some((_, sandbox)) = &live {
+        places.push(sandbox.clone());
+    }
+    places.push(None);
+    places.extend(
+        overlay::sites(pin_dir)
+            .into_iter()
+            .filter_map(|s| s.sandbox)
+            .map(Some),
+    );
+    places.dedup();
+    for place in places {
+        let veths = live
+            .as_ref()
+            .filter(|(_, sandbox)| *sandbox == place)
+            .map(|(pair, _)| (pair.a.host_ifindex, pair.b.host_ifindex));
+        let removed = overlay::in_site(place.as_ref(), pin_dir, |dir| {
+            remove(dir, capacity, veths, (&a, &b))
+        })?;
+        if let Some(rec) = removed {
+            let inside = place
+                .map(|s| format!(" in sandbox {}", s.name))
+                .unwrap_or_default();
+            println!("unlinked {} <-> {}{inside}", rec.low_name, rec.high_name);
             return Ok(ExitCode::SUCCESS);
         }
     }
-    datapath.collect_garbage(&host)?;
     bail!("no link between {a} and {b}; see `dxdp status`")
 }
 
-/// The host ifindexes of both endpoints, when they can still be resolved.
-fn resolved(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> Option<(u32, u32)> {
-    resolve_pair(a, b, host)
-        .ok()
-        .map(|p| (p.a.host_ifindex, p.b.host_ifindex))
+/// Removes the link between `veths`, or else the one recorded between the names `(a, b)`, from
+/// the datapath pinned at `dir`; collects its garbage either way.
+fn remove(
+    dir: &Path,
+    capacity: Capacity,
+    veths: Option<(u32, u32)>,
+    (a, b): (&str, &str),
+) -> Result<Option<LinkRecord>> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let host = netlink::interfaces(&NetnsPath::host())?;
+    let mut datapath = Datapath::open(dir, capacity)?;
+    let by_name = datapath
+        .links()?
+        .iter()
+        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+        .map(|l| (l.low_ifindex, l.high_ifindex));
+    let mut removed = None;
+    for (x, y) in veths.into_iter().chain(by_name) {
+        removed = datapath.remove(x, y)?;
+        if removed.is_some() {
+            break;
+        }
+    }
+    datapath.collect_garbage(&host)?;
+    Ok(removed)
 }

@@ -83,12 +83,14 @@ impl Pins {
 
     /// The root is on bpffs, where nobody else can rename it away or write its directories.
     fn check(&self) -> Result<()> {
+        // The nearest directory that exists: an overlay sandbox's root is two levels below
+        // the pin directory, which may not exist yet either.
         let parent = self.root.parent().unwrap_or(Path::new("/"));
-        let probe = if self.root.exists() {
-            self.root.as_path()
-        } else {
-            parent
-        };
+        let probe = self
+            .root
+            .ancestors()
+            .find(|dir| dir.exists())
+            .unwrap_or(parent);
         let fs = nix::sys::statfs::statfs(probe).with_context(|| {
             format!(
                 "pin directory {}: {} is not there; mount bpffs with `mount -t bpf bpf /sys/fs/bpf`",

@@ -13,7 +13,7 @@ use super::podman::{self, Podman};
 use crate::{
     netlink::MacAddr,
     plan::{ContainerView, NetworkView},
-    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ICC_OPTION},
+    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ENCRYPTED_OPTION, ICC_OPTION},
 };
 
 const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
@@ -598,6 +598,9 @@ impl NetworkCache {
             name: inspect.name.unwrap_or_else(|| name.to_owned()),
             driver,
             icc: options.get(ICC_OPTION).is_none_or(|v| v != "false"),
+            // libnetwork's overlay driver encrypts when the option is present, whatever its
+            // value (`--opt encrypted` sets it to "").
+            encrypted: options.contains_key(ENCRYPTED_OPTION),
         };
         self.0.insert(id.to_owned(), (view.clone(), bridge.clone()));
         Ok((view, bridge))

@@ -55,7 +55,13 @@ pub struct NetworkView {
     pub driver: String,
     /// False when `com.docker.network.bridge.enable_icc=false`.
     pub icc: bool,
+    /// An overlay network created with `--opt encrypted`: IPsec between nodes.
+    pub encrypted: bool,
 }
+
+/// The driver of Swarm's multi-host networks, whose same-node pairs dxdp links inside the
+/// network's sandbox (`crate::overlay`).
+pub const OVERLAY_DRIVER: &str = "overlay";
 
 /// Normalised so that `a < b`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -347,7 +353,7 @@ fn evaluate(
             return None;
         }
     };
-    match choose_network(a.view, b.view, agreed.network) {
+    match choose_network(a.view, b.view, agreed.network, Asker::Watch) {
         Ok(net) => Some(DesiredLink {
             a: a.view.id.clone(),
             b: b.view.id.clone(),
@@ -369,8 +375,32 @@ pub fn network_for_link<'v>(
     a: &'v ContainerView,
     b: &ContainerView,
 ) -> Result<&'v NetworkView, Vec<String>> {
-    choose_network(a, b, None)
+    choose_network(a, b, None, Asker::Link)
         .map_err(|refusals| refusals.iter().map(ToString::to_string).collect())
+}
+
+/// Who asks for a network: the watch links overlay pairs in a later step; `dxdp link` does now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asker {
+    Watch,
+    Link,
+}
+
+/// A network as one asker may use it.
+struct AskedFor<'v>(&'v NetworkView, Asker);
+
+impl rules::Candidate for AskedFor<'_> {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn unusable(&self) -> Option<Unusable> {
+        let why = self.0.unusable();
+        if why.is_none() && self.1 == Asker::Watch && self.0.driver == OVERLAY_DRIVER {
+            return Some(Unusable::OverlayByHand);
+        }
+        why
+    }
 }
 
 impl rules::Candidate for NetworkView {
@@ -379,8 +409,10 @@ impl rules::Candidate for NetworkView {
     }
 
     fn unusable(&self) -> Option<Unusable> {
-        if self.driver != "bridge" {
+        if self.driver != "bridge" && self.driver != OVERLAY_DRIVER {
             Some(Unusable::Driver(self.driver.clone()))
+        } else if self.encrypted {
+            Some(Unusable::Encrypted)
         } else if !self.icc {
             Some(Unusable::IccDisabled)
         } else {
@@ -396,6 +428,7 @@ pub(crate) fn choose_network<'v>(
     a: &'v ContainerView,
     b: &ContainerView,
     named: Option<(&str, &str)>,
+    asker: Asker,
 ) -> Result<&'v NetworkView, Vec<Refusal>> {
     let b_nets: BTreeSet<&str> = b.networks.iter().map(|n| n.id.as_str()).collect();
     let mut shared: Vec<&NetworkView> = a
@@ -415,7 +448,9 @@ pub(crate) fn choose_network<'v>(
         };
         (network, setter, missing)
     });
-    rules::pick_network(&shared, named)
+    let asked: Vec<AskedFor<'v>> = shared.iter().map(|n| AskedFor(n, asker)).collect();
+    let asked: Vec<&AskedFor<'v>> = asked.iter().collect();
+    rules::pick_network(&asked, named).map(|n| n.0)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ fn net(name: &str, driver: &str, icc: bool) -> NetworkView {
         name: name.to_owned(),
         driver: driver.to_owned(),
         icc,
+        encrypted: false,
     }
 }
 
@@ -365,6 +366,49 @@ fn macvlan_network() {
         Some("nid-z")
     );
     assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+}
+
+#[test]
+fn overlay_networks_are_linked_by_hand_only_and_never_when_encrypted() {
+    let ov = net("ov", "overlay", true);
+    let sealed = NetworkView {
+        encrypted: true,
+        ..net("sealed", "overlay", true)
+    };
+    // The watch's planner refuses a labeled pair on an overlay, saying how to link it.
+    let p = plan(&[
+        on(c("a", &en(&[(PEERS, "b")])), vec![ov.clone()]),
+        on(c("b", &[]), vec![ov.clone()]),
+    ]);
+    assert!(p.links.is_empty());
+    assert_diag(&p, "a", Level::Warn, "link the pair with `dxdp link`");
+    // A bridge shared as well carries the pair, without a word about the overlay.
+    let p = plan(&[
+        on(c("a", &en(&[(PEERS, "b")])), vec![ov.clone(), bridge("z")]),
+        on(c("b", &[]), vec![bridge("z"), ov.clone()]),
+    ]);
+    assert_eq!(
+        p.links.first().map(|l| l.network_id.as_str()),
+        Some("nid-z")
+    );
+    assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
+    // `dxdp link` takes the overlay; an encrypted one neither takes.
+    let (a, b) = (on(c("a", &[]), vec![ov.clone()]), on(c("b", &[]), vec![ov]));
+    assert_eq!(
+        network_for_link(&a, &b).map(|n| n.id.as_str()),
+        Ok("nid-ov")
+    );
+    let (a, b) = (
+        on(c("a", &[]), vec![sealed.clone()]),
+        on(c("b", &[]), vec![sealed.clone()]),
+    );
+    let refused = network_for_link(&a, &b).expect_err("encrypted");
+    assert!(refused[0].contains("--opt encrypted"), "{refused:?}");
+    let p = plan(&[
+        on(c("a", &en(&[(PEERS, "b")])), vec![sealed.clone()]),
+        on(c("b", &[]), vec![sealed]),
+    ]);
+    assert_diag(&p, "a", Level::Warn, "is encrypted (--opt encrypted)");
 }
 
 #[test]

@@ -20,3 +20,5 @@ pub(crate) const COMPOSE_SERVICE: &str = "com.docker.compose.service";
 
 /// The bridge driver option that turns inter-container traffic off (`false`) on a network.
 pub(crate) const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
+/// An overlay network's driver option that turns on IPsec between nodes.
+pub(crate) const ENCRYPTED_OPTION: &str = "encrypted";

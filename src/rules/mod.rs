@@ -173,7 +173,7 @@ mod tests {
             [
                 "Docker disables inter-container traffic on network closed \
                  (com.docker.network.bridge.enable_icc=false); dxdp never opens a path Docker closes",
-                "network mac has driver macvlan; dxdp accelerates bridge networks only",
+                "network mac has driver macvlan; dxdp accelerates bridge and overlay networks only",
             ]
         );
     }

@@ -12,6 +12,10 @@ pub(crate) enum Unusable {
     Driver(String),
     /// `com.docker.network.bridge.enable_icc=false`.
     IccDisabled,
+    /// An overlay network with `--opt encrypted`.
+    Encrypted,
+    /// An overlay network, which the watch does not link on yet (`dxdp link` does).
+    OverlayByHand,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +55,7 @@ pub(crate) enum Refusal {
 
 /// The `reason` label values of `dxdp_refused_pairs`, one per kind of [`Refusal`], and the
 /// firewall's.
-pub(crate) const REASONS: [&str; 9] = [
+pub(crate) const REASONS: [&str; 10] = [
     "malformed_labels",
     "opted_out",
     "networks_disagree",
@@ -60,6 +64,7 @@ pub(crate) const REASONS: [&str; 9] = [
     "not_on_named_network",
     "network_driver",
     "icc_disabled",
+    "network_encrypted",
     FIREWALL_REASON,
 ];
 
@@ -77,13 +82,17 @@ impl Refusal {
             Self::NoSharedNetwork => REASONS[4],
             Self::NotOnNamedNetwork { .. } => REASONS[5],
             Self::Unusable {
-                why: Unusable::Driver(_),
+                why: Unusable::Driver(_) | Unusable::OverlayByHand,
                 ..
             } => REASONS[6],
             Self::Unusable {
                 why: Unusable::IccDisabled,
                 ..
             } => REASONS[7],
+            Self::Unusable {
+                why: Unusable::Encrypted,
+                ..
+            } => REASONS[8],
         }
     }
 }
@@ -133,7 +142,24 @@ impl fmt::Display for Refusal {
                 why: Unusable::Driver(driver),
             } => write!(
                 f,
-                "network {network} has driver {driver}; dxdp accelerates bridge networks only"
+                "network {network} has driver {driver}; dxdp accelerates bridge and overlay \
+                 networks only"
+            ),
+            Self::Unusable {
+                network,
+                why: Unusable::OverlayByHand,
+            } => write!(
+                f,
+                "network {network} is an overlay network: the watch does not link on overlay \
+                 networks yet; link the pair with `dxdp link`"
+            ),
+            Self::Unusable {
+                network,
+                why: Unusable::Encrypted,
+            } => write!(
+                f,
+                "overlay network {network} is encrypted (--opt encrypted); dxdp links nothing on \
+                 encrypted networks, where skipping the stack could send a frame in clear"
             ),
             Self::Unusable {
                 network,

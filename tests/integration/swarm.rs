@@ -327,3 +327,205 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     );
     eprintln!("swarm stack test took {:?}", started.elapsed());
 }
+
+/// Leaves the swarm if `Swarm::init` cannot run here (a swarm someone else made, live-restore);
+/// otherwise `None` after telling the runner why (a failure under CI).
+fn swarm_can_be_made() -> bool {
+    let state = swarm_state();
+    let mut problems = Vec::new();
+    if state != "inactive" {
+        problems.push(format!(
+            "the host's dockerd is in a swarm already (state {state}); this test makes a swarm of \
+             its own and leaves it, so it does not run in one it did not make"
+        ));
+    } else if docker_ok(&["info", "--format", "{{.LiveRestoreEnabled}}"]) == "true" {
+        problems.push("dockerd runs with live-restore, which swarm mode refuses".to_owned());
+    }
+    can_run(problems)
+}
+
+/// `dxdp ARGS…`, which must succeed; its standard output.
+#[track_caller]
+fn dxdp_ok(dxdp: &crate::support::Dxdp, args: &[&str]) -> String {
+    let run = dxdp.run(args);
+    run.assert_success();
+    run.stdout
+}
+
+/// `nsenter --net=SANDBOX ARGV…`: a command inside an overlay network's sandbox namespace.
+fn in_sandbox(sandbox: &str, argv: &[&str]) -> Run {
+    let net = format!("--net=/var/run/docker/netns/{sandbox}");
+    let mut full = vec!["nsenter", net.as_str()];
+    full.extend_from_slice(argv);
+    run_for(&full, Duration::from_secs(20))
+}
+
+/// An iptables rule in a sandbox, deleted on drop.
+struct SandboxRule {
+    sandbox: String,
+    rule: Vec<String>,
+}
+
+impl SandboxRule {
+    #[track_caller]
+    fn insert(sandbox: &str, rule: &[&str]) -> Self {
+        let mut argv = vec!["iptables", "-I"];
+        argv.extend_from_slice(rule);
+        in_sandbox(sandbox, &argv).assert_success();
+        Self {
+            sandbox: sandbox.to_owned(),
+            rule: rule.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+}
+
+impl Drop for SandboxRule {
+    fn drop(&mut self) {
+        let mut argv = vec!["iptables", "-D"];
+        argv.extend(self.rule.iter().map(String::as_str));
+        in_sandbox(&self.sandbox, &argv);
+    }
+}
+
+/// Two containers of one node on an attachable overlay network are linked by `dxdp link`
+/// inside the network's sandbox (tc and xdp): their traffic is redirected (the link's counters
+/// carry an iperf3 run and pings) while a third container on the network stays on `br0`; a
+/// rule in the sandbox's FORWARD chain refuses the link, naming the rule; an encrypted overlay
+/// is refused naming the option; the watch's planner refuses an overlay pair by label; a
+/// stopped container's link shows GONE and `unlink` removes it by name; the sandbox's pinned
+/// state goes with the network.
+#[test]
+fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let mut world = World::shared();
+    let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let enc = world.network(
+        "enc",
+        &["--driver", "overlay", "--attachable", "--opt", "encrypted"],
+    );
+    let on_net = ["--network", net.as_str()];
+    let a = world.run("a", &on_net, &["sleep", "600"]);
+    let b = world.run("b", &on_net, &["sleep", "600"]);
+    let c = world.run("c", &on_net, &["sleep", "600"]);
+    let net_id = docker_ok(&["network", "inspect", "-f", "{{.Id}}", &net]);
+    let sandbox: String = format!("1-{net_id}").chars().take(12).collect();
+    let (ip_b, ip_c) = (world.ip(&b, &net), world.ip(&c, &net));
+
+    for datapath in ["tc", "xdp"] {
+        let out = dxdp_ok(&world.dxdp, &["link", &a, &b, "--datapath", datapath]);
+        assert!(
+            out.contains(&format!("in sandbox {sandbox}")) && out.contains("on "),
+            "{out}"
+        );
+        let status = world.dxdp.status();
+        let link = link_between(&status, &a, &b)
+            .unwrap_or_else(|| panic!("no link {a} <-> {b}: {status:#?}"));
+        assert_eq!(
+            (
+                link.sandbox.as_deref(),
+                link.network.as_str(),
+                link.datapath.as_str()
+            ),
+            (Some(sandbox.as_str()), net.as_str(), datapath)
+        );
+        assert_eq!(
+            status.links.len(),
+            1,
+            "only the pair is linked: {status:#?}"
+        );
+
+        // Bulk and pings from a to b ride the link; a to c takes br0 and stays correct.
+        docker_ok(&["exec", "-d", &b, "iperf3", "-s", "-1"]);
+        let listening = wait_until(Duration::from_secs(5), || {
+            docker(&["exec", &b, "ss", "-Hltn", "sport = :5201"])
+                .is_some_and(|r| !r.stdout.trim().is_empty())
+        });
+        assert!(listening, "iperf3 did not listen in {b}");
+        let iperf = docker(&[
+            "exec", &a, "timeout", "15", "iperf3", "-c", &ip_b, "-t", "2",
+        ])
+        .expect("iperf3 ran");
+        assert!(
+            iperf.success(),
+            "iperf3 {a} -> {b} over {datapath}: {iperf}"
+        );
+        for ip in [&ip_b, &ip_c] {
+            let ping = docker(&[
+                "exec", &a, "ping", "-c", "3", "-i", "0.2", "-W", "1", "-w", "5", ip,
+            ])
+            .expect("ping ran");
+            assert!(ping.success(), "ping {a} -> {ip}: {ping}");
+        }
+        let status = world.dxdp.status();
+        let link = link_between(&status, &a, &b).unwrap();
+        let carried = link.low_to_high.bytes.min(link.high_to_low.bytes);
+        assert!(
+            carried > 100_000 && link.low_to_high.packets >= 3 && link.high_to_low.packets >= 3,
+            "the link carried too little in one direction over {datapath}: {link:#?}"
+        );
+        let out = dxdp_ok(&world.dxdp, &["unlink", &a, &b]);
+        assert!(out.contains(&format!("in sandbox {sandbox}")), "{out}");
+        world.dxdp.status().assert_empty();
+    }
+
+    // A rule in the sandbox, where the pair's frames are filtered (br_netfilter), keeps it on
+    // br0; without the rule the same link is made.
+    let ip_a = world.ip(&a, &net);
+    let rule = SandboxRule::insert(
+        &sandbox,
+        &["FORWARD", "-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
+    );
+    let refused = world.dxdp.run(&["link", &a, &b]);
+    assert!(
+        !refused.success()
+            && refused.stderr.contains("-j DROP")
+            && refused.stderr.contains(&sandbox),
+        "a link past a rule in the sandbox: {refused}"
+    );
+    world.dxdp.status().assert_empty();
+    drop(rule);
+
+    // Encrypted overlays are refused in one line naming the option.
+    let on_enc = ["--network", enc.as_str()];
+    let x = world.run("x", &on_enc, &["sleep", "600"]);
+    let y = world.run("y", &on_enc, &["sleep", "600"]);
+    let refused = world.dxdp.run(&["link", &x, &y]);
+    assert!(
+        !refused.success() && refused.stderr.contains("--opt encrypted"),
+        "a link on an encrypted overlay: {refused}"
+    );
+
+    // A stopped container's link is GONE and unlinked by name; the network's removal takes
+    // the sandbox, whose pinned state the next command removes.
+    dxdp_ok(&world.dxdp, &["link", &a, &b]);
+    world.remove(std::slice::from_ref(&b));
+    let status = world.dxdp.run(&["status"]);
+    assert!(status.stdout.contains("GONE"), "{status}");
+    let out = dxdp_ok(&world.dxdp, &["unlink", &a, &b]);
+    assert!(out.contains("unlinked"), "{out}");
+    dxdp_ok(&world.dxdp, &["link", &a, &c]);
+    world.remove(&[a.clone(), c.clone()]);
+    let sites = world.dxdp.pin_dir.join("overlay");
+    let sandbox_gone = wait_until(Duration::from_secs(30), || {
+        let _ = docker(&["network", "rm", &net]);
+        !std::path::Path::new(&format!("/var/run/docker/netns/{sandbox}")).exists()
+    });
+    assert!(sandbox_gone, "the sandbox {sandbox} outlived its network");
+    let _ = world.dxdp.run(&["unlink", &a, &c]);
+    let left: Vec<_> = std::fs::read_dir(&sites)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "pinned state of a gone sandbox left: {left:?}"
+    );
+
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}

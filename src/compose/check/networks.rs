@@ -1,8 +1,9 @@
 //! The networks a compose service is on, as Docker will name them, and which of them
 //! `dxdp.network` names: what the file says about where a link could go.
+use crate::plan::OVERLAY_DRIVER;
 use crate::rules::{
     Candidate, Unusable,
-    keys::{ICC_OPTION, NETWORK},
+    keys::{ENCRYPTED_OPTION, ICC_OPTION, NETWORK},
 };
 
 use super::super::model::{ComposeFile, External, NetworkDef, Scalar, Service};
@@ -120,8 +121,17 @@ pub(super) fn network(file: &ComposeFile, key: String) -> Net {
         .as_ref()
         .and_then(|o| o.get(ICC_OPTION))
         .is_some_and(is_false);
+    let encrypted = def
+        .driver_opts
+        .as_ref()
+        .is_some_and(|o| o.contains_key(ENCRYPTED_OPTION));
     let unusable = match def.driver.as_deref().map(str::trim) {
-        Some(driver) if driver != "bridge" => Some(Unusable::Driver(driver.to_owned())),
+        Some(driver) if driver != "bridge" && driver != OVERLAY_DRIVER => {
+            Some(Unusable::Driver(driver.to_owned()))
+        }
+        Some(OVERLAY_DRIVER) if encrypted => Some(Unusable::Encrypted),
+        // Labels are the watch's, which does not link on overlay networks yet.
+        Some(OVERLAY_DRIVER) => Some(Unusable::OverlayByHand),
         _ if icc_off => Some(Unusable::IccDisabled),
         _ => None,
     };

@@ -105,6 +105,7 @@ impl World {
             name: "net".to_owned(),
             driver: "bridge".to_owned(),
             icc: true,
+            encrypted: false,
         };
         self.containers.push(Container {
             ports: Vec::new(),

@@ -112,6 +112,9 @@ pub struct LinkStatus {
     pub low_to_high: Traffic,
     #[serde(default)]
     pub high_to_low: Traffic,
+    /// The overlay sandbox whose veths the link joins; `None` on the host's bridges.
+    #[serde(default)]
+    pub sandbox: Option<String>,
 }
 
 /// Frames redirected over one direction of a link.
