@@ -215,81 +215,102 @@ alive() {
 }
 
 down() {
-    local k nodes pids=() left
+    local k nodes pids=() up_nodes=()
     mapfile -t nodes < <(present_nodes)
-    # Leave the swarm, workers first, then the manager: only nodes that still answer.
-    local up_nodes=()
+    # Only nodes whose dockerd runs and answers are asked to leave; the others (a crashed run's)
+    # are killed outright.
     for k in "${nodes[@]}"; do
-        [[ -n $(dockerd_pid "$k") ]] && answers "$k" && up_nodes+=("$k")
+        if [[ -n $(dockerd_pid "$k") ]] && answers "$k"; then
+            up_nodes+=("$k")
+        fi
     done
-    for k in "${up_nodes[@]}"; do
-        ((k != 1)) || continue
-        node_docker "$k" swarm leave >/dev/null 2>&1 &
-        pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid" || true; done
-    pids=()
+    # Every node at once: its containers killed (rather than waited for by dockerd's shutdown),
+    # then a worker leaves the swarm; the manager leaves (--force) once the workers have.
     for k in "${up_nodes[@]}"; do
         {
-            ((k != 1)) || node_docker "$k" swarm leave --force >/dev/null 2>&1 || true
-            # Containers killed now rather than waited for by dockerd's shutdown.
             mapfile -t ids < <(node_docker "$k" ps -aq 2>/dev/null)
             if ((${#ids[@]})); then
                 node_docker "$k" rm -f -v "${ids[@]}" >/dev/null 2>&1 || true
             fi
+            ((k == 1)) || node_docker "$k" swarm leave >/dev/null 2>&1 || true
         } &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || true; done
-    # SIGTERM each dockerd (it stops its containerd), then SIGKILL whatever of a node remains.
-    for k in "${nodes[@]}"; do
-        local pid
-        pid=$(dockerd_pid "$k")
-        [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+    for k in "${up_nodes[@]}"; do
+        ((k != 1)) || node_docker "$k" swarm leave --force >/dev/null 2>&1 || true
     done
-    local waited=0
+    # SIGTERM each dockerd (it stops its containerd); SIGKILL after 15 s. Whatever else of a node
+    # remains once its dockerd is gone (a crashed run's containerd, shims and containers) gets
+    # SIGKILL after a second.
+    local pid dockerds=()
+    for k in "${nodes[@]}"; do
+        pid=$(dockerd_pid "$k")
+        [[ -n $pid ]] || continue
+        dockerds+=("$pid")
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    local waited=0 left=() rest=()
     while true; do
         left=()
-        for k in "${nodes[@]}"; do
-            local p
-            for p in $(dockerd_pid "$k") $(node_pids "$k"); do
-                alive "$p" && left+=("$p")
-            done
+        for pid in "${dockerds[@]}"; do
+            alive "$pid" && left+=("$pid")
         done
         ((${#left[@]} == 0)) && break
-        if ((waited == 150)); then
-            log "still running after 15 s, killing: ${left[*]}"
-        fi
         if ((waited >= 150)); then
+            log "dockerd ignored SIGTERM for 15 s, killing: ${left[*]}"
             kill -KILL "${left[@]}" 2>/dev/null || true
         fi
-        if ((waited > 300)); then
-            log "error: cannot get rid of ${left[*]}"
-            break
-        fi
-        sleep 0.1
+        sleep 0.05
         waited=$((waited + 1))
     done
-    for k in "${nodes[@]}"; do
-        # Deepest first; a cgroup empties a moment after its last process is reaped.
-        local cg tries
-        for cg in /sys/fs/cgroup/*/"$prefix$k"; do
-            [[ -d $cg ]] || continue
-            for ((tries = 0; tries < 50; tries++)); do
-                find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
-                [[ -d $cg ]] || break
-                sleep 0.1
+    waited=0
+    while true; do
+        rest=()
+        for k in "${nodes[@]}"; do
+            for pid in $(node_pids "$k"); do
+                alive "$pid" && rest+=("$pid")
             done
-            [[ -d $cg ]] && log "error: cannot remove $cg"
         done
-        [[ -e /run/netns/$prefix$k ]] && ip netns del "$prefix$k"
-        rm -rf "$(dir_of "$k")"
+        ((${#rest[@]} == 0)) && break
+        if ((waited == 20)); then
+            log "still running without their dockerd, killing: ${rest[*]}"
+        fi
+        if ((waited >= 20)); then
+            kill -KILL "${rest[@]}" 2>/dev/null || true
+        fi
+        if ((waited > 200)); then
+            log "error: cannot get rid of ${rest[*]}"
+            break
+        fi
+        sleep 0.05
+        waited=$((waited + 1))
     done
+    pids=()
+    for k in "${nodes[@]}"; do
+        {
+            # Deepest first; a cgroup empties a moment after its last process is reaped.
+            local cg tries
+            for cg in /sys/fs/cgroup/*/"$prefix$k"; do
+                [[ -d $cg ]] || continue
+                for ((tries = 0; tries < 50; tries++)); do
+                    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+                    [[ -d $cg ]] || break
+                    sleep 0.1
+                done
+                [[ -d $cg ]] && log "error: cannot remove $cg"
+            done
+            [[ -e /run/netns/$prefix$k ]] && ip netns del "$prefix$k"
+            rm -rf "$(dir_of "$k")"
+        } &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || true; done
     [[ -e /run/netns/$hub ]] && ip netns del "$hub"
     rm -rf "$root"
-    local rest
-    rest=$(leftovers)
-    [[ -z $rest ]] || die "left behind: $rest"
+    local found
+    found=$(leftovers)
+    [[ -z $found ]] || die "left behind: $found"
 }
 
 # What of any node is still there, one item per line; nothing when all is gone.
