@@ -6,9 +6,10 @@
 #
 # Usage: scripts/swarm-nodes.sh up [N]          # N nodes (default 2), node 1 the manager
 #        scripts/swarm-nodes.sh down            # remove everything, also a crashed run's leftovers
-#        scripts/swarm-nodes.sh status          # one line per node; exit 1 unless all answer
+#        scripts/swarm-nodes.sh status          # one line per node; exit 1 unless some and all answer
 #        scripts/swarm-nodes.sh load IMAGE      # the host dockerd's IMAGE into every node
 #        scripts/swarm-nodes.sh exec K CMD…     # CMD in node K's net, mount and UTS namespaces
+#        scripts/swarm-nodes.sh leftovers       # what of any node is still there (nothing: all gone)
 #
 # Then e.g. `docker -H unix:///var/lib/dxt-swarm/sw1/docker.sock node ls`.
 #
@@ -183,9 +184,10 @@ fail_up() {
 }
 
 status() {
-    local k all=0 pid state
+    local k all=0 pid state found=0
     for ((k = 1; k <= max_nodes; k++)); do
         [[ -e /run/netns/$prefix$k || -e $(dir_of "$k") ]] || continue
+        found=1
         pid=$(dockerd_pid "$k")
         state=down
         if [[ -n $pid ]] && answers "$k"; then state=up; else all=1; fi
@@ -193,6 +195,10 @@ status() {
             "$k" "$prefix$k" "$(address_of "$k")" "${pid:-0}" "$(host_of "$k")" \
             "$(dir_of "$k")" "$state"
     done
+    if ((!found)); then
+        log "no nodes (start them: $0 up)"
+        return 1
+    fi
     return "$all"
 }
 
