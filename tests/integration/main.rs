@@ -51,3 +51,6 @@ mod reliability;
 mod sd_notify;
 // Root and dockerd in no swarm: the Swarm stack on a one-node swarm the test makes and leaves.
 mod swarm;
+// Root and dockerd: a real multi-node Swarm, dockerd nodes in namespaces of their own with VXLAN
+// between them (support::swarm_nodes, scripts/swarm-nodes.sh).
+mod multinode;

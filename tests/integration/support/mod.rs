@@ -22,6 +22,8 @@
 //! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
 //! - [`rng`]: seeded randomness and `DXDP_SOAK`;
 //! - [`rcu_switch`]: the kernel's RCU expedite switch, put back on drop, and sampled;
+//! - [`swarm_nodes`]: a real multi-node Swarm, dockerd nodes in namespaces of their own with
+//!   VXLAN between them (scripts/swarm-nodes.sh);
 //! - [`library`]: the dxdp library items the tests use, in one place.
 //!
 //! The items are re-exported here: areas `use crate::support::{…}`.
@@ -44,6 +46,7 @@ pub mod prereq;
 pub mod process;
 pub mod rcu_switch;
 pub mod rng;
+pub mod swarm_nodes;
 pub mod topology;
 pub mod traffic;
 pub mod watch;
@@ -52,5 +55,5 @@ pub mod world;
 pub use self::{
     bench_report::*, bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*,
     host::*, labeled::*, names::*, netns::*, outside::*, pinned::*, prereq::*, process::*,
-    rcu_switch::*, rng::*, topology::*, traffic::*, watch::*, world::*,
+    rcu_switch::*, rng::*, swarm_nodes::*, topology::*, traffic::*, watch::*, world::*,
 };
