@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{
     links::{LinkStore, Live},
@@ -18,6 +18,8 @@ use crate::{
     firewall::RulesetCache,
     netlink::{self, Interface},
     netns::NetnsPath,
+    overlay::{self, Sandbox},
+    plan::NetworkView,
     rcu,
 };
 
@@ -47,6 +49,25 @@ pub trait Host: Send + Sync + 'static {
     /// Makes attaching programs faster while the returned guard lives, if configured to; `None`
     /// when not, or when that failed (logged: attaching is slower, not wrong).
     fn expedite(&self) -> Option<Box<dyn Send + '_>>;
+
+    /// Where the links of the overlay network `network` are made on this node: a host of
+    /// their own, its sandbox namespace; `None` when the network has none here (no local task).
+    type Sandbox: Host;
+    fn sandbox(&self, network: &NetworkView) -> Option<Self::Sandbox>;
+    /// Runs a pass's blocking half where this host's veths are: here, or inside a sandbox.
+    fn inside<T: Send>(&self, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        work()
+    }
+    /// Whether the labeled containers' published ports are this host's to expose: the
+    /// machine's, not a sandbox's (whose bridge no NIC reaches).
+    fn exposes_ports(&self) -> bool {
+        true
+    }
+    /// Removes the pinned state of sandboxes that are gone (their veths went with them);
+    /// returns their names.
+    fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 /// This machine: the pinned datapath in `pin_dir`.
@@ -139,5 +160,95 @@ impl Host for RealHost {
                 None
             }
         }
+    }
+
+    type Sandbox = SandboxHost;
+
+    fn sandbox(&self, network: &NetworkView) -> Option<SandboxHost> {
+        match Sandbox::of_network(&network.name, &network.id) {
+            Ok(sandbox) => Some(SandboxHost {
+                pin_dir: sandbox.pin_dir(&self.pin_dir),
+                sandbox,
+                capacity: self.capacity,
+            }),
+            Err(err) => {
+                debug!("{err:#}");
+                None
+            }
+        }
+    }
+
+    fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
+        overlay::remove_dead_sites(&self.pin_dir)
+    }
+}
+
+/// An overlay network's sandbox on this node, as the host of that network's links: its veths,
+/// its rules, and its own pinned datapath (`crate::overlay`). Every call is made from a thread
+/// inside it ([`Host::inside`]).
+pub struct SandboxHost {
+    sandbox: Sandbox,
+    pin_dir: PathBuf,
+    capacity: Capacity,
+}
+
+impl Host for SandboxHost {
+    type Links = Live;
+    type Idle = Unlocked;
+    type Sandbox = SandboxHost;
+
+    fn interfaces(&self) -> Result<Vec<Interface>> {
+        netlink::interfaces(&NetnsPath::host())
+    }
+
+    fn endpoint_on(
+        &self,
+        container: &Container,
+        network_id: &str,
+        host: &[Interface],
+    ) -> Result<Endpoint> {
+        docker::endpoint_on(container, network_id, host)
+    }
+
+    fn rules(&self) -> RulesetCache {
+        RulesetCache::default()
+    }
+
+    fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
+        anyhow::bail!(
+            "sandbox {}: no NIC reaches an overlay's bridge",
+            self.sandbox.name
+        )
+    }
+
+    fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {
+        let datapath = match idle {
+            Some(unlocked) => unlocked.lock(self.capacity)?,
+            None => Datapath::open(&self.pin_dir, self.capacity)?,
+        };
+        Ok(Live {
+            datapath,
+            host: host.to_vec(),
+        })
+    }
+
+    fn unlock_links(&self, links: Live) -> Unlocked {
+        links.datapath.unlock()
+    }
+
+    fn expedite(&self) -> Option<Box<dyn Send + '_>> {
+        None
+    }
+
+    fn sandbox(&self, _: &NetworkView) -> Option<SandboxHost> {
+        None
+    }
+
+    fn inside<T: Send>(&self, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        self.sandbox.run(work)
+    }
+
+    fn exposes_ports(&self) -> bool {
+        false
     }
 }

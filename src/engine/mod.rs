@@ -32,6 +32,7 @@ pub mod links;
 pub mod notices;
 mod pass;
 pub mod ports;
+mod sites;
 pub mod soon;
 mod which;
 
@@ -43,7 +44,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Instant};
 use anyhow::{Context, Result};
 use tracing::{debug, info, trace, warn};
 
-pub use host::{Host, RealHost};
+pub use host::{Host, RealHost, SandboxHost};
 pub use ports::{Ingress, PortStore};
 pub use which::Which;
 
@@ -51,9 +52,10 @@ use crate::{
     docker::{Container, ContainerSource, Event, Inventory},
     metrics::Metrics,
     netlink::MacAddr,
-    plan::{self, DesiredLink, Diagnostic, Level},
+    plan::{self, DesiredLink, Diagnostic, Level, OVERLAY_DRIVER},
 };
 use pass::Held;
+use sites::Sites;
 
 /// The watch's engine over a host (this machine, [`RealHost`], in the product).
 pub struct Engine<H: Host = RealHost> {
@@ -62,6 +64,8 @@ pub struct Engine<H: Host = RealHost> {
     inventory: Inventory,
     /// `None` only while a pass's blocking half has it.
     held: Option<Held<H>>,
+    /// The overlay networks whose links are made in their sandboxes.
+    sites: Sites<H::Sandbox>,
     reported: BTreeSet<Diagnostic>,
     resyncs: u64,
 }
@@ -84,6 +88,7 @@ impl<H: Host> Engine<H> {
             stats,
             inventory: Inventory::default(),
             held: Some(held),
+            sites: Sites::default(),
             reported: BTreeSet::new(),
             resyncs: 0,
         }
@@ -106,6 +111,7 @@ impl<H: Host> Engine<H> {
             if let Some(held) = &mut self.held {
                 held.endpoints.clear();
             }
+            self.sites.forget_endpoints(None);
         }
         self.reconcile(source, Which::All).await
     }
@@ -144,6 +150,7 @@ impl<H: Host> Engine<H> {
         if let Some(held) = &mut self.held {
             held.endpoints.clear();
         }
+        self.sites.forget_endpoints(None);
     }
 
     /// Forgets the endpoints found for these containers, so that the next pass about them
@@ -152,6 +159,7 @@ impl<H: Host> Engine<H> {
         if let Some(held) = &mut self.held {
             held.endpoints.retain(|id| !ids.contains(id));
         }
+        self.sites.forget_endpoints(Some(ids));
     }
 
     /// Returns what the pass found, or `None` if it failed; a failure is logged.
@@ -196,7 +204,7 @@ impl<H: Host> Engine<H> {
         let containers: Vec<Container> = self.inventory.containers().cloned().collect();
         let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
         let plan = plan::plan(&views);
-        let links: BTreeSet<DesiredLink> = match which {
+        let scoped: BTreeSet<DesiredLink> = match which {
             Which::All | Which::Known => plan.links,
             Which::Containers(ids) => plan
                 .links
@@ -204,12 +212,27 @@ impl<H: Host> Engine<H> {
                 .filter(|l| ids.contains(&l.a) || ids.contains(&l.b))
                 .collect(),
         };
+        // Links on overlay networks are made in their sandboxes, the others on the machine.
+        let overlays: BTreeSet<&str> = views
+            .iter()
+            .flat_map(|v| &v.networks)
+            .filter(|n| n.driver == OVERLAY_DRIVER)
+            .map(|n| n.id.as_str())
+            .collect();
+        let (on_overlays, links): (BTreeSet<DesiredLink>, BTreeSet<DesiredLink>) = scoped
+            .into_iter()
+            .partition(|l| overlays.contains(l.network_id.as_str()));
+        let containers = Arc::new(containers);
+        let for_sites = Arc::clone(&containers);
         // Gone only if the last pass's thread panicked: start afresh.
         let mut held = self.held.take().unwrap_or_else(|| Held::new(&*self.host));
         let host = Arc::clone(&self.host);
         let which_now = which.clone();
         let (held, applied) = tokio::task::spawn_blocking(move || {
             let applied = pass::run(&mut held, &*host, &containers, &links, &which_now);
+            if which_now.is_whole() {
+                sites::forget_dead(&*host);
+            }
             if applied.is_err() {
                 // Whatever failed may have been the loaded tables: load them again next time.
                 held.links = None;
@@ -225,25 +248,33 @@ impl<H: Host> Engine<H> {
             .collect();
         let held = self.held.insert(held);
         let applied = applied?;
-        for id in &applied.unreadable {
+        let on_sites = self
+            .sites
+            .reconcile(&*self.host, &for_sites, &on_overlays, which)
+            .await;
+        for id in applied.unreadable.iter().chain(&on_sites.unreadable) {
             self.inventory.distrust(id);
         }
-        self.stats.removed_by_firewall(applied.removed_by_rules);
+        self.stats
+            .removed_by_firewall(applied.removed_by_rules + on_sites.removed_by_rules);
         self.stats
             .exposures_removed_by_firewall(applied.exposures_removed_by_rules);
         held.veths.retain(|id, _| running.contains(id));
         held.endpoints.retain(|id| running.contains(id));
+        self.sites.retain_running(&running);
         // Label problems and firewall refusals are logged together, each once while it holds.
         let mut diagnostics = plan.diagnostics;
         diagnostics.extend(held.refused.values().cloned());
+        diagnostics.extend(self.sites.refused().cloned());
         report_new(&diagnostics, &mut self.reported);
-        self.stats.firewall_refused(held.refused.len());
+        self.stats
+            .firewall_refused(held.refused.len() + self.sites.refused().count());
         self.stats.refused(&plan.refused, plan.malformed);
         self.stats.refused_exposures(held.exposures.refused_now());
         give_back_freed_memory();
         Ok(Outcome {
             containers: running.len(),
-            links: applied.links,
+            links: applied.links + on_sites.links,
         })
     }
 }

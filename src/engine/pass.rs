@@ -192,19 +192,24 @@ pub(super) fn run<H: Host>(
         warn!("cannot update the containers' source addresses: {err:#}");
     }
     let mut removed_exposures = 0;
-    match expose_ports(
-        &mut held.exposures,
-        &mut shared,
-        host,
-        containers,
-        which,
-        &mut table,
-    ) {
-        Ok(done) => {
+    // A sandbox's bridge is no NIC's: published ports are the machine's pass's.
+    let exposures = host.exposes_ports().then(|| {
+        expose_ports(
+            &mut held.exposures,
+            &mut shared,
+            host,
+            containers,
+            which,
+            &mut table,
+        )
+    });
+    match exposures {
+        Some(Ok(done)) => {
             trace!(?done, "published ports");
             removed_exposures = done.removed_by_rules;
         }
-        Err(err) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
+        Some(Err(err)) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
+        None => {}
     }
     trace!(
         reads = shared.rules.reads(),

@@ -353,7 +353,7 @@ fn evaluate(
             return None;
         }
     };
-    match choose_network(a.view, b.view, agreed.network, Asker::Watch) {
+    match choose_network(a.view, b.view, agreed.network) {
         Ok(net) => Some(DesiredLink {
             a: a.view.id.clone(),
             b: b.view.id.clone(),
@@ -375,32 +375,8 @@ pub fn network_for_link<'v>(
     a: &'v ContainerView,
     b: &ContainerView,
 ) -> Result<&'v NetworkView, Vec<String>> {
-    choose_network(a, b, None, Asker::Link)
+    choose_network(a, b, None)
         .map_err(|refusals| refusals.iter().map(ToString::to_string).collect())
-}
-
-/// Who asks for a network: the watch links overlay pairs in a later step; `dxdp link` does now.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Asker {
-    Watch,
-    Link,
-}
-
-/// A network as one asker may use it.
-struct AskedFor<'v>(&'v NetworkView, Asker);
-
-impl rules::Candidate for AskedFor<'_> {
-    fn name(&self) -> String {
-        self.0.name()
-    }
-
-    fn unusable(&self) -> Option<Unusable> {
-        let why = self.0.unusable();
-        if why.is_none() && self.1 == Asker::Watch && self.0.driver == OVERLAY_DRIVER {
-            return Some(Unusable::OverlayByHand);
-        }
-        why
-    }
 }
 
 impl rules::Candidate for NetworkView {
@@ -428,7 +404,6 @@ pub(crate) fn choose_network<'v>(
     a: &'v ContainerView,
     b: &ContainerView,
     named: Option<(&str, &str)>,
-    asker: Asker,
 ) -> Result<&'v NetworkView, Vec<Refusal>> {
     let b_nets: BTreeSet<&str> = b.networks.iter().map(|n| n.id.as_str()).collect();
     let mut shared: Vec<&NetworkView> = a
@@ -448,9 +423,7 @@ pub(crate) fn choose_network<'v>(
         };
         (network, setter, missing)
     });
-    let asked: Vec<AskedFor<'v>> = shared.iter().map(|n| AskedFor(n, asker)).collect();
-    let asked: Vec<&AskedFor<'v>> = asked.iter().collect();
-    rules::pick_network(&asked, named).map(|n| n.0)
+    rules::pick_network(&shared, named)
 }
 
 #[cfg(test)]

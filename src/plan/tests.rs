@@ -369,30 +369,23 @@ fn macvlan_network() {
 }
 
 #[test]
-fn overlay_networks_are_linked_by_hand_only_and_never_when_encrypted() {
+fn overlay_networks_are_linked_unless_encrypted() {
     let ov = net("ov", "overlay", true);
     let sealed = NetworkView {
         encrypted: true,
         ..net("sealed", "overlay", true)
     };
-    // The watch's planner refuses a labeled pair on an overlay, saying how to link it.
+    // The watch's planner links a labeled pair on an overlay as on a bridge.
     let p = plan(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![ov.clone()]),
         on(c("b", &[]), vec![ov.clone()]),
     ]);
-    assert!(p.links.is_empty());
-    assert_diag(&p, "a", Level::Warn, "link the pair with `dxdp link`");
-    // A bridge shared as well carries the pair, without a word about the overlay.
-    let p = plan(&[
-        on(c("a", &en(&[(PEERS, "b")])), vec![ov.clone(), bridge("z")]),
-        on(c("b", &[]), vec![bridge("z"), ov.clone()]),
-    ]);
     assert_eq!(
         p.links.first().map(|l| l.network_id.as_str()),
-        Some("nid-z")
+        Some("nid-ov")
     );
     assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
-    // `dxdp link` takes the overlay; an encrypted one neither takes.
+    // `dxdp link` takes the overlay too; an encrypted one neither takes.
     let (a, b) = (on(c("a", &[]), vec![ov.clone()]), on(c("b", &[]), vec![ov]));
     assert_eq!(
         network_for_link(&a, &b).map(|n| n.id.as_str()),

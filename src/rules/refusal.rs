@@ -14,8 +14,6 @@ pub(crate) enum Unusable {
     IccDisabled,
     /// An overlay network with `--opt encrypted`.
     Encrypted,
-    /// An overlay network, which the watch does not link on yet (`dxdp link` does).
-    OverlayByHand,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +80,7 @@ impl Refusal {
             Self::NoSharedNetwork => REASONS[4],
             Self::NotOnNamedNetwork { .. } => REASONS[5],
             Self::Unusable {
-                why: Unusable::Driver(_) | Unusable::OverlayByHand,
+                why: Unusable::Driver(_),
                 ..
             } => REASONS[6],
             Self::Unusable {
@@ -144,14 +142,6 @@ impl fmt::Display for Refusal {
                 f,
                 "network {network} has driver {driver}; dxdp accelerates bridge and overlay \
                  networks only"
-            ),
-            Self::Unusable {
-                network,
-                why: Unusable::OverlayByHand,
-            } => write!(
-                f,
-                "network {network} is an overlay network: the watch does not link on overlay \
-                 networks yet; link the pair with `dxdp link`"
             ),
             Self::Unusable {
                 network,

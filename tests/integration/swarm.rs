@@ -344,6 +344,40 @@ fn swarm_can_be_made() -> bool {
     can_run(problems)
 }
 
+/// Bulk (iperf3, 2 s) and pings from `a` to `b` at `ip_b` ride their link, both ways, while
+/// pings from `a` to a third container at `ip_c` take `br0` and are answered.
+#[track_caller]
+fn assert_link_carries(world: &World, (a, b): (&str, &str), ip_b: &str, ip_c: &str) {
+    docker_ok(&["exec", "-d", b, "iperf3", "-s", "-1"]);
+    let listening = wait_until(Duration::from_secs(5), || {
+        docker(&["exec", b, "ss", "-Hltn", "sport = :5201"])
+            .is_some_and(|r| !r.stdout.trim().is_empty())
+    });
+    assert!(listening, "iperf3 did not listen in {b}");
+    let iperf =
+        docker(&["exec", a, "timeout", "15", "iperf3", "-c", ip_b, "-t", "2"]).expect("iperf3 ran");
+    assert!(iperf.success(), "iperf3 {a} -> {b}: {iperf}");
+    for ip in [ip_b, ip_c] {
+        let ping = docker(&[
+            "exec", a, "ping", "-c", "3", "-i", "0.2", "-W", "1", "-w", "5", ip,
+        ])
+        .expect("ping ran");
+        assert!(ping.success(), "ping {a} -> {ip}: {ping}");
+    }
+    let status = world.dxdp.status();
+    let link = link_between(&status, a, b).unwrap_or_else(|| panic!("no link: {status:#?}"));
+    let carried = link.low_to_high.bytes.min(link.high_to_low.bytes);
+    assert!(
+        carried > 100_000 && link.low_to_high.packets >= 3 && link.high_to_low.packets >= 3,
+        "the link carried too little in one direction: {link:#?}"
+    );
+    assert_eq!(
+        status.links.len(),
+        1,
+        "only the pair is linked: {status:#?}"
+    );
+}
+
 /// `dxdp ARGS…`, which must succeed; its standard output.
 #[track_caller]
 fn dxdp_ok(dxdp: &crate::support::Dxdp, args: &[&str]) -> String {
@@ -437,35 +471,7 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
             "only the pair is linked: {status:#?}"
         );
 
-        // Bulk and pings from a to b ride the link; a to c takes br0 and stays correct.
-        docker_ok(&["exec", "-d", &b, "iperf3", "-s", "-1"]);
-        let listening = wait_until(Duration::from_secs(5), || {
-            docker(&["exec", &b, "ss", "-Hltn", "sport = :5201"])
-                .is_some_and(|r| !r.stdout.trim().is_empty())
-        });
-        assert!(listening, "iperf3 did not listen in {b}");
-        let iperf = docker(&[
-            "exec", &a, "timeout", "15", "iperf3", "-c", &ip_b, "-t", "2",
-        ])
-        .expect("iperf3 ran");
-        assert!(
-            iperf.success(),
-            "iperf3 {a} -> {b} over {datapath}: {iperf}"
-        );
-        for ip in [&ip_b, &ip_c] {
-            let ping = docker(&[
-                "exec", &a, "ping", "-c", "3", "-i", "0.2", "-W", "1", "-w", "5", ip,
-            ])
-            .expect("ping ran");
-            assert!(ping.success(), "ping {a} -> {ip}: {ping}");
-        }
-        let status = world.dxdp.status();
-        let link = link_between(&status, &a, &b).unwrap();
-        let carried = link.low_to_high.bytes.min(link.high_to_low.bytes);
-        assert!(
-            carried > 100_000 && link.low_to_high.packets >= 3 && link.high_to_low.packets >= 3,
-            "the link carried too little in one direction over {datapath}: {link:#?}"
-        );
+        assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
         let out = dxdp_ok(&world.dxdp, &["unlink", &a, &b]);
         assert!(out.contains(&format!("in sandbox {sandbox}")), "{out}");
         world.dxdp.status().assert_empty();
@@ -526,6 +532,109 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         "pinned state of a gone sandbox left: {left:?}"
     );
 
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The watch links a labeled pair of one node's containers on an overlay network inside the
+/// network's sandbox and keeps it as it keeps bridge links: the link carries their traffic, an
+/// unlabeled third container stays on `br0`, a rule in the sandbox takes the link away at the
+/// next resync (and its removal brings it back), a stopped container takes its link along, and
+/// the network's removal takes the sandbox's pinned state.
+#[test]
+fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let mut world = World::shared();
+    let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let group = format!("dxdp.group={}", world.prefix);
+    let labeled = [
+        "--network",
+        net.as_str(),
+        "-l",
+        "dxdp.enable=true",
+        "-l",
+        group.as_str(),
+    ];
+    let mut watch = world.watch(&["--resync", "1"]);
+    let a = world.run("a", &labeled, &["sleep", "600"]);
+    let b = world.run("b", &labeled, &["sleep", "600"]);
+    let c = world.run("c", &["--network", net.as_str()], &["sleep", "600"]);
+    let net_id = docker_ok(&["network", "inspect", "-f", "{{.Id}}", &net]);
+    let sandbox: String = format!("1-{net_id}").chars().take(12).collect();
+    let (ip_a, ip_b, ip_c) = (world.ip(&a, &net), world.ip(&b, &net), world.ip(&c, &net));
+    let linked = |world: &World| {
+        link_between(&world.dxdp.status(), &a, &b)
+            .is_some_and(|l| l.origin == "watch" && l.sandbox.as_deref() == Some(&sandbox))
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || linked(&world)),
+        "no watch link in sandbox {sandbox} within 30 s: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+
+    // A rule in the sandbox: the next resync takes the link away and says why.
+    let rule = SandboxRule::insert(
+        &sandbox,
+        &["FORWARD", "-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || world
+            .dxdp
+            .status()
+            .links
+            .is_empty()),
+        "the link outlived a rule in its sandbox: {:#?}",
+        world.dxdp.status()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || watch
+            .log_text()
+            .contains("-j DROP")),
+        "the watch did not name the rule: {}",
+        watch.log_text()
+    );
+    drop(rule);
+    assert!(
+        wait_until(Duration::from_secs(15), || linked(&world)),
+        "the link did not come back without the rule: {}",
+        watch.log_text()
+    );
+
+    // A stopped container takes its link along.
+    world.remove(std::slice::from_ref(&b));
+    assert!(
+        wait_until(Duration::from_secs(15), || world
+            .dxdp
+            .status()
+            .links
+            .is_empty()),
+        "a link outlived its container: {:#?}",
+        world.dxdp.status()
+    );
+    // The network's removal takes the sandbox; the next whole pass its pinned state.
+    world.remove(&[a.clone(), c.clone()]);
+    let sandbox_gone = wait_until(Duration::from_secs(30), || {
+        let _ = docker(&["network", "rm", &net]);
+        !std::path::Path::new(&format!("/var/run/docker/netns/{sandbox}")).exists()
+    });
+    assert!(sandbox_gone, "the sandbox {sandbox} outlived its network");
+    let sites = world.dxdp.pin_dir.join("overlay");
+    let emptied = wait_until(Duration::from_secs(15), || {
+        std::fs::read_dir(&sites).map_or(true, |mut d| d.next().is_none())
+    });
+    assert!(
+        emptied,
+        "pinned state of a gone sandbox left in {}: {}",
+        sites.display(),
+        watch.log_text()
+    );
+    assert!(watch.alive(), "the watch died: {}", watch.log_text());
+    drop(watch);
     drop(world);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
 }

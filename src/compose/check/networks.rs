@@ -130,8 +130,6 @@ pub(super) fn network(file: &ComposeFile, key: String) -> Net {
             Some(Unusable::Driver(driver.to_owned()))
         }
         Some(OVERLAY_DRIVER) if encrypted => Some(Unusable::Encrypted),
-        // Labels are the watch's, which does not link on overlay networks yet.
-        Some(OVERLAY_DRIVER) => Some(Unusable::OverlayByHand),
         _ if icc_off => Some(Unusable::IccDisabled),
         _ => None,
     };

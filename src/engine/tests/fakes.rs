@@ -338,6 +338,12 @@ impl Host for FakeHost {
     fn expedite(&self) -> Option<Box<dyn Send + '_>> {
         None
     }
+
+    type Sandbox = FakeHost;
+
+    fn sandbox(&self, _: &NetworkView) -> Option<FakeHost> {
+        None
+    }
 }
 
 /// The rules: [`World::rules`] at [`World::generation`], with br_netfilter on.
