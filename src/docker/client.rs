@@ -13,7 +13,7 @@ use super::podman::{self, Podman};
 use crate::{
     netlink::MacAddr,
     plan::{ContainerView, NetworkView},
-    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ENCRYPTED_OPTION, ICC_OPTION},
+    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ENCRYPTED_OPTION, ICC_OPTION, PREFIX},
 };
 
 const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
@@ -334,11 +334,14 @@ impl Docker {
             .pid
             .and_then(|p| u32::try_from(p).ok())
             .filter(|p| *p > 0);
-        let labels = inspect
+        let mut labels = inspect
             .config
             .as_ref()
             .and_then(|c| c.labels.clone())
             .unwrap_or_default();
+        if let Some(service) = labels.get(SWARM_SERVICE_ID).cloned() {
+            self.add_service_labels(&service, &mut labels).await;
+        }
         let network_mode = inspect
             .host_config
             .as_ref()
@@ -452,7 +455,29 @@ pub struct BridgeNetwork {
     pub subnets: Vec<(std::net::IpAddr, u8)>,
 }
 
+/// The label Swarm puts on a task's container: the id of the service it belongs to.
+const SWARM_SERVICE_ID: &str = "com.docker.swarm.service.id";
+
 impl Docker {
+    /// Adds the `dxdp.*` labels of a Swarm task's service (a stack file's `deploy.labels`,
+    /// `docker service create --label`) that the container does not set itself: the
+    /// container's own labels (`labels:` at service level, `--container-label`) win. A service
+    /// that cannot be read adds nothing (logged).
+    async fn add_service_labels(&self, service: &str, labels: &mut HashMap<String, String>) {
+        let spec = match self.client.inspect_service(service, None).await {
+            Ok(found) => found.spec.and_then(|s| s.labels).unwrap_or_default(),
+            Err(err) => {
+                debug!(service, "cannot read the task's service labels: {err}");
+                return;
+            }
+        };
+        for (key, value) in spec {
+            if key.starts_with(PREFIX) {
+                labels.entry(key).or_insert(value);
+            }
+        }
+    }
+
     /// Every `bridge` network with the addresses of the containers on it.
     pub async fn bridge_networks(&self) -> Result<Vec<BridgeNetwork>> {
         let list = self

@@ -638,3 +638,110 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
     drop(world);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A Swarm service, removed on drop (its tasks' containers with it, within a bounded wait).
+struct Service {
+    name: String,
+}
+
+impl Service {
+    /// `docker service create --name NAME ARGS… IMAGE CMD…`, not waiting for convergence.
+    #[track_caller]
+    fn create(name: &str, args: &[&str], cmd: &[&str]) -> Self {
+        let mut argv = vec!["service", "create", "--detach", "--name", name];
+        argv.extend_from_slice(args);
+        argv.push(crate::support::IMAGE);
+        argv.extend_from_slice(cmd);
+        docker_ok(&argv);
+        Self {
+            name: name.to_owned(),
+        }
+    }
+
+    /// Names of the service's running task containers.
+    fn tasks(&self) -> Vec<String> {
+        let filter = format!("label=com.docker.swarm.service.name={}", self.name);
+        docker(&["ps", "--filter", &filter, "--format", "{{.Names}}"])
+            .map(|run| run.stdout.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        quietly(&[DOCKER, "service", "rm", &self.name]);
+        if !wait_until(Duration::from_secs(60), || self.tasks().is_empty()) {
+            eprintln!("cleanup: tasks of service {} still there", self.name);
+        }
+    }
+}
+
+/// A service's labels (a stack file's `deploy.labels`, `docker service create --label`) reach
+/// its tasks: the watch links the two tasks of a labeled service on an overlay network inside
+/// its sandbox, while the tasks of the same service without the labels stay on `br0`.
+#[test]
+fn watch_links_a_services_tasks_by_its_deploy_labels() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let mut world = World::shared();
+    let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let mut watch = world.watch(&["--resync", "1"]);
+    let group = format!("dxdp.group={}", world.prefix);
+    let common = [
+        "--network",
+        net.as_str(),
+        "--endpoint-mode",
+        "dnsrr",
+        "--no-resolve-image",
+        "--replicas",
+        "2",
+    ];
+    let mut labeled_args = common.to_vec();
+    labeled_args.extend(["--label", "dxdp.enable=true", "--label", &group]);
+    let labeled = Service::create(
+        &format!("{}-lab", world.prefix),
+        &labeled_args,
+        &["sleep", "600"],
+    );
+    let plain = Service::create(&format!("{}-pl", world.prefix), &common, &["sleep", "600"]);
+    let started = wait_until(Duration::from_secs(60), || {
+        labeled.tasks().len() == 2 && plain.tasks().len() == 2
+    });
+    assert!(started, "the services' tasks did not start within 60 s");
+    let tasks = labeled.tasks();
+    let linked = wait_until(Duration::from_secs(30), || {
+        link_between(&world.dxdp.status(), &tasks[0], &tasks[1])
+            .is_some_and(|l| l.sandbox.is_some())
+    });
+    assert!(
+        linked,
+        "no link between the labeled service's tasks {tasks:?}: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    let plain_tasks = plain.tasks();
+    let ip = |c: &str| world.ip(c, &net);
+    assert_link_carries(
+        &world,
+        (&tasks[0], &tasks[1]),
+        &ip(&tasks[1]),
+        &ip(&plain_tasks[0]),
+    );
+    assert!(watch.alive(), "the watch died: {}", watch.log_text());
+    drop(labeled);
+    drop(plain);
+    assert!(
+        wait_until(Duration::from_secs(15), || world
+            .dxdp
+            .status()
+            .links
+            .is_empty()),
+        "links outlived the service: {:#?}",
+        world.dxdp.status()
+    );
+    drop(watch);
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}
