@@ -57,6 +57,14 @@ pub(super) struct World {
     pub(super) endpoint_lookups: BTreeMap<String, usize>,
     pub(super) rule_reads: usize,
     pub(super) link_reads: usize,
+    /// Overlay networks' sandboxes on this host, by network id: each a world of its own (its
+    /// veths, rules and links), answering as [`Host::sandbox`].
+    pub(super) sandboxes: BTreeMap<String, Shared>,
+    /// This world is a sandbox: it exposes no ports; `gone` once its network went.
+    pub(super) is_sandbox: bool,
+    pub(super) gone: bool,
+    /// Sandboxes whose pinned state [`Host::forget_dead_sandboxes`] removed.
+    pub(super) forgotten: Vec<String>,
 }
 
 /// The world, shared by the fakes and the test.
@@ -95,6 +103,43 @@ impl World {
             rules: ACCEPT_ALL.to_owned(),
             ..Self::default()
         }
+    }
+
+    /// An overlay network's sandbox, empty but for its bridge.
+    pub(super) fn sandbox() -> Self {
+        Self {
+            is_sandbox: true,
+            ..Self::new()
+        }
+    }
+
+    /// Starts a container on the overlay network `network_id`, whose sandbox world is given:
+    /// its veth (at `ifindex`) is plugged there, not here.
+    pub(super) fn start_on_overlay(
+        &mut self,
+        name: &str,
+        ifindex: u32,
+        labels: &[(&str, &str)],
+        (network_id, sandbox): (&str, &Shared),
+    ) {
+        self.start(name, ifindex, labels);
+        self.interfaces.retain(|i| i.name != veth(name));
+        let c = self.containers.last_mut().expect("just started");
+        let overlay = NetworkView {
+            id: network_id.to_owned(),
+            name: format!("ov-{network_id}"),
+            driver: "overlay".to_owned(),
+            icc: true,
+            encrypted: false,
+        };
+        c.view.networks = vec![overlay.clone()];
+        c.attachments[0].network = overlay;
+        c.attachments[0].bridge = None;
+        let mut inside = sandbox.world();
+        inside.plug(name, ifindex);
+        inside
+            .addrs
+            .insert(name.to_owned(), IpAddr::from([10, 0, 0, ifindex as u8]));
     }
 
     /// Starts a container on the test network with these labels, its host veth at `ifindex`
@@ -341,8 +386,34 @@ impl Host for FakeHost {
 
     type Sandbox = FakeHost;
 
-    fn sandbox(&self, _: &NetworkView) -> Option<FakeHost> {
-        None
+    fn sandbox(&self, network: &NetworkView) -> Option<FakeHost> {
+        let world = self.0.world();
+        let sandbox = world.sandboxes.get(&network.id)?;
+        (!sandbox.world().gone).then(|| FakeHost(sandbox.clone()))
+    }
+
+    fn inside<T: Send>(&self, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        if self.0.world().gone {
+            bail!("network namespace /var/run/docker/netns/1-fake is not there");
+        }
+        work()
+    }
+
+    fn exposes_ports(&self) -> bool {
+        !self.0.world().is_sandbox
+    }
+
+    fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
+        let mut world = self.0.world();
+        let dead: Vec<String> = world
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| s.world().gone)
+            .map(|(id, _)| id.clone())
+            .collect();
+        world.sandboxes.retain(|id, _| !dead.contains(id));
+        world.forgotten.extend(dead.iter().cloned());
+        Ok(dead)
     }
 }
 

@@ -231,6 +231,52 @@ fn a_failed_pass_changes_nothing_and_the_next_one_recovers() {
     assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
 }
 
+#[test]
+fn an_overlay_pair_is_linked_in_its_sandbox_held_to_its_rules_and_forgotten_with_it() {
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = two_pairs();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    let asks = [(ENABLE, "true"), (PEERS, "f"), (DATAPATH, "tc")];
+    world.start_on_overlay("e", 21, &asks, ("ovid", &sandbox));
+    world.start_on_overlay("f", 22, &[], ("ovid", &sandbox));
+    let mut rig = Rig::new(world);
+    let outcome = rig.pass(Which::All).expect("a pass");
+    assert_eq!(outcome.links, 3, "two on the bridge, one in the sandbox");
+    assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
+    assert_eq!(sandbox.world().pinned(), ["21-22 Watch"]);
+    // The sandbox's rules hold its link, and not the bridge's.
+    sandbox.world().rules = "*filter\n:FORWARD ACCEPT [0:0]\n\
+                             -A FORWARD -s 10.0.0.21/32 -d 10.0.0.22/32 -j DROP\nCOMMIT\n"
+        .to_owned();
+    sandbox.world().generation += 1;
+    rig.pass(Which::All);
+    assert!(sandbox.world().pinned().is_empty(), "a rule in the sandbox");
+    assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
+    sandbox.world().rules = ACCEPT_ALL.to_owned();
+    sandbox.world().generation += 1;
+    rig.pass(Which::All);
+    assert_eq!(sandbox.world().pinned(), ["21-22 Watch"]);
+    // An event about a task that stopped takes its link, there only.
+    rig.shared.world().stop("f");
+    sandbox.world().interfaces.retain(|i| i.index != 22);
+    rig.about(&["f"]);
+    assert!(sandbox.world().pinned().is_empty());
+    assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
+    // The network goes with its sandbox: the next whole pass forgets its state and goes on.
+    rig.shared
+        .world()
+        .start_on_overlay("f", 23, &[], ("ovid", &sandbox));
+    rig.pass(Which::All);
+    assert_eq!(sandbox.world().pinned(), ["21-23 Watch"]);
+    sandbox.world().gone = true;
+    let outcome = rig
+        .pass(Which::All)
+        .expect("a pass despite the gone sandbox");
+    assert_eq!(outcome.links, 2);
+    assert_eq!(rig.shared.world().forgotten, ["ovid"]);
+}
+
 const INGRESS: &str = "dxdp.ingress";
 const FIREWALL: &str = "dxdp.firewall";
 
