@@ -472,6 +472,15 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         );
 
         assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+        // `top` shows the sandbox's link, its veths named with the sandbox.
+        let top = dxdp_ok(
+            &world.dxdp,
+            &["top", "--json", "--once", "--interval", "0.5"],
+        );
+        assert!(
+            top.contains(&a) && top.contains(&format!("({sandbox})")),
+            "top without the overlay link: {top}"
+        );
         let out = dxdp_ok(&world.dxdp, &["unlink", &a, &b]);
         assert!(out.contains(&format!("in sandbox {sandbox}")), "{out}");
         world.dxdp.status().assert_empty();

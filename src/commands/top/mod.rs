@@ -72,7 +72,39 @@ fn read(pin_dir: &Path, capacity: Capacity) -> Result<Snapshot> {
             port,
         });
     }
+    drop(datapath);
+    snap.links.extend(overlay_links(pin_dir, capacity)?);
     Ok(snap)
+}
+
+/// The links of every live overlay sandbox, read from inside it, their veths named with the
+/// sandbox (`veth1 (1-qqxh7f1pd1)`): a sandbox's ifindexes are its own. Their interfaces'
+/// counters stay out of the per-veth table, whose rows are keyed by the host's ifindexes.
+fn overlay_links(pin_dir: &Path, capacity: Capacity) -> Result<Vec<LinkSnap>> {
+    let mut out = Vec::new();
+    for site in crate::overlay::sites(pin_dir) {
+        let Some(sandbox) = site.sandbox else {
+            continue;
+        };
+        out.extend(sandbox.run(|| {
+            let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+            let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+                .into_iter()
+                .filter(|i| i.is_veth())
+                .map(|i| (i.index, format!("{} ({})", i.name, sandbox.name)))
+                .collect();
+            Ok(datapath
+                .links()?
+                .into_iter()
+                .map(|record| LinkSnap {
+                    low_ifname: veths.get(&record.low_ifindex).cloned(),
+                    high_ifname: veths.get(&record.high_ifindex).cloned(),
+                    record,
+                })
+                .collect::<Vec<_>>())
+        })?);
+    }
+    Ok(out)
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: TopArgs) -> Result<ExitCode> {
