@@ -53,6 +53,20 @@ pub(super) fn prepare(
     let nics = nics(nic_names, host, &addrs)?;
     let found = super::runtime()?.block_on(find(reference))?;
     let name = found.container.view.name.clone();
+    let mesh = found
+        .container
+        .view
+        .networks
+        .iter()
+        .find(|n| n.routing_mesh);
+    if let (true, Some(mesh)) = (found.published.is_empty(), mesh) {
+        bail!(
+            "container {name} is on Swarm's routing mesh ({}): its service's ports are \
+             published there, balanced by IPVS to tasks on any node, which a fast path into \
+             this one container would bypass; publish with --publish mode=host,… to expose it",
+            mesh.name
+        );
+    }
     if found.published.is_empty() {
         bail!(
             "container {name} publishes no ports; publish them (docker run -p HOST:CONTAINER) \

@@ -626,6 +626,7 @@ impl NetworkCache {
             // libnetwork's overlay driver encrypts when the option is present, whatever its
             // value (`--opt encrypted` sets it to "").
             encrypted: options.contains_key(ENCRYPTED_OPTION),
+            routing_mesh: inspect.ingress.unwrap_or(false),
         };
         self.0.insert(id.to_owned(), (view.clone(), bridge.clone()));
         Ok((view, bridge))

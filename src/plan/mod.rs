@@ -57,6 +57,9 @@ pub struct NetworkView {
     pub icc: bool,
     /// An overlay network created with `--opt encrypted`: IPsec between nodes.
     pub encrypted: bool,
+    /// Swarm's routing mesh (`ingress`, or a network made with `--ingress`): ports published
+    /// through it are balanced by IPVS to tasks on any node.
+    pub routing_mesh: bool,
 }
 
 /// The driver of Swarm's multi-host networks, whose same-node pairs dxdp links inside the
@@ -387,6 +390,8 @@ impl rules::Candidate for NetworkView {
     fn unusable(&self) -> Option<Unusable> {
         if self.driver != "bridge" && self.driver != OVERLAY_DRIVER {
             Some(Unusable::Driver(self.driver.clone()))
+        } else if self.routing_mesh {
+            Some(Unusable::RoutingMesh)
         } else if self.encrypted {
             Some(Unusable::Encrypted)
         } else if !self.icc {

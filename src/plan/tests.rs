@@ -9,6 +9,7 @@ fn net(name: &str, driver: &str, icc: bool) -> NetworkView {
         driver: driver.to_owned(),
         icc,
         encrypted: false,
+        routing_mesh: false,
     }
 }
 
@@ -402,6 +403,29 @@ fn overlay_networks_are_linked_unless_encrypted() {
         on(c("b", &[]), vec![sealed]),
     ]);
     assert_diag(&p, "a", Level::Warn, "is encrypted (--opt encrypted)");
+    // Tasks on the routing mesh and on their own overlay are linked on their own.
+    let mesh = NetworkView {
+        routing_mesh: true,
+        ..net("ingress", "overlay", true)
+    };
+    let own = net("web", "overlay", true);
+    let p = plan(&[
+        on(
+            c("a", &en(&[(PEERS, "b")])),
+            vec![mesh.clone(), own.clone()],
+        ),
+        on(c("b", &[]), vec![mesh.clone(), own]),
+    ]);
+    assert_eq!(
+        p.links.first().map(|l| l.network_id.as_str()),
+        Some("nid-web")
+    );
+    let (a, b) = (
+        on(c("a", &[]), vec![mesh.clone()]),
+        on(c("b", &[]), vec![mesh]),
+    );
+    let refused = network_for_link(&a, &b).expect_err("the routing mesh");
+    assert!(refused[0].contains("routing mesh"), "{refused:?}");
 }
 
 #[test]

@@ -14,6 +14,8 @@ pub(crate) enum Unusable {
     IccDisabled,
     /// An overlay network with `--opt encrypted`.
     Encrypted,
+    /// Swarm's routing mesh, whose traffic comes from IPVS, not from a peer task.
+    RoutingMesh,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +82,7 @@ impl Refusal {
             Self::NoSharedNetwork => REASONS[4],
             Self::NotOnNamedNetwork { .. } => REASONS[5],
             Self::Unusable {
-                why: Unusable::Driver(_),
+                why: Unusable::Driver(_) | Unusable::RoutingMesh,
                 ..
             } => REASONS[6],
             Self::Unusable {
@@ -142,6 +144,14 @@ impl fmt::Display for Refusal {
                 f,
                 "network {network} has driver {driver}; dxdp accelerates bridge and overlay \
                  networks only"
+            ),
+            Self::Unusable {
+                network,
+                why: Unusable::RoutingMesh,
+            } => write!(
+                f,
+                "network {network} is Swarm's routing mesh, which carries published ports from \
+                 IPVS, not traffic between tasks; put the pair on an overlay network of its own"
             ),
             Self::Unusable {
                 network,

@@ -754,3 +754,66 @@ fn watch_links_a_services_tasks_by_its_deploy_labels() {
     drop(world);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A Swarm task's port published with `mode=host` is Docker's DNAT on the task's bridge, which
+/// `dxdp expose` takes from the NIC like any container's (iperf3 from outside rides it), while a
+/// port published through the routing mesh is refused in one line saying why.
+#[test]
+fn a_tasks_host_mode_port_is_exposed_and_a_routing_mesh_port_is_refused() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let world = World::shared();
+    let out = crate::support::Outside::new(&world);
+    let (host_port, mesh_port) = (17030u16, 17031u16);
+    let host_mode = format!("mode=host,target=5201,published={host_port}");
+    let mesh = format!("target=5201,published={mesh_port}");
+    let served = Service::create(
+        &format!("{}-hostmode", world.prefix),
+        &["--no-resolve-image", "--publish", &host_mode],
+        &["iperf3", "-s"],
+    );
+    let meshed = Service::create(
+        &format!("{}-mesh", world.prefix),
+        &["--no-resolve-image", "--publish", &mesh],
+        &["iperf3", "-s"],
+    );
+    let started = wait_until(Duration::from_secs(60), || {
+        served.tasks().len() == 1 && meshed.tasks().len() == 1
+    });
+    assert!(started, "the services' tasks did not start within 60 s");
+    let task = served.tasks().remove(0);
+    let exposed = world
+        .dxdp
+        .run(&["expose", &task, "--nic", &out.nic, "--bypass-firewall"]);
+    assert!(exposed.success(), "expose of a host-mode task: {exposed}");
+    let port = host_port.to_string();
+    let iperf = out.run(
+        &["iperf3", "-c", &out.host_addr, "-p", &port, "-t", "1"],
+        Duration::from_secs(20),
+    );
+    assert!(iperf.success(), "iperf3 from outside to {task}: {iperf}");
+    let status = world.dxdp.run(&["status", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("status JSON");
+    let inbound = json["exposed"][0]["inbound"]["packets"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        inbound > 100,
+        "the exposure carried {inbound} packets: {status}"
+    );
+    world.dxdp.run(&["unexpose", &task]).assert_success();
+
+    let task = meshed.tasks().remove(0);
+    let refused = world.dxdp.run(&["expose", &task, "--nic", &out.nic]);
+    assert!(
+        !refused.success() && refused.stderr.contains("routing mesh"),
+        "expose of a routing-mesh task: {refused}"
+    );
+    drop(meshed);
+    drop(served);
+    drop(out);
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}

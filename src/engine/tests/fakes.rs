@@ -131,6 +131,7 @@ impl World {
             driver: "overlay".to_owned(),
             icc: true,
             encrypted: false,
+            routing_mesh: false,
         };
         c.view.networks = vec![overlay.clone()];
         c.attachments[0].network = overlay;
@@ -151,6 +152,7 @@ impl World {
             driver: "bridge".to_owned(),
             icc: true,
             encrypted: false,
+            routing_mesh: false,
         };
         self.containers.push(Container {
             ports: Vec::new(),
