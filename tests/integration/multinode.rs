@@ -5,6 +5,8 @@
 //!
 //! Every test makes the same fixed names (`dxt-sw1`…), so the harness runs one swarm at a time.
 
+mod links;
+
 use std::{
     os::unix::fs::MetadataExt,
     time::{Duration, Instant},

@@ -115,6 +115,9 @@ pub struct LinkStatus {
     /// The overlay sandbox whose veths the link joins; `None` on the host's bridges.
     #[serde(default)]
     pub sandbox: Option<String>,
+    /// `live`, or `gone` when a veth of the link no longer exists.
+    #[serde(default)]
+    pub state: Option<String>,
 }
 
 /// Frames redirected over one direction of a link.
@@ -129,6 +132,9 @@ pub struct InterfaceStatus {
     pub ifindex: u32,
     pub datapath: String,
     pub counters: Counters,
+    /// The overlay sandbox the veth is in; `None` for the host's.
+    #[serde(default)]
+    pub sandbox: Option<String>,
 }
 
 /// One managed interface's counters, summed over CPUs.
