@@ -98,14 +98,24 @@ impl Status {
     }
 }
 
-/// The links and managed interfaces of one datapath, whose veths are in the calling thread's
-/// namespace: the host's, or the overlay sandbox `sandbox`.
-fn read_links(datapath: &mut Datapath, sandbox: Option<&str>, status: &mut Status) -> Result<()> {
-    let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+/// The veths of the calling thread's namespace (the host's, or an overlay sandbox's).
+fn veths_here() -> Result<HashMap<u32, String>> {
+    Ok(netlink::interfaces(&NetnsPath::host())?
         .into_iter()
         .filter(|i| i.is_veth())
         .map(|i| (i.index, i.name))
-        .collect();
+        .collect())
+}
+
+/// The links and managed interfaces of one datapath, whose veths are `veths` (none for a
+/// sandbox that is gone, whose links all read GONE): the host's, or the overlay sandbox
+/// `sandbox`'s.
+fn read_links(
+    datapath: &mut Datapath,
+    veths: &HashMap<u32, String>,
+    sandbox: Option<&str>,
+    status: &mut Status,
+) -> Result<()> {
     let sandbox = sandbox.map(str::to_owned);
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {
@@ -157,23 +167,25 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
                 connections,
             });
         }
-        read_links(&mut datapath, None, &mut status)?;
+        read_links(&mut datapath, &veths_here()?, None, &mut status)?;
         drop(datapath);
-        // Each overlay sandbox's links, read from inside it (its ifindexes are its own); a
-        // sandbox that is gone took its veths along, and the next link or watch pass removes
-        // its pins.
+        // Each overlay sandbox's links, read from inside it (its ifindexes are its own). A
+        // sandbox that is gone took its veths along: its links read GONE until the next
+        // `link`, `unlink` or watch pass removes its pins.
         for site in crate::overlay::sites(pin_dir) {
-            let Some(sandbox) = site.sandbox else {
-                continue;
-            };
-            let (links, interfaces) = sandbox.run(|| {
-                let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
-                let mut found = Status::empty(pin_dir);
-                read_links(&mut datapath, Some(&sandbox.name), &mut found)?;
-                Ok((found.links, found.interfaces))
-            })?;
-            status.links.extend(links);
-            status.interfaces.extend(interfaces);
+            let mut found = Status::empty(pin_dir);
+            match &site.sandbox {
+                Some(sandbox) => sandbox.run(|| {
+                    let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+                    read_links(&mut datapath, &veths_here()?, Some(&site.name), &mut found)
+                })?,
+                None => {
+                    let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+                    read_links(&mut datapath, &HashMap::new(), Some(&site.name), &mut found)?;
+                }
+            }
+            status.links.extend(found.links);
+            status.interfaces.extend(found.interfaces);
         }
     }
     if args.json {

@@ -21,13 +21,23 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitC
             pin_dir.display()
         );
     }
+    let (a, b) = (args.a.to_string(), args.b.to_string());
+    // A sandbox that is gone took the pair's veths along; its pinned state goes now, saying
+    // so when it held the link asked for.
+    let in_dead = dead_sandbox_link(pin_dir, capacity, (&a, &b));
     overlay::remove_dead_sites(pin_dir)?;
+    if let Some((sandbox, rec)) = in_dead {
+        println!(
+            "unlinked {} <-> {} in sandbox {sandbox}, which is gone",
+            rec.low_name, rec.high_name
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let host = netlink::interfaces(&NetnsPath::host())?;
     // The live endpoints name the datapath (the host's or an overlay sandbox's) and the veths;
     // an endpoint that is gone, or whose veth was replaced, is still known by the name it was
     // linked under, in whichever datapath holds it.
     let live = resolve_placed_pair(&args.a, &args.b, &host).ok();
-    let (a, b) = (args.a.to_string(), args.b.to_string());
     let mut places: Vec<Option<Sandbox>> = Vec::new();
     if let Some((_, sandbox)) = &live {
         places.push(sandbox.clone());
@@ -57,6 +67,25 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitC
         }
     }
     bail!("no link between {a} and {b}; see `dxdp status`")
+}
+
+/// The link recorded between the names `(a, b)` in the pinned state of a sandbox that is gone,
+/// with the sandbox's name.
+fn dead_sandbox_link(
+    pin_dir: &Path,
+    capacity: Capacity,
+    (a, b): (&str, &str),
+) -> Option<(String, LinkRecord)> {
+    overlay::sites(pin_dir)
+        .into_iter()
+        .filter(|site| site.sandbox.is_none())
+        .find_map(|site| {
+            let mut datapath = Datapath::open(&site.pin_dir, capacity).ok()?;
+            let found = datapath.links().ok()?.into_iter().find(|l| {
+                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
+            })?;
+            Some((site.name, found))
+        })
 }
 
 /// Removes the link between `veths`, or else the one recorded between the names `(a, b)`, from

@@ -529,7 +529,13 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         !std::path::Path::new(&format!("/var/run/docker/netns/{sandbox}")).exists()
     });
     assert!(sandbox_gone, "the sandbox {sandbox} outlived its network");
-    let _ = world.dxdp.run(&["unlink", &a, &c]);
+    let gone = world.dxdp.run(&["status"]);
+    assert!(
+        gone.stdout.contains("GONE") && gone.stdout.contains(&sandbox),
+        "a gone sandbox's link: {gone}"
+    );
+    let out = dxdp_ok(&world.dxdp, &["unlink", &a, &c]);
+    assert!(out.contains("which is gone"), "{out}");
     let left: Vec<_> = std::fs::read_dir(&sites)
         .into_iter()
         .flatten()

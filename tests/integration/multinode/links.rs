@@ -459,8 +459,17 @@ fn a_rescheduled_task_loses_its_link_and_nothing_is_left() {
         "{}: the sandbox {sandbox} outlived the swarm",
         two.name
     );
+    // Its link reads GONE, with the sandbox, until `unlink` by name takes the pins.
+    let gone = status(two);
+    assert!(
+        gone.links.len() == 1
+            && gone.links[0].state.as_deref() == Some("gone")
+            && gone.links[0].sandbox.as_deref() == Some(sandbox.as_str()),
+        "a gone sandbox's link: {gone:#?}"
+    );
+    let out = dxdp_ok(two, &["unlink", &there[0], &there[1]]);
+    assert!(out.contains("which is gone"), "{out}");
     status(two).assert_empty();
-    let _ = dxdp(two, &["unlink", &there[0], &there[1]]);
     assert_eq!(sites(two), Vec::<String>::new(), "a gone sandbox's pins");
 
     // On node 1: a link when the services and the network go.
@@ -472,8 +481,8 @@ fn a_rescheduled_task_loses_its_link_and_nothing_is_left() {
     remove_network(&nodes, &overlay.name, one, &sandbox);
     let after = status(one);
     assert!(
-        after.links.is_empty(),
-        "links of a gone sandbox: {after:#?}"
+        after.links.iter().all(|l| l.state.as_deref() == Some("gone")),
+        "live links of a gone sandbox: {after:#?}"
     );
     let stray = dxdp(one, &["unlink", "x", "y"]);
     assert!(!stray.success(), "{stray}");
