@@ -688,8 +688,8 @@ mod tests {
         assert!(old.starts_with("HTTP/1.0 200 OK\r\n"), "{old}");
     }
 
-    #[test]
-    fn renders_links_interfaces_and_loop_metrics() {
+    /// A fixed state and loop, with something in every family.
+    fn fixed() -> (State, Loop) {
         let state = State {
             links: vec![LinkRecord {
                 low_ifindex: 3,
@@ -752,23 +752,27 @@ mod tests {
                 ..Default::default()
             }),
         };
-        let text = render(
-            &state,
-            Loop {
-                reconciles: 2,
-                errors: 1,
-                duration_sum: 0.5,
-                last_duration: 0.25,
-                docker_connected: true,
-                firewall_refused: 3,
-                refused_exposures: 2,
-                exposures_removed_by_firewall: 5,
-                removed_by_firewall: 4,
-                refused: BTreeMap::from([("icc_disabled", 2)]),
-                malformed: 1,
-                last_success_unix: 1.5e9,
-            },
-        );
+        let watch = Loop {
+            reconciles: 2,
+            errors: 1,
+            duration_sum: 0.5,
+            last_duration: 0.25,
+            docker_connected: true,
+            firewall_refused: 3,
+            refused_exposures: 2,
+            exposures_removed_by_firewall: 5,
+            removed_by_firewall: 4,
+            refused: BTreeMap::from([("icc_disabled", 2)]),
+            malformed: 1,
+            last_success_unix: 1.5e9,
+        };
+        (state, watch)
+    }
+
+    #[test]
+    fn renders_links_interfaces_and_loop_metrics() {
+        let (state, watch) = fixed();
+        let text = render(&state, watch);
         assert!(
             text.contains("dxdp_refused_pairs{reason=\"firewall\"} 3\n"),
             "{text}"
@@ -852,5 +856,17 @@ mod tests {
                 "no TYPE for {name}"
             );
         }
+    }
+
+    /// The whole text for a fixed state, to the byte: the families, their order, HELP and TYPE
+    /// lines and every sample (the version and ABI of `dxdp_build_info` are put in).
+    #[test]
+    fn renders_a_fixed_state_to_the_byte() {
+        let (state, watch) = fixed();
+        let expected = include_str!("metrics/testdata/fixed_state.prom")
+            .replace("@VERSION@", env!("CARGO_PKG_VERSION"))
+            .replace("@ABI@", &dxdp_common::ABI_VERSION.to_string());
+        let text = render(&state, watch);
+        assert_eq!(text, expected);
     }
 }
