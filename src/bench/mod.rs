@@ -9,11 +9,14 @@ pub mod ingress;
 pub mod measure;
 pub mod pair;
 pub mod pps;
+mod progress;
 pub mod stats;
 pub mod svg;
 pub mod table;
 pub mod wire;
 pub mod xsk;
+
+pub use progress::{Step, show_steps};
 
 use std::{fmt, time::Duration};
 
@@ -221,16 +224,6 @@ impl Results {
         let value = self.spread(config, metric)?.median;
         (base > 0.0).then(|| value / base)
     }
-}
-
-/// Progress, for the caller to show where it likes.
-pub enum Step<'a> {
-    /// A measurement starts: `round 2/3: tc udp64`.
-    Begin(&'a str),
-    /// It ended with this result.
-    End(&'a str),
-    /// Something to note on a line of its own.
-    Note(&'a str),
 }
 
 /// Runs every round of every configuration, switching the pair's link as each one needs.

@@ -16,12 +16,12 @@ use super::{
 };
 use crate::{
     bench::{
-        self, Config, Metric, Plan, Results, Step,
+        self, Config, Metric, Plan, Results,
         cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
         pair::PairState,
-        pps,
+        pps, show_steps,
         stats::Spread,
         svg, table,
     },
@@ -189,24 +189,6 @@ fn configs(args: &BenchArgs) -> Result<Vec<Config>> {
         .into_iter()
         .filter(|c| *c != Config::Loopback)
         .collect())
-}
-
-/// Shows the measurement's progress on stderr, a line per step, while `work` runs.
-fn show_steps<T>(work: impl FnOnce(&mut dyn FnMut(Step<'_>)) -> Result<T>) -> Result<T> {
-    let mut midline = false;
-    let result = work(&mut |step| {
-        match step {
-            Step::Begin(what) => eprint!("{what} ... "),
-            Step::End(result) => eprintln!("{result}"),
-            Step::Note(note) => eprintln!("{note}"),
-        }
-        midline = matches!(step, Step::Begin(_));
-    });
-    if midline {
-        // The error that ended the run gets a line of its own.
-        eprintln!("failed");
-    }
-    result
 }
 
 /// One bench run's pair and plan, for what both kinds of measurement print and write alike.
