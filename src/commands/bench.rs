@@ -16,14 +16,14 @@ use super::{
 };
 use crate::{
     bench::{
-        self, Config, Metric, Plan, Results,
+        Config,
+        containers::{self, Metric, PairSchedule, Results},
         cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
         pair::PairState,
         pps, show_steps,
         stats::Spread,
-        svg, table,
     },
     cli::BenchArgs,
     datapath::Capacity,
@@ -33,7 +33,7 @@ use crate::{
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCode> {
-    let plan = Plan {
+    let plan = PairSchedule {
         configs: configs(&args)?,
         rounds: if args.quick { 1 } else { args.rounds },
         seconds: if args.quick { 1 } else { args.seconds },
@@ -140,16 +140,16 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         label: format!("loopback in {}", a.label),
         ..over_pair.clone()
     };
-    run.announce("tests", bench::estimate(&plan));
+    run.announce("tests", containers::estimate(&plan));
     let load_start = host_load::start();
     let started = Instant::now();
-    let results = show_steps(|tell| bench::run(&plan, &mut pair, &over_pair, &loopback, tell));
+    let results = show_steps(|tell| containers::run(&plan, &mut pair, &over_pair, &loopback, tell));
     let results = results?;
     run.restored(&mut pair, started)?;
 
     let load = HostLoad::since(&load_start);
     let mtu = pair_mtu(&a, &b);
-    run.emit(&table::render(&results, plan.rounds), || {
+    run.emit(&containers::render_table(&results, plan.rounds), || {
         Ok(serde_json::to_string_pretty(&JsonReport {
             schema: "dxdp.bench/1",
             pair: run.pair_info(load, mtu),
@@ -168,8 +168,11 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         results.baseline().map_or("-", |c| c.name())
     );
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg::render(&svg::chart(&results, title, subtitle)))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(
+            path,
+            containers::render_chart(&containers::chart(&results, title, subtitle)),
+        )
+        .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -193,7 +196,7 @@ fn configs(args: &BenchArgs) -> Result<Vec<Config>> {
 
 /// One bench run's pair and plan, for what both kinds of measurement print and write alike.
 struct Run<'a> {
-    plan: &'a Plan,
+    plan: &'a PairSchedule,
     args: &'a BenchArgs,
     a: &'a Endpoint,
     b: &'a Endpoint,
@@ -357,7 +360,7 @@ fn on_bridge(network: &str, bridge: &str) -> String {
     }
 }
 
-fn check_ports(plan: &Plan, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()> {
+fn check_ports(plan: &PairSchedule, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()> {
     let mut sides = vec![b];
     if plan.configs.contains(&Config::Loopback) {
         sides.push(a);
