@@ -378,11 +378,7 @@ fn check_ports(plan: &PairSchedule, a: &Endpoint, b: &Endpoint, port: u16) -> Re
 }
 
 fn rx_packets(ifname: &str) -> Result<u64> {
-    let path = format!("/sys/class/net/{ifname}/statistics/rx_packets");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{path}: not a number"))
+    measure::host_counter(ifname, "rx_packets")
 }
 
 /// Refuses a pair that already carries traffic: it would share the path (and the CPUs) with

@@ -214,16 +214,13 @@ pub fn run(
             samples.push(Metric::RttMedian, median);
             samples.push(Metric::RttP99, p99);
             samples.rtt_us_per_round.push(rtts);
-            if config.datapath().is_some() {
-                let redirected = pair.redirected()?.saturating_sub(redirected_before);
-                *samples.redirected_packets.get_or_insert(0) += redirected;
-                if redirected == 0 {
-                    tell(Step::Note(&format!(
-                        "{at}: warning: the {config} datapath redirected no packets, so these \
-                         numbers are the bridge's"
-                    )));
-                }
-            }
+            pair.tally_redirected(
+                config,
+                redirected_before,
+                &mut samples.redirected_packets,
+                &at,
+                &mut tell,
+            )?;
         }
     }
     Ok(results)

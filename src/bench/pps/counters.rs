@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::Receiver;
 use crate::{
-    bench::measure::{in_netns, run_to_end},
+    bench::measure::{host_counter, in_netns, run_to_end},
     endpoint::Endpoint,
 };
 
@@ -177,14 +177,6 @@ pub(super) fn b_xdp_drops(b: &Endpoint) -> Result<u64> {
         );
     }
     xdp_drops(&out.stdout).with_context(|| format!("{} in {}", b.ifname, b.netns))
-}
-
-pub(super) fn host_counter(ifname: &str, name: &str) -> Result<u64> {
-    let path = format!("/sys/class/net/{ifname}/statistics/{name}");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{path}: not a number"))
 }
 
 /// The host-side drop counters now, and for the AF_XDP receiver B's `xdp_drops` (frames its

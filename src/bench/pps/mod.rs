@@ -283,16 +283,13 @@ pub fn run(
                     found.push(*size, receiver, sample);
                 }
             }
-            if config.datapath().is_some() {
-                let redirected = pair.redirected()?.saturating_sub(redirected_before);
-                *found.redirected_packets.get_or_insert(0) += redirected;
-                if redirected == 0 {
-                    tell(Step::Note(&format!(
-                        "round {round}/{rounds}: warning: the {config} datapath redirected no \
-                         packets, so these numbers are the bridge's"
-                    )));
-                }
-            }
+            pair.tally_redirected(
+                config,
+                redirected_before,
+                &mut found.redirected_packets,
+                &format!("round {round}/{rounds}"),
+                &mut tell,
+            )?;
         }
     }
     Ok(results)
