@@ -21,12 +21,14 @@
 mod reader;
 mod ring;
 mod socket;
+mod tally;
 #[cfg(test)]
 mod tests;
 
-pub use reader::{Expected, Reader, Stopped, Tally};
+pub use reader::{Reader, Stopped};
 pub use ring::Ring;
 pub use socket::{Socket, SocketDrops};
+pub use tally::{Expected, Tally};
 
 /// Frames in the UMEM.
 pub const FRAMES: u32 = 4096;

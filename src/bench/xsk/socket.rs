@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 
 use super::{
     FRAME_SIZE, FRAMES, POLL_MS,
-    reader::{Expected, Tally},
     ring::{COMPLETION_RING, FILL_RING, MappedRing, Mapping, RX_RING},
+    tally::{Expected, Tally},
 };
 
 /// What the kernel counted at the socket (`XDP_STATISTICS`).
