@@ -105,6 +105,15 @@ pub fn per_second(sample: impl Fn() -> Result<Vec<u64>>) -> Result<Vec<f64>> {
         .collect())
 }
 
+/// A host interface's counter `name` (`rx_packets`, `tx_dropped`…) from sysfs.
+pub fn host_counter(ifname: &str, name: &str) -> Result<u64> {
+    let path = format!("/sys/class/net/{ifname}/statistics/{name}");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{path}: not a number"))
+}
+
 /// `program args…` inside the network namespace at `netns`.
 pub(crate) fn in_netns(netns: &Path, program: &str) -> Command {
     let mut cmd = Command::new("nsenter");

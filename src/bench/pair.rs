@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::measure::{in_netns, run_to_end};
+use super::{
+    Config, Step,
+    measure::{in_netns, run_to_end},
+};
 use crate::{
     datapath::{Capacity, Datapath, Kind, LinkRecord, LinkRequest, Origin},
     endpoint::Endpoint,
@@ -197,6 +200,31 @@ impl PairState {
     /// Packets redirected from either veth.
     pub(crate) fn redirected(&self) -> Result<u64> {
         self.count(|c| c.redirected_packets)
+    }
+
+    /// Adds what the datapath redirected since `before` (a count of [`Self::redirected`]) to
+    /// `total`, for a configuration with a datapath; one that redirected nothing is told: the
+    /// numbers measured `at` are the bridge's.
+    pub(crate) fn tally_redirected(
+        &self,
+        config: Config,
+        before: u64,
+        total: &mut Option<u64>,
+        at: &str,
+        tell: &mut impl FnMut(Step<'_>),
+    ) -> Result<()> {
+        if config.datapath().is_none() {
+            return Ok(());
+        }
+        let redirected = self.redirected()?.saturating_sub(before);
+        *total.get_or_insert(0) += redirected;
+        if redirected == 0 {
+            tell(Step::Note(&format!(
+                "{at}: warning: the {config} datapath redirected no packets, so these numbers \
+                 are the bridge's"
+            )));
+        }
+        Ok(())
     }
 
     fn count(&self, pick: impl Fn(&crate::datapath::InterfaceCounters) -> u64) -> Result<u64> {

@@ -16,14 +16,14 @@ use super::{
 };
 use crate::{
     bench::{
-        self, Config, Metric, Plan, Results, Step,
+        Config,
+        containers::{self, Metric, PairSchedule, Results},
         cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
         pair::PairState,
-        pps,
+        pps, show_steps,
         stats::Spread,
-        svg, table,
     },
     cli::BenchArgs,
     datapath::Capacity,
@@ -33,7 +33,7 @@ use crate::{
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCode> {
-    let plan = Plan {
+    let plan = PairSchedule {
         configs: configs(&args)?,
         rounds: if args.quick { 1 } else { args.rounds },
         seconds: if args.quick { 1 } else { args.seconds },
@@ -140,16 +140,16 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         label: format!("loopback in {}", a.label),
         ..over_pair.clone()
     };
-    run.announce("tests", bench::estimate(&plan));
+    run.announce("tests", containers::estimate(&plan));
     let load_start = host_load::start();
     let started = Instant::now();
-    let results = show_steps(|tell| bench::run(&plan, &mut pair, &over_pair, &loopback, tell));
+    let results = show_steps(|tell| containers::run(&plan, &mut pair, &over_pair, &loopback, tell));
     let results = results?;
     run.restored(&mut pair, started)?;
 
     let load = HostLoad::since(&load_start);
     let mtu = pair_mtu(&a, &b);
-    run.emit(&table::render(&results, plan.rounds), || {
+    run.emit(&containers::render_table(&results, plan.rounds), || {
         Ok(serde_json::to_string_pretty(&JsonReport {
             schema: "dxdp.bench/1",
             pair: run.pair_info(load, mtu),
@@ -168,8 +168,11 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         results.baseline().map_or("-", |c| c.name())
     );
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg::render(&svg::chart(&results, title, subtitle)))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(
+            path,
+            containers::render_chart(&containers::chart(&results, title, subtitle)),
+        )
+        .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -191,27 +194,9 @@ fn configs(args: &BenchArgs) -> Result<Vec<Config>> {
         .collect())
 }
 
-/// Shows the measurement's progress on stderr, a line per step, while `work` runs.
-fn show_steps<T>(work: impl FnOnce(&mut dyn FnMut(Step<'_>)) -> Result<T>) -> Result<T> {
-    let mut midline = false;
-    let result = work(&mut |step| {
-        match step {
-            Step::Begin(what) => eprint!("{what} ... "),
-            Step::End(result) => eprintln!("{result}"),
-            Step::Note(note) => eprintln!("{note}"),
-        }
-        midline = matches!(step, Step::Begin(_));
-    });
-    if midline {
-        // The error that ended the run gets a line of its own.
-        eprintln!("failed");
-    }
-    result
-}
-
 /// One bench run's pair and plan, for what both kinds of measurement print and write alike.
 struct Run<'a> {
-    plan: &'a Plan,
+    plan: &'a PairSchedule,
     args: &'a BenchArgs,
     a: &'a Endpoint,
     b: &'a Endpoint,
@@ -375,7 +360,7 @@ fn on_bridge(network: &str, bridge: &str) -> String {
     }
 }
 
-fn check_ports(plan: &Plan, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()> {
+fn check_ports(plan: &PairSchedule, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()> {
     let mut sides = vec![b];
     if plan.configs.contains(&Config::Loopback) {
         sides.push(a);
@@ -393,11 +378,7 @@ fn check_ports(plan: &Plan, a: &Endpoint, b: &Endpoint, port: u16) -> Result<()>
 }
 
 fn rx_packets(ifname: &str) -> Result<u64> {
-    let path = format!("/sys/class/net/{ifname}/statistics/rx_packets");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{path}: not a number"))
+    measure::host_counter(ifname, "rx_packets")
 }
 
 /// Refuses a pair that already carries traffic: it would share the path (and the CPUs) with

@@ -17,10 +17,11 @@ use crate::{
         cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus},
         ingress::{
-            self, Clients, ExposureSwitch, Metric, NEEDS, Plan, Progress, Results, Route, Servers,
+            self, Clients, ExposureSwitch, IngressSchedule, Metric, NEEDS, Results, Route, Servers,
             Service, Target,
         },
         measure::{self, Placement},
+        show_steps,
         stats::Spread,
         wire::{Wire, WireSubnet},
     },
@@ -32,7 +33,7 @@ use crate::{
 };
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result<ExitCode> {
-    let plan = Plan {
+    let plan = IngressSchedule {
         rounds: args.rounds,
         seconds: args.seconds,
         wire: args.wire.is_some(),
@@ -164,12 +165,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchIngressArgs) -> Result
         );
     }
     let started = Instant::now();
-    let mut progress = Progress::default();
-    let results = ingress::run(&plan, &mut exposure, &mut clients, |step| {
-        progress.show(step)
-    });
-    progress.close();
-    let results = results?;
+    let results = show_steps(|tell| ingress::run(&plan, &mut exposure, &mut clients, tell))?;
     let load = HostLoad::since(&load_start);
     drop(servers);
     drop(wire);
@@ -237,7 +233,7 @@ fn write_json(path: &Path, report: &str) -> Result<()> {
 
 /// What the report says about the run besides the samples.
 struct RunInfo<'a> {
-    plan: Plan,
+    plan: IngressSchedule,
     container: &'a str,
     veth: &'a str,
     nic: &'a str,

@@ -5,7 +5,8 @@
 //! the JSON, so the chart only has to show who wins and by how much.
 use std::fmt::Write;
 
-use super::{Config, Metric, Results};
+use super::{Metric, Results};
+use crate::bench::Config;
 
 pub(crate) struct Group {
     pub(crate) label: String,
@@ -262,7 +263,7 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::Samples;
+    use crate::bench::containers::Samples;
 
     /// Checks tags nest and close, attribute quotes pair up and every `&` starts an entity:
     /// enough to catch what hand-written XML gets wrong, without an XML crate.
