@@ -105,13 +105,33 @@ pub fn per_second(sample: impl Fn() -> Result<Vec<u64>>) -> Result<Vec<f64>> {
         .collect())
 }
 
-/// A host interface's counter `name` (`rx_packets`, `tx_dropped`…) from sysfs.
+/// The counter `name` (`rx_packets`, `tx_dropped`…) of the interface `ifname` in the calling
+/// thread's namespace: the host's, or an overlay sandbox's (sysfs would show the host's only).
 pub fn host_counter(ifname: &str, name: &str) -> Result<u64> {
-    let path = format!("/sys/class/net/{ifname}/statistics/{name}");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
-    text.trim()
-        .parse()
-        .with_context(|| format!("{path}: not a number"))
+    let path = "/proc/thread-self/net/dev";
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
+    dev_counter(&text, ifname, name).with_context(|| format!("{path}: no {name} of {ifname}"))
+}
+
+/// One counter of `/proc/net/dev`'s line for `ifname`: eight receive columns (bytes, packets,
+/// errs, drop, …) then eight transmit ones.
+fn dev_counter(text: &str, ifname: &str, name: &str) -> Option<u64> {
+    let column = match name {
+        "rx_bytes" => 0,
+        "rx_packets" => 1,
+        "rx_errors" => 2,
+        "rx_dropped" => 3,
+        "tx_bytes" => 8,
+        "tx_packets" => 9,
+        "tx_errors" => 10,
+        "tx_dropped" => 11,
+        _ => return None,
+    };
+    let (_, fields) = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(iface, _)| iface.trim() == ifname)?;
+    fields.split_whitespace().nth(column)?.parse().ok()
 }
 
 /// `program args…` inside the network namespace at `netns`.
@@ -487,6 +507,20 @@ mod tests {
     const TCP: &str = include_str!("testdata/iperf3-tcp-P2.json");
     const UDP: &str = include_str!("testdata/iperf3-udp-l64.json");
     const REFUSED: &str = include_str!("testdata/iperf3-refused.json");
+
+    #[test]
+    fn counters_are_read_from_the_namespaces_proc_net_dev() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+                   face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+                   lo:     100       2    0    0    0     0          0         0      100       2    0    0    0     0       0          0\n \
+                   veth1: 9000      77    1    5    0     0          0         0     8000      66    0    7    0     0       0          0\n";
+        assert_eq!(dev_counter(dev, "veth1", "rx_packets"), Some(77));
+        assert_eq!(dev_counter(dev, "veth1", "rx_dropped"), Some(5));
+        assert_eq!(dev_counter(dev, "veth1", "tx_packets"), Some(66));
+        assert_eq!(dev_counter(dev, "veth1", "tx_dropped"), Some(7));
+        assert_eq!(dev_counter(dev, "veth2", "rx_packets"), None);
+        assert_eq!(dev_counter(dev, "veth1", "rx_fifo"), None);
+    }
 
     #[test]
     fn a_command_put_on_a_cpu_runs_there_alone() {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::{
     mtu,
-    resolve::{Pair, resolve_pair},
+    resolve::{Pair, resolve_placed_pair},
 };
 use crate::{
     bench::{
@@ -53,7 +53,25 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
         );
     }
     let host = netlink::interfaces(&NetnsPath::host())?;
-    let Pair { a, b, network } = resolve_pair(&args.a, &args.b, &host)?;
+    let (pair, sandbox) = resolve_placed_pair(&args.a, &args.b, &host)?;
+    match sandbox {
+        None => measure_pair(pin_dir, capacity, args, plan, pair),
+        // On an overlay network the sandbox is the host of the pair's veths, rules and link.
+        Some(sandbox) => {
+            sandbox.run(|| measure_pair(&sandbox.pin_dir(pin_dir), capacity, args, plan, pair))
+        }
+    }
+}
+
+/// Measures the pair, whose veths are in the calling thread's namespace, with its links
+/// pinned in `pin_dir`.
+fn measure_pair(
+    pin_dir: &Path,
+    capacity: Capacity,
+    args: BenchArgs,
+    plan: PairSchedule,
+    Pair { a, b, network }: Pair,
+) -> Result<ExitCode> {
     if a.host_ifindex == b.host_ifindex {
         bail!("{} and {} are the same endpoint", args.a, args.b);
     }

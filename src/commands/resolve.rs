@@ -17,22 +17,6 @@ pub struct Pair {
     pub network: String,
 }
 
-/// A pair on the host's bridges; a pair on an overlay network is refused, naming `what`.
-pub fn resolve_pair(a: &EndpointSpec, b: &EndpointSpec, host: &[Interface]) -> Result<Pair> {
-    let (pair, sandbox) = resolve_placed_pair(a, b, host)?;
-    if let Some(sandbox) = sandbox {
-        bail!(
-            "{} and {} are on overlay network {} (sandbox {}): `dxdp bench` measures pairs on \
-             bridge networks only so far",
-            pair.a.label,
-            pair.b.label,
-            pair.network,
-            sandbox.name
-        );
-    }
-    Ok(pair)
-}
-
 /// A pair and, for two containers on an overlay network, the sandbox whose bridge carries it
 /// (the endpoints' veths are then the sandbox's, not the host's).
 pub fn resolve_placed_pair(

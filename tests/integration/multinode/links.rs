@@ -481,7 +481,10 @@ fn a_rescheduled_task_loses_its_link_and_nothing_is_left() {
     remove_network(&nodes, &overlay.name, one, &sandbox);
     let after = status(one);
     assert!(
-        after.links.iter().all(|l| l.state.as_deref() == Some("gone")),
+        after
+            .links
+            .iter()
+            .all(|l| l.state.as_deref() == Some("gone")),
         "live links of a gone sandbox: {after:#?}"
     );
     let stray = dxdp(one, &["unlink", "x", "y"]);
