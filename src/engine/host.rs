@@ -70,9 +70,13 @@ pub trait Host: Send + Sync + 'static {
     }
 }
 
-/// This machine: the pinned datapath in `pin_dir`.
+/// This machine: the pinned datapath in `pin_dir`. Or, as the host of an overlay network's links,
+/// that network's sandbox on this machine, with its own pinned datapath (`crate::overlay`):
+/// every call then comes from a thread inside it ([`Host::inside`]).
 pub struct RealHost {
     pin_dir: PathBuf,
+    /// The overlay sandbox this host is; `None` for the machine itself.
+    sandbox: Option<Sandbox>,
     capacity: Capacity,
     /// `--expedite-rcu`: expedited grace periods while a pass attaches ([`rcu`]).
     expedite_rcu: bool,
@@ -86,6 +90,7 @@ impl RealHost {
     pub fn new(pin_dir: PathBuf, capacity: Capacity, expedite_rcu: bool) -> Self {
         Self {
             pin_dir,
+            sandbox: None,
             capacity,
             expedite_rcu,
             switch: rcu::Switch::host(),
@@ -122,6 +127,9 @@ impl Host for RealHost {
     }
 
     fn ingress(&self, host: &[Interface], find_nics: bool) -> Result<Ingress> {
+        if let Some(sandbox) = &self.sandbox {
+            anyhow::bail!("sandbox {}: no NIC reaches an overlay's bridge", sandbox.name);
+        }
         let addrs = crate::ports::host_addresses()?;
         Ok(Ingress {
             nics: if find_nics {
@@ -162,14 +170,20 @@ impl Host for RealHost {
         }
     }
 
-    type Sandbox = SandboxHost;
+    type Sandbox = RealHost;
 
-    fn sandbox(&self, network: &NetworkView) -> Option<SandboxHost> {
+    fn sandbox(&self, network: &NetworkView) -> Option<RealHost> {
+        if self.sandbox.is_some() {
+            return None;
+        }
         match Sandbox::of_network(&network.name, &network.id) {
-            Ok(sandbox) => Some(SandboxHost {
+            Ok(sandbox) => Some(RealHost {
                 pin_dir: sandbox.pin_dir(&self.pin_dir),
-                sandbox,
+                sandbox: Some(sandbox),
                 capacity: self.capacity,
+                expedite_rcu: false,
+                switch: rcu::Switch::host(),
+                ingress_nics: Vec::new(),
             }),
             Err(err) => {
                 debug!("{err:#}");
@@ -178,77 +192,21 @@ impl Host for RealHost {
         }
     }
 
-    fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
-        overlay::remove_dead_sites(&self.pin_dir)
-    }
-}
-
-/// An overlay network's sandbox on this node, as the host of that network's links: its veths,
-/// its rules, and its own pinned datapath (`crate::overlay`). Every call is made from a thread
-/// inside it ([`Host::inside`]).
-pub struct SandboxHost {
-    sandbox: Sandbox,
-    pin_dir: PathBuf,
-    capacity: Capacity,
-}
-
-impl Host for SandboxHost {
-    type Links = Live;
-    type Idle = Unlocked;
-    type Sandbox = SandboxHost;
-
-    fn interfaces(&self) -> Result<Vec<Interface>> {
-        netlink::interfaces(&NetnsPath::host())
-    }
-
-    fn endpoint_on(
-        &self,
-        container: &Container,
-        network_id: &str,
-        host: &[Interface],
-    ) -> Result<Endpoint> {
-        docker::endpoint_on(container, network_id, host)
-    }
-
-    fn rules(&self) -> RulesetCache {
-        RulesetCache::default()
-    }
-
-    fn ingress(&self, _: &[Interface], _: bool) -> Result<Ingress> {
-        anyhow::bail!(
-            "sandbox {}: no NIC reaches an overlay's bridge",
-            self.sandbox.name
-        )
-    }
-
-    fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {
-        let datapath = match idle {
-            Some(unlocked) => unlocked.lock(self.capacity)?,
-            None => Datapath::open(&self.pin_dir, self.capacity)?,
-        };
-        Ok(Live {
-            datapath,
-            host: host.to_vec(),
-        })
-    }
-
-    fn unlock_links(&self, links: Live) -> Unlocked {
-        links.datapath.unlock()
-    }
-
-    fn expedite(&self) -> Option<Box<dyn Send + '_>> {
-        None
-    }
-
-    fn sandbox(&self, _: &NetworkView) -> Option<SandboxHost> {
-        None
-    }
-
     fn inside<T: Send>(&self, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-        self.sandbox.run(work)
+        match &self.sandbox {
+            Some(sandbox) => sandbox.run(work),
+            None => work(),
+        }
     }
 
     fn exposes_ports(&self) -> bool {
-        false
+        self.sandbox.is_none()
+    }
+
+    fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
+        match self.sandbox {
+            Some(_) => Ok(Vec::new()),
+            None => overlay::remove_dead_sites(&self.pin_dir),
+        }
     }
 }
