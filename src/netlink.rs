@@ -71,6 +71,24 @@ pub(crate) fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interfac
         .with_context(|| format!("cannot look up interface {index} in {netns}"))
 }
 
+/// The MTU of the interface named `name` in the calling thread's namespace (the host's, or an
+/// overlay sandbox's, where sysfs would show the host's devices); `None` if it is not there.
+pub fn mtu_here(name: &str) -> Option<u32> {
+    let name = name.to_owned();
+    ask_here(async move |handle| {
+        let mut replies = handle.link().get().match_name(name).execute();
+        let msg = replies.try_next().await?;
+        Ok(msg.and_then(|m| {
+            m.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Mtu(mtu) => Some(*mtu),
+                _ => None,
+            })
+        }))
+    })
+    .ok()
+    .flatten()
+}
+
 /// The addresses (IPv4 and IPv6, link-local included) of interface `index` in `netns`: what
 /// the firewall check needs to know which rules could see its packets.
 pub fn addresses(netns: &NetnsPath, index: u32) -> Result<Vec<std::net::IpAddr>> {

@@ -2,13 +2,10 @@
 //! than by the bridge (issue 21): at MTU 65520 the bridge alone carries about as much as a tc
 //! link does, so `bench` and `doctor` say which MTU a pair or network has and how to raise it.
 
-/// A host interface's MTU, from sysfs (host devices only: sysfs shows the host's namespace).
+/// The MTU of an interface of the calling thread's namespace (the host's, or an overlay
+/// sandbox's).
 pub(super) fn of(ifname: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    crate::netlink::mtu_here(ifname)
 }
 
 /// One clause on an MTU: for the default 1500, what a larger one would change and how to get

@@ -330,8 +330,8 @@ fn xdp_attach_error(err: aya::programs::ProgramError, ep: &Endpoint) -> anyhow::
     if let aya::programs::ProgramError::SyscallError(sys) = &err
         && sys.io_error.raw_os_error() == Some(libc::ERANGE)
     {
-        let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", ep.host_ifname))
-            .map_or_else(|_| "its MTU".to_owned(), |m| format!("MTU {}", m.trim()));
+        let mtu = crate::netlink::mtu_here(&ep.host_ifname)
+            .map_or_else(|| "its MTU".to_owned(), |m| format!("MTU {m}"));
         return anyhow!(
             "{}: the xdp datapath cannot attach to {} ({mtu}): veth takes XDP only up to an MTU \
              of about 3,500 bytes (a page less headroom); link with --datapath tc, which carries \
