@@ -119,8 +119,9 @@ pub enum Command {
     /// Measure a pair over the bridge, each datapath and loopback, and put its link back.
     ///
     /// Runs the host's iperf3 and ping inside both endpoints' namespaces (containers need no
-    /// tools), interleaving the configurations round by round, and prints `median (min–max)`
-    /// per metric. Each datapath links the pair only while it is measured; the link found at
+    /// tools), and redis-benchmark's GETs and sockperf's ping-pong from A to a redis-server and
+    /// a sockperf server it runs in B (in A, on 127.0.0.1, for loopback), interleaving the
+    /// configurations round by round, and prints `median (min–max)` per metric. Each datapath links the pair only while it is measured; the link found at
     /// the start (or its absence) is restored afterwards, also after an error or Ctrl-C.
     /// Refuses a pair that carries other traffic or whose endpoints are on different bridges.
     Bench(BenchArgs),
@@ -307,7 +308,8 @@ pub struct BenchArgs {
     /// Rounds over all configurations; the table shows the median and the range.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
-    /// Seconds per iperf3 test (and 200 pings per second for the RTT).
+    /// Seconds per iperf3, redis-benchmark and sockperf test (and 200 pings per second for the
+    /// RTT).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub seconds: u32,
     /// Configurations to measure, comma-separated (default: all).

@@ -1,4 +1,5 @@
-//! Running the host's iperf3 and ping inside the endpoints' namespaces, and reading their output.
+//! Running the host's iperf3 and ping inside the endpoints' namespaces, and reading their output
+//! (redis and sockperf, which run the same way, are [`super::workloads`]').
 //!
 //! The tools come from the host and enter a namespace through `nsenter --net`, so containers need
 //! no tools of their own. nsenter execs the tool when only the network namespace changes, so the
@@ -57,6 +58,18 @@ pub const TOOLS: &[(&str, &str)] = &[
         "install iperf3 (apt-get install iperf3, dnf install iperf3)",
     ),
     ("ping", "install iputils-ping"),
+    (
+        "redis-server",
+        "install redis-server (apt-get install redis-server, dnf install redis)",
+    ),
+    (
+        "redis-benchmark",
+        "install redis-tools (apt-get install redis-tools, dnf install redis)",
+    ),
+    (
+        "sockperf",
+        "install sockperf (apt-get install sockperf; scripts/setup.sh installs it)",
+    ),
     ("nsenter", "install util-linux"),
     ("ip", "install iproute2"),
 ];

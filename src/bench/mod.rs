@@ -2,8 +2,8 @@
 //! [`pps`], whose AF_XDP receiver is [`xsk`]), and `dxdp bench-ingress` through a NIC
 //! ([`ingress`]). What they share: the configurations a pair is measured in, the pair's link
 //! switched and put back ([`pair`]), running the host's tools ([`measure`]), medians and ranges
-//! ([`stats`]), table cells ([`table`]), the progress shown ([`progress`]) and the host's load
-//! ([`host_load`], [`cpu_idle`]).
+//! ([`stats`]), table cells ([`table`]), the progress shown ([`progress`]), the host's load
+//! ([`host_load`], [`cpu_idle`]) and the real workloads, redis and sockperf ([`workloads`]).
 pub mod containers;
 pub mod cpu_idle;
 pub mod host_load;
@@ -15,6 +15,7 @@ mod progress;
 pub mod stats;
 pub mod table;
 pub mod wire;
+pub mod workloads;
 pub mod xsk;
 
 pub use progress::{Step, show_steps};

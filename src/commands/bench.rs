@@ -17,7 +17,7 @@ use super::{
 use crate::{
     bench::{
         Config,
-        containers::{self, Metric, PairSchedule, Results},
+        containers::{self, Metric, PairSchedule, Results, Workloads},
         cpu_idle::CpuIdle,
         host_load::{self, HostLoad, cpus, load_average},
         measure::{self, Runner},
@@ -159,9 +159,16 @@ fn measure_pair(
         ..over_pair.clone()
     };
     run.announce("tests", containers::estimate(&plan));
+    // redis-server and sockperf in B (and A, for loopback) for the whole run; dropped, so
+    // killed, however it ends (a failed measurement, Ctrl-C) before the pair is put back.
+    let with_loopback = plan.configs.contains(&Config::Loopback);
+    let workloads = Workloads::start(&over_pair, with_loopback.then_some(&loopback))?;
     let load_start = host_load::start();
     let started = Instant::now();
-    let results = show_steps(|tell| containers::run(&plan, &mut pair, &over_pair, &loopback, tell));
+    let results = show_steps(|tell| {
+        containers::run(&plan, &mut pair, &over_pair, &loopback, &workloads, tell)
+    });
+    drop(workloads);
     let results = results?;
     run.restored(&mut pair, started)?;
 

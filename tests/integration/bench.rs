@@ -5,12 +5,13 @@
 //! ip6tables' FORWARD, whose policy is the host's (Engine 28 may have set it to DROP) and which
 //! dxdp rightly refuses to bypass.
 //!
-//! Checked: the table has a row per configuration, every metric is positive, the JSON holds the
-//! samples, the SVG is written, and afterwards the pair's link is exactly as it was (none, or the
-//! tc link made before) with no iperf3 left in either namespace.
+//! Checked: the table has a row per configuration, every metric is positive (the real workloads,
+//! redis GETs and sockperf's ping-pong, among them), the JSON holds the samples, the SVG is
+//! written, and afterwards the pair's link is exactly as it was (none, or the tc link made
+//! before) with no iperf3, redis-server nor sockperf left in either namespace.
 //!
-//! Needs root, bpffs at /sys/fs/bpf, iperf3, ping, ip and iptables; without them the tests print
-//! "skipping: …", or fail when CI=true.
+//! Needs root, bpffs at /sys/fs/bpf, iperf3, ping, ip, iptables, redis-server, redis-benchmark
+//! and sockperf; without them the tests print "skipping: …", or fail when CI=true.
 
 use std::{
     os::unix::fs::MetadataExt,
@@ -32,7 +33,14 @@ const CONFIGS: [&str; 4] = ["bridge", "tc", "xdp", "loopback"];
 fn privileged() -> bool {
     let mut missing = missing_root_and_bpffs();
     missing.extend(missing_tools(&[
-        "iperf3", "ping", "ip", "iptables", "nsenter",
+        "iperf3",
+        "ping",
+        "ip",
+        "iptables",
+        "nsenter",
+        "redis-server",
+        "redis-benchmark",
+        "sockperf",
     ]));
     can_run(missing)
 }
@@ -172,6 +180,11 @@ impl Topology {
 
     /// iperf3 processes whose network namespace is one of ours.
     fn iperf3_left(&self) -> Vec<u32> {
+        self.left(&["iperf3"])
+    }
+
+    /// Processes named one of `names` whose network namespace is one of ours.
+    fn left(&self, names: &[&str]) -> Vec<u32> {
         let ours = [self.ns_inode(0), self.ns_inode(1)];
         std::fs::read_dir("/proc")
             .unwrap()
@@ -179,7 +192,7 @@ impl Topology {
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|pid| {
                 std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim() == "iperf3")
+                    .is_ok_and(|c| names.contains(&c.trim()))
                     && std::fs::metadata(format!("/proc/{pid}/ns/net"))
                         .is_ok_and(|m| ours.contains(&m.ino()))
             })
@@ -261,6 +274,10 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
     assert!(out.status.success(), "bench failed: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert_eq!(table_rows(&stdout), CONFIGS);
+    let header = stdout.lines().next().unwrap_or_default();
+    for column in ["redis GET c20 krps", "ping-pong µs"] {
+        assert!(header.contains(column), "no {column} column: {header}");
+    }
     assert!(
         text(&out.stderr).contains("MTU 1500 on this pair: "),
         "the pair's MTU is reported beside the table: {}",
@@ -282,7 +299,11 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
     for config in configs {
         let name = config["name"].as_str().unwrap();
         let metrics = config["metrics"].as_array().unwrap();
-        assert_eq!(metrics.len(), 6, "{name}");
+        assert_eq!(metrics.len(), 8, "{name}");
+        let ids: Vec<&str> = metrics.iter().map(|m| m["id"].as_str().unwrap()).collect();
+        for id in ["redis_get_c20_krps", "sockperf_pingpong_median_us"] {
+            assert!(ids.contains(&id), "{name}: no {id} in {ids:?}");
+        }
         for m in metrics {
             let id = m["id"].as_str().unwrap();
             let samples = m["samples"].as_array().unwrap();
@@ -311,6 +332,11 @@ fn bench_measures_all_configs_and_leaves_the_pair_unlinked() {
         "the bench left the pin directory it created"
     );
     assert_eq!(t.iperf3_left(), Vec::<u32>::new(), "iperf3 left behind");
+    assert_eq!(
+        t.left(&["redis-server", "sockperf"]),
+        Vec::<u32>::new(),
+        "servers left behind"
+    );
     assert!(!t.lo_up(0), "lo in A was left up");
 }
 
@@ -336,6 +362,11 @@ fn bench_restores_an_existing_tc_link() {
     assert_eq!(links[0]["datapath"], "tc");
     assert_eq!(links[0]["origin"], "manual");
     assert_eq!(t.iperf3_left(), Vec::<u32>::new(), "iperf3 left behind");
+    assert_eq!(
+        t.left(&["redis-server", "sockperf"]),
+        Vec::<u32>::new(),
+        "servers left behind"
+    );
 }
 
 #[test]

@@ -5,9 +5,11 @@
 //! neighbour, page cache) spreads over every configuration instead of biasing the last one.
 mod chart;
 mod table;
+mod workloads;
 
 pub use chart::{Chart, chart, render as render_chart};
 pub use table::render as render_table;
+pub use workloads::{REDIS_CLIENTS, Workloads};
 
 use std::time::Duration;
 
@@ -27,16 +29,22 @@ pub enum Metric {
     Udp1300,
     RttMedian,
     RttP99,
+    /// redis-benchmark's GETs over [`REDIS_CLIENTS`] connections to a redis-server in B.
+    RedisGet20,
+    /// The median round trip of sockperf's TCP ping-pong with a sockperf server in B.
+    SockperfPingPong,
 }
 
 impl Metric {
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 8] = [
         Metric::Tcp1,
         Metric::Tcp4,
         Metric::Udp64,
         Metric::Udp1300,
         Metric::RttMedian,
         Metric::RttP99,
+        Metric::RedisGet20,
+        Metric::SockperfPingPong,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -52,6 +60,8 @@ impl Metric {
             Metric::Udp1300 => "udp1300_kpps",
             Metric::RttMedian => "rtt_median_us",
             Metric::RttP99 => "rtt_p99_us",
+            Metric::RedisGet20 => "redis_get_c20_krps",
+            Metric::SockperfPingPong => "sockperf_pingpong_median_us",
         }
     }
 
@@ -64,6 +74,8 @@ impl Metric {
             Metric::Udp1300 => "UDP1300 kpps",
             Metric::RttMedian => "RTT median µs",
             Metric::RttP99 => "RTT p99 µs",
+            Metric::RedisGet20 => "redis GET c20 krps",
+            Metric::SockperfPingPong => "ping-pong µs",
         }
     }
 
@@ -76,6 +88,8 @@ impl Metric {
             Metric::Udp1300 => "udp1300",
             Metric::RttMedian => "rtt median",
             Metric::RttP99 => "rtt p99",
+            Metric::RedisGet20 => "redis get c20",
+            Metric::SockperfPingPong => "ping-pong",
         }
     }
 
@@ -83,12 +97,16 @@ impl Metric {
         match self {
             Metric::Tcp1 | Metric::Tcp4 => "Gbit/s",
             Metric::Udp64 | Metric::Udp1300 => "kpps",
-            Metric::RttMedian | Metric::RttP99 => "µs",
+            Metric::RttMedian | Metric::RttP99 | Metric::SockperfPingPong => "µs",
+            Metric::RedisGet20 => "krps",
         }
     }
 
     pub(crate) fn lower_is_better(self) -> bool {
-        matches!(self, Metric::RttMedian | Metric::RttP99)
+        matches!(
+            self,
+            Metric::RttMedian | Metric::RttP99 | Metric::SockperfPingPong
+        )
     }
 }
 
@@ -163,12 +181,14 @@ impl Results {
     }
 }
 
-/// Runs every round of every configuration, switching the pair's link as each one needs.
+/// Runs every round of every configuration, switching the pair's link as each one needs; the
+/// real workloads run against `workloads`' servers.
 pub fn run(
     plan: &PairSchedule,
     pair: &mut PairState,
     over_pair: &Runner,
     loopback: &Runner,
+    workloads: &Workloads,
     mut tell: impl FnMut(Step<'_>),
 ) -> Result<Results> {
     let mut results = Results {
@@ -214,6 +234,18 @@ pub fn run(
             samples.push(Metric::RttMedian, median);
             samples.push(Metric::RttP99, p99);
             samples.rtt_us_per_round.push(rtts);
+            let on_lo = config == Config::Loopback;
+            let metric = Metric::RedisGet20;
+            tell(Step::Begin(&format!("{at} {}", metric.short())));
+            let last = samples.of(metric).last().copied();
+            let krps = workloads.redis_get_krps(on_lo, last)?;
+            tell(Step::End(&show(krps, metric)));
+            samples.push(metric, krps);
+            let metric = Metric::SockperfPingPong;
+            tell(Step::Begin(&format!("{at} {}", metric.short())));
+            let median = workloads.pingpong_median_us(on_lo)?;
+            tell(Step::End(&format!("median {}", show(median, metric))));
+            samples.push(metric, median);
             pair.tally_redirected(
                 config,
                 redirected_before,
@@ -232,8 +264,9 @@ fn show(value: f64, metric: Metric) -> String {
 
 /// How long the whole plan takes, roughly, to tell the user up front.
 pub fn estimate(plan: &PairSchedule) -> Duration {
-    // Four iperf3 runs and the pings per configuration, plus start-up and link changes.
-    let per_config = u64::from(plan.seconds) * 5 + 2;
+    // Four iperf3 runs, the pings, redis-benchmark and sockperf per configuration, plus
+    // start-up, the first redis run's sizing and link changes.
+    let per_config = u64::from(plan.seconds) * 7 + 4;
     Duration::from_secs(per_config * plan.configs.len() as u64 * u64::from(plan.rounds))
 }
 

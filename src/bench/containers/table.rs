@@ -40,7 +40,7 @@ pub fn render(results: &Results, rounds: u32) -> String {
         };
         out.push_str(&format!(
             "\nmedians{spread}; ratios are median / {base} median: higher is better for \
-             throughput, lower for RTT\n"
+             throughput and redis GETs, lower for RTT and ping-pong\n"
         ));
     }
     out

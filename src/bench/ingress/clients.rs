@@ -4,11 +4,15 @@ use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use super::{Metric, PINNED_CPU, Route, Service, Target, last_lines, targets::target};
+use super::{Metric, PINNED_CPU, Route, Service, Target, targets::target};
 use crate::bench::{
     Step,
-    measure::{self, Placement, Runner, in_netns, on_cpu, run_bounded},
+    measure::{self, Placement, Runner},
     table,
+    workloads::{
+        last_lines, parse_redis_csv, parse_sockperf, redis_benchmark_args, redis_requests,
+        run_client, sockperf_pingpong_args,
+    },
 };
 
 /// The clients, in the client namespace, against the published ports.
@@ -72,21 +76,7 @@ impl Clients {
         args: &[String],
         limit: Duration,
     ) -> Result<String> {
-        let mut cmd = in_netns(&self.client_ns, program);
-        if let Some(cpu) = cpu {
-            on_cpu(&mut cmd, cpu)?;
-        }
-        cmd.args(args);
-        let out = run_bounded(cmd, limit, program)?;
-        if !out.status.success() {
-            bail!(
-                "{program} {} exited with {}: {}",
-                args.join(" "),
-                out.status,
-                last_lines(out.stderr.trim(), 3)
-            );
-        }
-        Ok(out.stdout)
+        run_client(&self.client_ns, cpu, program, args, limit)
     }
 
     /// [`Self::run_on`] the client CPU of `--pin-cpus`, or wherever the scheduler puts it.
@@ -103,27 +93,9 @@ impl Clients {
     fn redis_get(&mut self, clients: u32) -> Result<f64> {
         let row = usize::from(clients > 1);
         let rate = self.redis_rate[row];
-        let requests = if rate > 0.0 {
-            (rate * f64::from(self.seconds)).max(1000.0) as u64
-        } else {
-            2000 * u64::from(clients)
-        };
+        let requests = redis_requests(Some(rate), self.seconds, clients);
         let t = target(self.targets(), Service::Redis)?;
-        let args: Vec<String> = [
-            "-h",
-            &t.host_addr.to_string(),
-            "-p",
-            &t.host_port.to_string(),
-            "-t",
-            "get",
-            "-c",
-            &clients.to_string(),
-            "-n",
-            &requests.to_string(),
-            "--csv",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let args = redis_benchmark_args(t.host_addr, t.host_port, clients, requests);
         let rps = parse_redis_csv(&self.run("redis-benchmark", &args, self.limit())?)?;
         self.redis_rate[row] = rps;
         Ok(rps)
@@ -155,19 +127,7 @@ impl Clients {
             (true, Some(pid)) => Some(Pinned::to(pid, PINNED_CPU)?),
             (true, None) => bail!("the sockperf server's process is not known; cannot pin it"),
         };
-        let args: Vec<String> = [
-            "pp",
-            "--tcp",
-            "-i",
-            &t.host_addr.to_string(),
-            "-p",
-            &t.host_port.to_string(),
-            "-t",
-            &seconds.to_string(),
-            "--full-rtt",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let args = sockperf_pingpong_args(t.host_addr, t.host_port, seconds);
         // The client joins the server's CPU.
         let cpu = if one_cpu {
             Some(PINNED_CPU)
@@ -319,21 +279,6 @@ impl Drop for Pinned {
 /// Figures of one client run, and a note on it.
 type Figures = (Vec<(Metric, f64)>, Option<String>);
 
-/// The `rps` of redis-benchmark's `--csv` GET row.
-pub(crate) fn parse_redis_csv(out: &str) -> Result<f64> {
-    let row = out
-        .lines()
-        .find(|l| l.starts_with("\"GET\""))
-        .ok_or_else(|| anyhow!("redis-benchmark printed no GET row: {}", last_lines(out, 3)))?;
-    let rps = row
-        .split(',')
-        .nth(1)
-        .map(|f| f.trim_matches('"'))
-        .ok_or_else(|| anyhow!("redis-benchmark's GET row has no rps: {row}"))?;
-    rps.parse()
-        .with_context(|| format!("redis-benchmark's rps {rps:?} is not a number"))
-}
-
 /// wrk's `Requests/sec`, and its error lines (socket errors, non-2xx responses) if any.
 pub(crate) fn parse_wrk(out: &str) -> Result<(f64, Option<String>)> {
     let rps = out
@@ -350,19 +295,4 @@ pub(crate) fn parse_wrk(out: &str) -> Result<(f64, Option<String>)> {
         .filter(|l| l.starts_with("Socket errors:") || l.starts_with("Non-2xx"))
         .collect();
     Ok((rps, (!errors.is_empty()).then(|| errors.join("; "))))
-}
-
-/// sockperf's 50th and 99th percentile, in µs.
-pub(crate) fn parse_sockperf(out: &str) -> Result<(f64, f64)> {
-    let percentile = |p: &str| -> Result<f64> {
-        let key = format!("percentile {p} =");
-        let value = out
-            .lines()
-            .find_map(|l| Some(l.split_once(&key)?.1.trim()))
-            .ok_or_else(|| anyhow!("sockperf printed no {p} percentile: {}", last_lines(out, 3)))?;
-        value
-            .parse()
-            .with_context(|| format!("sockperf's percentile {p} {value:?} is not a number"))
-    };
-    Ok((percentile("50.000")?, percentile("99.000")?))
 }

@@ -312,9 +312,3 @@ pub fn run(
     }
     Ok(results)
 }
-
-/// The last `n` lines of a tool's output, on one line.
-fn last_lines(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join(" / ")
-}

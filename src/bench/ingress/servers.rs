@@ -1,17 +1,13 @@
 //! The servers the bench runs in the container's namespace.
-use std::{
-    fs::File,
-    net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream},
-    path::{Path, PathBuf},
-    process::Stdio,
-    thread,
-    time::{Duration, Instant},
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::{NEEDS, Service};
+use crate::bench::measure::{KillOnDrop, Placement};
+use crate::bench::workloads::{
+    redis_server_args, sockperf_server_args, spawn_server, wait_listening,
 };
-
-use anyhow::{Context, Result, bail};
-
-use super::{NEEDS, Service, last_lines};
-use crate::bench::measure::{KillOnDrop, Placement, check_interrupted, in_netns, on_cpu};
 use crate::netns::NetnsPath;
 
 /// The servers, running in the container's namespace until dropped; their scratch directory
@@ -20,9 +16,6 @@ pub struct Servers {
     children: Vec<(Service, KillOnDrop)>,
     dir: PathBuf,
 }
-
-/// How long a server may take to listen.
-const LISTEN_WAIT: Duration = Duration::from_secs(10);
 
 impl Servers {
     /// Starts redis, nginx and sockperf on their [`NEEDS`] ports in `container` (iperf3 runs one
@@ -39,56 +32,35 @@ impl Servers {
         let conf = servers.dir.join("nginx.conf");
         std::fs::write(&conf, nginx_conf(&servers.dir, port_of(Service::Nginx)))
             .with_context(|| format!("cannot write {}", conf.display()))?;
-        let dir = servers.dir.display().to_string();
-        let redis_port = port_of(Service::Redis).to_string();
-        let sockperf_port = port_of(Service::Sockperf).to_string();
-        let conf = conf.display().to_string();
-        let commands: [(Service, &str, Vec<&str>); 3] = [
+        let nginx_args = ["-e", "stderr", "-p", &servers.dir.display().to_string()]
+            .into_iter()
+            .chain(["-c", &conf.display().to_string()])
+            .map(str::to_owned)
+            .collect();
+        let commands: [(Service, &str, Vec<String>); 3] = [
             (
                 Service::Redis,
                 "redis-server",
-                vec![
-                    "--port",
-                    &redis_port,
-                    "--bind",
-                    "0.0.0.0",
-                    "--protected-mode",
-                    "no",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--dir",
-                    &dir,
-                ],
+                redis_server_args(port_of(Service::Redis), &servers.dir),
             ),
-            (
-                Service::Nginx,
-                "nginx",
-                vec!["-e", "stderr", "-p", &dir, "-c", &conf],
-            ),
+            (Service::Nginx, "nginx", nginx_args),
             (
                 Service::Sockperf,
                 "sockperf",
-                vec!["sr", "--tcp", "-i", "0.0.0.0", "-p", &sockperf_port],
+                sockperf_server_args(port_of(Service::Sockperf)),
             ),
         ];
         for (service, program, args) in commands {
             let log = servers.log(service);
-            let out = File::create(&log).with_context(|| format!("cannot create {log:?}"))?;
-            let mut cmd = in_netns(container.path(), program);
-            if let Some(p) = placement {
-                on_cpu(&mut cmd, p.server_cpu)?;
-            }
-            cmd.args(args)
-                .stdin(Stdio::null())
-                .stdout(out.try_clone()?)
-                .stderr(out);
-            let child = KillOnDrop::spawn(&mut cmd, program)?;
+            let child = spawn_server(container.path(), program, &args, &log, placement)?;
             servers.children.push((service, child));
         }
         for i in 0..servers.children.len() {
-            servers.wait_listening(container, i)?;
+            let service = servers.children[i].0;
+            let log = servers.log(service);
+            let (_, child) = &mut servers.children[i];
+            wait_listening(child, service.name(), port_of(service), &log)
+                .context("in the container's namespace")?;
         }
         Ok(servers)
     }
@@ -103,38 +75,6 @@ impl Servers {
 
     fn log(&self, service: Service) -> PathBuf {
         self.dir.join(format!("{}.log", service.name()))
-    }
-
-    fn wait_listening(&mut self, container: &NetnsPath, i: usize) -> Result<()> {
-        let service = self.children[i].0;
-        let port = port_of(service);
-        let started = Instant::now();
-        loop {
-            check_interrupted()?;
-            if let Some(status) = self.children[i].1.exited() {
-                let log = std::fs::read_to_string(self.log(service)).unwrap_or_default();
-                bail!(
-                    "the {} server exited ({status}) in the container's namespace: {}",
-                    service.name(),
-                    last_lines(&log, 5)
-                );
-            }
-            let listening = container.run(move || {
-                let local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-                Ok(TcpStream::connect_timeout(&local, Duration::from_millis(200)).is_ok())
-            })?;
-            if listening {
-                return Ok(());
-            }
-            if started.elapsed() > LISTEN_WAIT {
-                bail!(
-                    "the {} server did not listen on port {port} within {}s",
-                    service.name(),
-                    LISTEN_WAIT.as_secs()
-                );
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
     }
 }
 

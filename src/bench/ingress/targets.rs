@@ -176,14 +176,9 @@ pub(super) fn target(targets: &[Target], service: Service) -> Result<Target> {
         .ok_or_else(|| anyhow!("no published port for {}", service.name()))
 }
 
-/// The host tools the bench runs beside [`measure::TOOLS`], each with its Debian package.
-const TOOLS: &[(&str, &str)] = &[
-    ("redis-server", "redis-server"),
-    ("redis-benchmark", "redis-tools"),
-    ("nginx", "nginx-light"),
-    ("wrk", "wrk"),
-    ("sockperf", "sockperf"),
-];
+/// The host tools the bench runs beside [`measure::TOOLS`] (which has redis and sockperf, as
+/// `dxdp bench A B` runs them too), each with its Debian package.
+const TOOLS: &[(&str, &str)] = &[("nginx", "nginx-light"), ("wrk", "wrk")];
 
 /// The tools missing from `PATH`, with what to install (Debian's package names).
 pub fn missing_tools() -> Vec<String> {
