@@ -363,7 +363,7 @@ impl Topology for ExposedPorts {
         Case::generate(seed, index)
     }
 
-    fn make_dockers(&mut self) {
+    fn make_dockers(&mut self, _: &Case) {
         if self.fast {
             self.world
                 .dxdp
@@ -373,7 +373,7 @@ impl Topology for ExposedPorts {
         }
     }
 
-    fn make_fast(&mut self) {
+    fn make_fast(&mut self, _: &Case) {
         if !self.fast {
             // Past the firewall walk: the walk judges every rule on the host, and other tests'
             // networks come and go with rules of their own (their MASQUERADE rules made it
