@@ -16,6 +16,7 @@ use std::{
 use super::{
     allowlist,
     case::{Datapath, Family, L4, LinkCase, Message, NdOption, Rule, Source, Wire},
+    exposed::ECHO,
     frame::{self, Target},
     packet_socket::PacketSocket,
     record::link_line,
@@ -37,15 +38,6 @@ const A_MTU: u32 = 9000;
 /// A MAC nobody has: the spoofed source, and the neighbour of addresses that answer nobody.
 const FOREIGN_MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x10, 0xee, 0x03];
 const NOBODY: &str = "02:00:5e:10:ee:02";
-
-/// The UDP echo of the exposed topology.
-const ECHO: &str = "import socket, sys\n\
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n\
-    s.bind(('::', int(sys.argv[1])))\n\
-    while True:\n    \
-        data, peer = s.recvfrom(65535)\n    \
-        s.sendto(data, peer)\n";
 
 /// One container of the topology.
 struct Member {
@@ -117,6 +109,20 @@ impl Links {
             Member::new(&world, b, &net),
             Member::new(&world, c, &net),
         );
+        // Every answer a case draws is in its window: no ICMP error of the containers' waits
+        // for a rate limit a case before it filled.
+        for member in [&a, &b, &c] {
+            must(&in_container(
+                member.pid,
+                &[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    "net.ipv4.icmp_ratelimit=0",
+                    "net.ipv6.icmp.ratelimit=0",
+                ],
+            ));
+        }
         let echo = Background::spawn(&in_container(
             b.pid,
             &["python3", "-c", ECHO, &UDP_PORT.to_string()],
