@@ -376,9 +376,14 @@ impl LinkCase {
         } else {
             Datapath::Tc
         };
+        // Mostly of the case's own family, where the rule is the one that judges its frame.
+        let other = match base.family {
+            Family::V4 => Family::V6,
+            Family::V6 => Family::V4,
+        };
         let rule = match rng.below(10) {
-            0 => Rule::DropTcp(Family::V4),
-            1 => Rule::DropTcp(Family::V6),
+            0 => Rule::DropTcp(other),
+            1 | 2 => Rule::DropTcp(base.family),
             _ => Rule::None,
         };
         Self {

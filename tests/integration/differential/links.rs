@@ -109,8 +109,10 @@ impl Links {
             Member::new(&world, b, &net),
             Member::new(&world, c, &net),
         );
-        // Every answer a case draws is in its window: no ICMP error of the containers' waits
-        // for a rate limit a case before it filled.
+        // Every answer a case draws is in its window, and none in a later one's: no ICMP error
+        // of the containers' waits for a rate limit a case before it filled, no SYN-ACK is sent
+        // again (to a source that never answers, it was, into later cases), and no redirect
+        // (rate-limited per peer, it came on one path and not the other) is sent at all.
         for member in [&a, &b, &c] {
             must(&in_container(
                 member.pid,
@@ -120,6 +122,9 @@ impl Links {
                     "-w",
                     "net.ipv4.icmp_ratelimit=0",
                     "net.ipv6.icmp.ratelimit=0",
+                    "net.ipv4.tcp_synack_retries=0",
+                    "net.ipv4.conf.all.send_redirects=0",
+                    "net.ipv4.conf.eth0.send_redirects=0",
                 ],
             ));
         }
@@ -492,6 +497,7 @@ impl Topology for Links {
         let (bytes, flow) = self.frame(case);
         let neighbours = neighbours(case);
         let host = format!("{} > ", self.bridge_mac);
+        let to_host = format!(" > {}", self.bridge_mac);
         for socket in [&self.a_eth, &self.b_eth, &self.c_eth, &self.bridge_eth] {
             socket.forget();
         }
@@ -503,9 +509,14 @@ impl Topology for Links {
                 .iter()
                 .filter_map(|a| {
                     let line = link_line(&a.bytes, neighbours)?;
-                    // The host's own neighbour traffic (its entries are not the case's).
-                    if line.starts_with(&host) && (line.contains(": ARP ") || line.contains(" ND "))
-                    {
+                    // A fragment's reassembly timing out, 30 or 60 s after its case.
+                    if line.contains("ICMP error 11/1 ") || line.contains("ICMP error 3/1 ") {
+                        return None;
+                    }
+                    // The host's own neighbour traffic, to and from it: its entries are not
+                    // reset between cases, and not the case's.
+                    let (sent, asked) = (line.starts_with(&host), line.contains(&to_host));
+                    if (sent || asked) && (line.contains(": ARP ") || line.contains(" ND ")) {
                         return None;
                     }
                     Some(if a.bytes == bytes {

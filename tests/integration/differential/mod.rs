@@ -38,8 +38,8 @@ const CI_SEED: u64 = 39;
 const CI_CASES: u64 = 110;
 const CI_TIME: Duration = Duration::from_secs(200);
 /// The link topology's: 1.3 to 1.5 s each (two paths, 300 ms windows, link and unlink between).
-const CI_LINK_CASES: u64 = 80;
-const CI_LINK_TIME: Duration = Duration::from_secs(110);
+const CI_LINK_CASES: u64 = 72;
+const CI_LINK_TIME: Duration = Duration::from_secs(115);
 
 fn env_number(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
