@@ -72,7 +72,8 @@ pub const LINKS_NORMALISED: &[Allowance] = &[
     Allowance {
         name: "neighbour chatter",
         reason: "ARP, neighbour discovery, MLD and IGMP the namespaces send on their own are \
-                 left out, except in the cases that send ARP or neighbour discovery",
+                 left out, except in the cases that send ARP or neighbour discovery (those record \
+                 their own family's, not the host's)",
     },
 ];
 

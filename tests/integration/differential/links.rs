@@ -516,7 +516,14 @@ impl Topology for Links {
                     // The host's own neighbour traffic, to and from it: its entries are not
                     // reset between cases, and not the case's.
                     let (sent, asked) = (line.starts_with(&host), line.contains(&to_host));
-                    if (sent || asked) && (line.contains(": ARP ") || line.contains(" ND ")) {
+                    let (arp, nd) = (line.contains(": ARP "), line.contains(" ND "));
+                    if (sent || asked) && (arp || nd) {
+                        return None;
+                    }
+                    // The other family's resolution: the namespaces' own, whatever the case.
+                    if (arp && case.base.family == Family::V6)
+                        || (nd && case.base.family == Family::V4)
+                    {
                         return None;
                     }
                     Some(if a.bytes == bytes {
