@@ -758,6 +758,7 @@ mod tests {
         ipv4_header_checksum_ok, refused_source, side_table_size, tcp_flags_valid,
         udp_length_valid,
     };
+    use dxdp_common::stack::{ipv4_fragment, ipv4_header_valid, ipv6_length_valid};
 
     // The programs' shared logic is tested here: dxdp-common has no test binary of its own.
     #[test]
@@ -852,6 +853,85 @@ mod tests {
         let mut ttl_changed = header;
         ttl_changed[8] = 1;
         assert!(!ipv4_header_checksum_ok(&ttl_changed), "the TTL is covered");
+    }
+
+    /// 10.236.1.2 -> 10.236.1.1, UDP, `total` bytes, TTL 64, DF, with its checksum.
+    fn ipv4_header(total: u16) -> [u8; 20] {
+        let mut header: [u8; 20] = [
+            0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 236, 1, 2, 10, 236, 1, 1,
+        ];
+        header[2..4].copy_from_slice(&total.to_be_bytes());
+        with_checksum(header)
+    }
+
+    fn with_checksum(mut header: [u8; 20]) -> [u8; 20] {
+        header[10..12].copy_from_slice(&[0, 0]);
+        let sum: u32 = header
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let folded = (sum & 0xffff) + (sum >> 16);
+        header[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
+        header
+    }
+
+    #[test]
+    fn an_ipv4_header_is_valid_as_the_bridge_validates_it() {
+        let header = ipv4_header(48);
+        assert!(ipv4_header_valid(&header, 48));
+        assert!(
+            ipv4_header_valid(&header, 60),
+            "the stack trims the frame's padding"
+        );
+        assert!(
+            !ipv4_header_valid(&header, 47),
+            "a total length past the frame"
+        );
+        assert!(ipv4_header_valid(&ipv4_header(20), 20), "a bare header");
+        assert!(
+            !ipv4_header_valid(&ipv4_header(19), 60),
+            "shorter than its header"
+        );
+        let mut bad = header;
+        bad[11] ^= 1;
+        assert!(!ipv4_header_valid(&bad, 48), "the checksum");
+        let mut options = header;
+        options[0] = 0x46;
+        assert!(
+            !ipv4_header_valid(&with_checksum(options), 48),
+            "options: the stack's"
+        );
+        let mut short = header;
+        short[0] = 0x44;
+        assert!(!ipv4_header_valid(&with_checksum(short), 48), "four words");
+        let mut v6 = header;
+        v6[0] = 0x65;
+        assert!(!ipv4_header_valid(&with_checksum(v6), 48), "not version 4");
+    }
+
+    #[test]
+    fn ipv4_fragments_are_told_by_more_fragments_or_an_offset() {
+        let header = ipv4_header(48);
+        assert!(!ipv4_fragment(&header), "DF alone");
+        for (flags, offset) in [(0x20, 0), (0x00, 1), (0x01, 0), (0x20, 0xb9), (0x1f, 0xff)] {
+            let mut fragment = header;
+            fragment[6] = 0x40 & header[6] | flags;
+            fragment[7] = offset;
+            assert!(ipv4_fragment(&fragment), "{flags:#04x} {offset:#04x}");
+        }
+        let mut reserved = header;
+        reserved[6] = 0x80;
+        assert!(!ipv4_fragment(&reserved), "the reserved bit is no fragment");
+    }
+
+    #[test]
+    fn an_ipv6_payload_length_must_fit_its_frame() {
+        assert!(ipv6_length_valid(8, 48));
+        assert!(ipv6_length_valid(0, 40));
+        assert!(ipv6_length_valid(8, 100), "the stack trims the rest");
+        assert!(!ipv6_length_valid(9, 48));
+        assert!(!ipv6_length_valid(u16::MAX, 1500));
+        assert!(!ipv6_length_valid(0, 39));
     }
 
     #[test]

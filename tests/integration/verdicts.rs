@@ -502,7 +502,26 @@ fn frame(dst: MacAddr, src: MacAddr, l3: L3, len: usize) -> Vec<u8> {
         "{len} bytes cannot hold {l3:?}"
     );
     frame[ETH_HLEN..ETH_HLEN + header.len()].copy_from_slice(&header);
+    if ethertype == ETH_P_IP {
+        // A header the bridge takes: the frame's length, and its checksum.
+        let total = u16::try_from(len - ETH_HLEN).expect("an IPv4 packet of at most 64 KiB");
+        frame[ETH_HLEN + 2..ETH_HLEN + 4].copy_from_slice(&total.to_be_bytes());
+        set_ipv4_checksum(&mut frame);
+    }
     frame
+}
+
+/// Writes the checksum of the IPv4 header (without options) of `frame`.
+fn set_ipv4_checksum(frame: &mut [u8]) {
+    let header = &mut frame[ETH_HLEN..ETH_HLEN + 20];
+    header[10..12].copy_from_slice(&[0, 0]);
+    let sum: u32 = header
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let folded = (folded & 0xffff) + (folded >> 16);
+    header[10..12].copy_from_slice(&(!(folded as u16)).to_be_bytes());
 }
 
 /// The IPv4 and IPv6 address of the container with this MAC; C's for any other.
@@ -1205,6 +1224,96 @@ fn runt_frames_are_refused_and_a_bare_header_is_parsed() {
         };
         assert_eq!(dp.counters(net.ingress), Some(expected), "{prog:?}");
     });
+}
+
+/// What the bridge refuses or holds (Docker loads `br_netfilter`: a bridged IP frame is
+/// validated and goes through conntrack) takes the bridge over a link too, counted as passed:
+/// IPv4 with a wrong header checksum, IP lengths beyond the frame, lone IPv4 fragments, IPv4
+/// options (left to the stack to judge), and a frame bigger than the target veth's MTU (1500
+/// here). The same frames with nothing wrong are redirected.
+#[test]
+fn frames_the_bridge_refuses_take_the_bridge() {
+    for_both(|prog, net| {
+        let dp = linked(prog, net);
+        let (refused, carried) = refused_and_carried();
+        let mut bytes = 0;
+        for (i, (what, frame)) in refused.iter().enumerate() {
+            assert_eq!(dp.run(net.ingress, frame), prog.pass(), "{prog:?}: {what}");
+            bytes += frame.len() as u64;
+            let counters = dp.counters(net.ingress);
+            assert_eq!(
+                counters,
+                Some(passed(i as u64 + 1, bytes)),
+                "{prog:?}: {what}"
+            );
+        }
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), (0, 0), "{prog:?}");
+        for (what, frame) in &carried {
+            let redirected = dp.run(net.ingress, frame);
+            assert_eq!(redirected, prog.redirect(), "{prog:?}: {what}");
+        }
+        let carried_bytes = carried.iter().map(|(_, f)| f.len() as u64).sum();
+        let traffic = (carried.len() as u64, carried_bytes);
+        assert_eq!(dp.link_traffic(net.ingress, MAC_B), traffic, "{prog:?}");
+    });
+}
+
+/// Frames from A to B the bridge refuses, and like ones it carries, each with what it is.
+type Frames = Vec<(&'static str, Vec<u8>)>;
+
+fn refused_and_carried() -> (Frames, Frames) {
+    let v4 = || frame(MAC_B, MAC_A, L3::Own, 98);
+    let v6 = || frame(MAC_B, MAC_A, L3::V6To(IP6_B), 98);
+    let mut refused: Frames = Vec::new();
+    let mut bad_checksum = v4();
+    bad_checksum[ETH_HLEN + 11] ^= 1;
+    refused.push(("IPv4 checksum", bad_checksum));
+    let mut long = v4();
+    long[ETH_HLEN + 2..ETH_HLEN + 4].copy_from_slice(&85u16.to_be_bytes());
+    set_ipv4_checksum(&mut long);
+    refused.push(("IPv4 total length past the frame", long));
+    let mut short = v4();
+    short[ETH_HLEN + 2..ETH_HLEN + 4].copy_from_slice(&19u16.to_be_bytes());
+    set_ipv4_checksum(&mut short);
+    refused.push(("IPv4 total length shorter than its header", short));
+    let mut first = v4();
+    first[ETH_HLEN + 6] = 0x20; // more fragments
+    set_ipv4_checksum(&mut first);
+    refused.push(("first IPv4 fragment", first));
+    let mut later = v4();
+    later[ETH_HLEN + 7] = 0xb9; // offset 185 * 8, the last one
+    set_ipv4_checksum(&mut later);
+    refused.push(("later IPv4 fragment", later));
+    let mut dont_fragment = v4();
+    dont_fragment[ETH_HLEN + 6] = 0x40;
+    set_ipv4_checksum(&mut dont_fragment);
+    let mut options = v4();
+    options[ETH_HLEN] = 0x46;
+    options[ETH_HLEN + 20..ETH_HLEN + 24].copy_from_slice(&[1, 1, 1, 0]); // NOPs, end
+    set_ipv4_checksum(&mut options);
+    refused.push(("IPv4 options", options));
+    let mut long6 = v6();
+    long6[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&45u16.to_be_bytes());
+    refused.push(("IPv6 payload length past the frame", long6));
+    refused.push(("IPv4 past the MTU", frame(MAC_B, MAC_A, L3::Own, 1515)));
+    refused.push((
+        "IPv6 past the MTU",
+        frame(MAC_B, MAC_A, L3::V6To(IP6_B), 1515),
+    ));
+    let mut exact6 = v6();
+    exact6[ETH_HLEN + 4..ETH_HLEN + 6].copy_from_slice(&44u16.to_be_bytes());
+    let carried: Frames = vec![
+        ("IPv4", v4()),
+        ("IPv4 with DF", dont_fragment),
+        ("IPv6", v6()),
+        ("IPv6 to its frame's last byte", exact6),
+        ("IPv4 of the MTU", frame(MAC_B, MAC_A, L3::Own, 1514)),
+        (
+            "IPv6 of the MTU",
+            frame(MAC_B, MAC_A, L3::V6To(IP6_B), 1514),
+        ),
+    ];
+    (refused, carried)
 }
 
 fn is_einval(result: &Result<u32, ProgramError>) -> bool {

@@ -2,13 +2,9 @@
 //! the NIC's packets, the container's replies, their fragments and the ICMP errors about them
 //! all look up, and how a packet enters the container or leaves through the NIC.
 use aya_ebpf::{
-    bindings::{
-        BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, bpf_check_mtu_flags::BPF_MTU_CHK_SEGS,
-        bpf_fib_lookup,
-    },
+    bindings::{BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, bpf_fib_lookup},
     helpers::generated::{
-        bpf_check_mtu, bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect_neigh,
-        bpf_redirect_peer,
+        bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect_neigh, bpf_redirect_peer,
     },
     programs::TcContext,
 };
@@ -169,28 +165,6 @@ pub(crate) fn out_of_nic(
     }
     // SAFETY: a plain helper call; a null neighbour means "look the next hop up in the FIB".
     unsafe { bpf_redirect_neigh(port.nic_ifindex, core::ptr::null_mut(), 0, 0) as i32 }
-}
-
-/// Whether the packet, or each segment of a GSO packet, fits the MTU of the NIC it would leave
-/// by. `bpf_redirect_neigh` drops one that does not, silently: where the NIC's MTU is smaller
-/// than the container network's, a reply too big for it must take the stack instead (before it
-/// is translated), which answers the container with "fragmentation needed" or "packet too
-/// big", as it does on Docker's path, and the container sends smaller ones from then on.
-#[inline(always)]
-pub(crate) fn fits_nic(ctx: &TcContext, nic_ifindex: u32) -> bool {
-    // Zero: the helper measures the packet itself, and writes the MTU back, unread here.
-    let mut mtu: u32 = 0;
-    // SAFETY: a plain helper call on this program's own context; `mtu` lives on this stack.
-    let verdict = unsafe {
-        bpf_check_mtu(
-            ctx.skb.skb as *mut _,
-            nic_ifindex,
-            &mut mtu,
-            0,
-            BPF_MTU_CHK_SEGS as u64,
-        )
-    };
-    verdict == 0
 }
 
 #[inline(always)]

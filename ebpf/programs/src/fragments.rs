@@ -15,10 +15,10 @@ use aya_ebpf::{bindings::TC_ACT_UNSPEC, programs::TcContext};
 use dxdp_common::ingress::{FlowKey, FragmentKey, PROTO_TCP, PROTO_UDP, PortKey};
 
 use crate::{
-    flows::{fits_nic, known_flow, out_of_nic},
+    flows::{known_flow, out_of_nic},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_FRAGMENT, IPV6_FRAGMENT_HLEN, IPV6_HLEN,
-        ethertype, v4_mapped,
+        ethertype, fits_mtu, v4_mapped,
     },
     maps::{PORTS, REPLY_FRAGMENTS},
     rewrite::{self, Sums},
@@ -96,7 +96,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     };
     // A fragment too big for the NIC takes the stack, whose answer ("fragmentation needed")
     // the container heeds for the datagrams after.
-    if !fits_nic(ctx, port.nic_ifindex) {
+    if !fits_mtu(ctx, port.nic_ifindex) {
         return Some(TC_ACT_UNSPEC);
     }
     let translated = translate(ctx, &fragment, &port);

@@ -1,6 +1,10 @@
 //! The header layouts every program reads, in one place: sizes, EtherTypes, protocol numbers,
 //! and the two ways addresses are held (v4-mapped bytes, the kernel's network-order words).
-use aya_ebpf::programs::TcContext;
+use aya_ebpf::{
+    bindings::bpf_check_mtu_flags::BPF_MTU_CHK_SEGS,
+    helpers::generated::bpf_check_mtu,
+    programs::{TcContext, XdpContext},
+};
 
 pub(crate) const ETH_HLEN: usize = 14;
 pub(crate) const ETH_P_IP: u16 = 0x0800;
@@ -57,4 +61,44 @@ pub(crate) fn ethertype(ctx: &TcContext) -> Option<(u16, usize)> {
     // SAFETY: bounds-checked against data_end just above.
     let eth = unsafe { &*(start as *const [u8; ETH_HLEN]) };
     Some((u16::from_be_bytes([eth[12], eth[13]]), start + ETH_HLEN))
+}
+
+/// Whether the packet, or each segment of a GSO packet, fits the MTU of the device
+/// `ifindex`: a NIC a reply would leave by, or the target veth of a link.
+///
+/// `bpf_redirect_neigh` drops one that does not, silently: where the NIC's MTU is smaller
+/// than the container network's, a reply too big for it must take the stack instead (before it
+/// is translated), which answers the container with "fragmentation needed" or "packet too
+/// big", as it does on Docker's path, and the container sends smaller ones from then on.
+/// `bpf_redirect_peer` delivers one of any size: a link's frame too big for its target takes
+/// the bridge, which drops it (IPv6: and answers "packet too big") as it does without dxdp.
+#[inline(always)]
+pub(crate) fn fits_mtu(ctx: &TcContext, ifindex: u32) -> bool {
+    // Zero: the helper measures the packet itself (at tc ingress `skb->len` counts the
+    // Ethernet header, as the device's MTU plus its header length does), and writes the MTU
+    // back, unread here.
+    let mut mtu: u32 = 0;
+    // SAFETY: a plain helper call on this program's own context; `mtu` lives on this stack.
+    let verdict = unsafe {
+        bpf_check_mtu(
+            ctx.skb.skb as *mut _,
+            ifindex,
+            &mut mtu,
+            0,
+            BPF_MTU_CHK_SEGS as u64,
+        )
+    };
+    verdict == 0
+}
+
+/// [`fits_mtu`] for XDP: whether a frame of `len` bytes (all of its buffers) fits the MTU of
+/// the device `ifindex`. The XDP helper measures only the first buffer itself and takes no
+/// flags, so it is given the frame's layer-3 length to compare.
+#[inline(always)]
+pub(crate) fn xdp_fits_mtu(ctx: &XdpContext, ifindex: u32, len: u64) -> bool {
+    // Input: the layer-3 length (the helper adds the device's header length); output: the MTU.
+    let mut mtu = len.saturating_sub(ETH_HLEN as u64).min(u32::MAX as u64) as u32;
+    // SAFETY: a plain helper call on this program's own context; `mtu` lives on this stack.
+    let verdict = unsafe { bpf_check_mtu(ctx.ctx as *mut _, ifindex, &mut mtu, 0, 0) };
+    verdict == 0
 }

@@ -29,12 +29,10 @@ use dxdp_common::ingress::{
 };
 
 use crate::{
-    flows::{
-        exposed, fits_nic, for_this_host, into_container, known_flow, out_of_nic, routes_back,
-    },
+    flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, ethertype,
-        v4_mapped, words,
+        fits_mtu, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
 };
@@ -126,7 +124,7 @@ pub fn reply(ctx: &TcContext) -> i32 {
     };
     known.touch();
     let port = known.port();
-    if !fits_nic(ctx, port.nic_ifindex) {
+    if !fits_mtu(ctx, port.nic_ifindex) {
         return TC_ACT_UNSPEC;
     }
     let translated = translate(ctx, &q, &port.addr, port.port);

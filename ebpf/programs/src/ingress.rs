@@ -20,17 +20,21 @@
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
 use aya_ebpf::{bindings::TC_ACT_UNSPEC, programs::TcContext};
-use dxdp_common::ingress::{
-    Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, TCP_ACK, TCP_RST, TCP_SYN,
-    ipv4_header_checksum_ok, refused_source, tcp_flags_valid, udp_length_valid,
+use dxdp_common::{
+    ingress::{
+        Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, TCP_ACK, TCP_RST, TCP_SYN,
+        refused_source, tcp_flags_valid, udp_length_valid,
+    },
+    stack::{ipv4_header_valid, ipv6_length_valid},
 };
 
 use crate::{
     flows::{
-        Known, exposed, fits_nic, for_this_host, into_container, known_flow, now, out_of_nic,
-        routes_back,
+        Known, exposed, for_this_host, into_container, known_flow, now, out_of_nic, routes_back,
     },
-    headers::{ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, ethertype, v4_mapped},
+    headers::{
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, ethertype, fits_mtu, v4_mapped,
+    },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
 };
@@ -137,10 +141,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
             let hs = layer4(proto, l3 + IPV4_HLEN, end, payload, udp_len(l4))?;
             let mut header = [0u8; IPV4_HLEN];
             header.copy_from_slice(&ip[..IPV4_HLEN]);
-            let well_formed = ipv4_header_checksum_ok(&header)
-                && total as usize >= IPV4_HLEN
-                && total as usize <= l3_len
-                && hs.length_valid;
+            let well_formed = ipv4_header_valid(&header, l3_len) && hs.length_valid;
             Some(Packet {
                 v6: false,
                 opens: hs.opens,
@@ -191,7 +192,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 forwardable: ip[7] > 1 && hs.header_valid,
-                well_formed: IPV6_HLEN + payload as usize <= l3_len && hs.length_valid,
+                well_formed: ipv6_length_valid(payload, l3_len) && hs.length_valid,
                 proto,
                 src,
                 dst,
@@ -387,7 +388,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     let port = known.port();
     // A packet the host would not forward (TTL or hop limit 1; flags conntrack refuses; too
     // big for the NIC) is the stack's to answer or drop, as on Docker's path.
-    if !packet.forwardable || !fits_nic(ctx, port.nic_ifindex) {
+    if !packet.forwardable || !fits_mtu(ctx, port.nic_ifindex) {
         return Some(TC_ACT_UNSPEC);
     }
     let target = PORTS.get_ptr_mut(port);

@@ -42,6 +42,7 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
         &frame,
         ctx.len().into(),
         TC_ACT_UNSPEC,
+        |target| headers::fits_mtu(&ctx, target),
         |target| {
             // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
             Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
@@ -100,6 +101,7 @@ fn xdp_redirect(ctx: &XdpContext, len: u64) -> u32 {
         &frame,
         len,
         xdp_action::XDP_PASS,
+        |target| headers::xdp_fits_mtu(ctx, target, len),
         |target| {
             // The low bits of the flags are the action on a lookup miss: a target that vanished
             // since `decide` looked falls back to the bridge.

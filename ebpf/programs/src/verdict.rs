@@ -2,6 +2,7 @@
 use dxdp_common::{
     CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr,
     ingress::{PROTO_TCP, PROTO_UDP},
+    stack::{ipv4_fragment, ipv4_header_valid, ipv6_length_valid},
 };
 
 use crate::{
@@ -32,13 +33,21 @@ const NDP_OPT_LEN: usize = 8;
 /// family the firewall may drop on the bridge goes there) and whose every claim about its sender
 /// is the container's own (source address; ARP's sender addresses; a neighbour message's
 /// link-layer option and an advertisement's target), (5) is addressed to one of the target
-/// container's own addresses (IP destination; ARP's target protocol address), and (6) whose
-/// target veth still exists.
+/// container's own addresses (IP destination; ARP's target protocol address), (6) is a packet
+/// the bridge would carry (see below), and (7) whose target veth still exists.
 ///
 /// (5) keeps a link from carrying a frame to a container that took over the linked one's MAC
 /// before the watch noticed (issue 22, 1b): such a frame is addressed to the newcomer's IP,
 /// which is not the target's, so the bridge delivers it where the MAC now lives. Traffic that
 /// a linked container routes for others takes the bridge for the same reason.
+///
+/// (6) holds the link to what Docker's path delivers: with `br_netfilter` (which Docker loads),
+/// the bridge drops an IP packet `br_validate_ipv4` / `br_validate_ipv6` refuse (IPv4: a bad
+/// header checksum; either: a length beyond the frame), conntrack holds a lone IPv4 fragment
+/// for reassembly, and a frame bigger than the target's MTU is not forwarded (IPv6: the host
+/// answers "packet too big"). Such a frame takes the bridge, which does just that; IPv4 options
+/// (which `ip_options_compile` judges) take it too. `fits` tells whether the frame (each
+/// segment of a GSO packet) fits the MTU of the target veth `fits` is given.
 /// Everything else passes to the bridge untouched, where the operator's rules see it as they
 /// would without dxdp: the result is `pass`.
 ///
@@ -51,6 +60,7 @@ pub fn decide<A: Copy>(
     frame: &Frame,
     len: u64,
     pass: A,
+    fits: impl FnOnce(u32) -> bool,
     redirect: impl FnOnce(u32) -> Option<A>,
 ) -> A {
     // SAFETY: map lookups return pointers into map memory that stay valid for this invocation.
@@ -72,7 +82,7 @@ pub fn decide<A: Copy>(
                     Some(link) => {
                         // SAFETY: this CPU's copy of the value; nothing else writes it now.
                         let link = unsafe { &mut *link };
-                        match claim(frame) {
+                        match claim(frame, len) {
                             // IPv6 extension headers, router messages, other ethertypes.
                             None => Outcome::Passed,
                             // A family the rules may drop there: the bridge's, whoever sent it.
@@ -83,9 +93,14 @@ pub fn decide<A: Copy>(
                             Some(claim) if !addressed_to(link.target_ifindex, &claim) => {
                                 Outcome::Passed
                             }
+                            // What the bridge drops or holds: its to drop or hold.
+                            Some(claim) if !claim.bridged => Outcome::Passed,
                             Some(_) => {
                                 if TARGETS.get_ifindex(link.target_ifindex).is_none() {
                                     Outcome::Fallback
+                                } else if !fits(link.target_ifindex) {
+                                    // Too big for the target: the bridge refuses it as well.
+                                    Outcome::Passed
                                 } else if let Some(action) = redirect(link.target_ifindex) {
                                     link.packets += 1;
                                     link.bytes += len;
@@ -163,6 +178,10 @@ struct Claim {
     lladdr: Option<MacAddr>,
     /// IPv4 (v4-mapped) or IPv6 destination address; for ARP, the target protocol address.
     destination: [u8; 16],
+    /// Whether the bridge would carry the packet on (its MTU aside): IPv4 without options with
+    /// a valid checksum and total length, not a fragment; IPv6 with a payload length within
+    /// the frame; any ARP message the link carries.
+    bridged: bool,
 }
 
 /// Whether the container behind this veth owns everything `claim` says (see
@@ -201,8 +220,11 @@ fn addressed_to(target_ifindex: u32, claim: &Claim) -> bool {
 /// SCTP or ICMPv6 right after its fixed header (neighbour solicitations and advertisements
 /// only with at most their one link-layer address option); `None` for anything else, which the
 /// bridge carries.
+///
+/// `len` is the whole frame's length (every buffer of it, not only what the program reads
+/// directly), which the IP header's lengths must fit.
 #[inline(always)]
-fn claim(frame: &Frame) -> Option<Claim> {
+fn claim(frame: &Frame, len: u64) -> Option<Claim> {
     if frame.start + ETH_HLEN > frame.end {
         return None;
     }
@@ -210,6 +232,8 @@ fn claim(frame: &Frame) -> Option<Claim> {
     let eth = unsafe { &*(frame.start as *const [u8; ETH_HLEN]) };
     let ethertype = u16::from_be_bytes([eth[12], eth[13]]);
     let l3 = frame.start + ETH_HLEN;
+    // What the frame holds after its Ethernet header.
+    let l3_len = len.saturating_sub(ETH_HLEN as u64) as usize;
     match ethertype {
         ETH_P_IP => {
             if l3 + IPV4_HLEN > frame.end {
@@ -226,6 +250,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                 target: None,
                 lladdr: None,
                 destination: v4_mapped(&ip[16..20]),
+                bridged: ipv4_header_valid(ip, l3_len) && !ipv4_fragment(ip),
             })
         }
         ETH_P_ARP => {
@@ -246,6 +271,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                 target: None,
                 lladdr: Some(sha),
                 destination: v4_mapped(&arp[24..28]),
+                bridged: true,
             })
         }
         ETH_P_IPV6 => {
@@ -262,6 +288,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
             source.copy_from_slice(&ip[8..24]);
             let mut destination = [0u8; 16];
             destination.copy_from_slice(&ip[24..40]);
+            let bridged = ipv6_length_valid(u16::from_be_bytes([ip[4], ip[5]]), l3_len);
             match ip[6] {
                 PROTO_TCP | PROTO_UDP | PROTO_SCTP => Some(Claim {
                     family: CLOSED_IPV6,
@@ -269,10 +296,11 @@ fn claim(frame: &Frame) -> Option<Claim> {
                     target: None,
                     lladdr: None,
                     destination,
+                    bridged,
                 }),
                 PROTO_ICMPV6 => match ip[IPV6_HLEN] {
                     NDP_NEIGHBOR_SOLICIT | NDP_NEIGHBOR_ADVERT => {
-                        neighbour_claim(frame, l3, source, destination, ip[IPV6_HLEN])
+                        neighbour_claim(frame, l3, source, destination, ip[IPV6_HLEN], bridged)
                     }
                     NDP_FIRST..=NDP_LAST => None,
                     _ => Some(Claim {
@@ -281,6 +309,7 @@ fn claim(frame: &Frame) -> Option<Claim> {
                         target: None,
                         lladdr: None,
                         destination,
+                        bridged,
                     }),
                 },
                 _ => None,
@@ -300,6 +329,7 @@ fn neighbour_claim(
     source: [u8; 16],
     destination: [u8; 16],
     kind: u8,
+    bridged: bool,
 ) -> Option<Claim> {
     if l3 + IPV6_HLEN + NDP_LEN > frame.end {
         return None;
@@ -334,5 +364,6 @@ fn neighbour_claim(
         target: (kind == NDP_NEIGHBOR_ADVERT).then_some(target),
         lladdr,
         destination,
+        bridged,
     })
 }

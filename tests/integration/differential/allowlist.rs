@@ -3,7 +3,7 @@
 //! normalised away in `record.rs`, and named in [`NORMALISED`].
 
 use super::{
-    case::{Case, L4, Source},
+    case::{Case, L4, LinkCase, Source},
     runner::Allowance,
 };
 
@@ -51,5 +51,38 @@ pub fn exposed(
             return Some(&OFF_PATH_ERROR);
         }
     }
+    None
+}
+
+/// What the link topology's observers leave out. A link rewrites nothing (a bridge does not),
+/// so MACs, VLAN tags, TTL and hop limit are compared, and a frame B receives is compared with
+/// the one A sent byte for byte.
+pub const LINKS_NORMALISED: &[Allowance] = &[
+    Allowance {
+        name: "the stacks' own numbers",
+        reason: "IP ids, TCP sequence numbers and checksums of what the containers' stacks send \
+                 in answer differ between any two runs, on either path",
+    },
+    Allowance {
+        name: "reassembly timeouts",
+        reason: "\"fragment reassembly time exceeded\" (ICMP 11/1, ICMPv6 3/1) comes 30 or 60 s \
+                 after the fragment's case, from whichever stack held it, into some later \
+                 case's window: it is never its own case's observation",
+    },
+    Allowance {
+        name: "neighbour chatter",
+        reason: "ARP, neighbour discovery, MLD and IGMP the namespaces send on their own are \
+                 left out, except in the cases that send ARP or neighbour discovery (those record \
+                 their own family's, not the host's)",
+    },
+];
+
+/// The allowance that excuses a difference of `observer` on a link `case`, if any: none yet.
+pub fn links(
+    _case: &LinkCase,
+    _observer: &str,
+    _docker: &[String],
+    _fast: &[String],
+) -> Option<&'static Allowance> {
     None
 }

@@ -274,3 +274,174 @@ impl fmt::Display for Case {
         )
     }
 }
+
+/// Where a link's case is addressed beyond the base case's L2 edge: the link judges a frame by
+/// its MACs and its claims, so each gets a wrong variant of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// From A's own MAC, to B's (or the base case's L2 edge: broadcast, multicast, a foreign
+    /// MAC, a VLAN tag).
+    Base,
+    /// To the third container's MAC: the bridge delivers it there, never to B.
+    ThirdMac,
+    /// From a MAC that is not A's.
+    SpoofedMac,
+    /// To B's MAC, but addressed to the third container's IP (or ARP target).
+    ThirdAddress,
+}
+
+/// What a link's case carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// The base case's IP packet.
+    Ip,
+    /// A UDP datagram to B's port larger than B's MTU (A's side of the veth has a larger one):
+    /// `over` bytes past a full 1500-byte packet.
+    Oversized { over: u16 },
+    /// IPv4 only: an ARP request (or reply) for B's address, whose sender protocol address is
+    /// the base case's source; `lie`: its sender hardware address is not A's MAC.
+    Arp { reply: bool, lie: bool },
+    /// IPv6 only: a neighbour solicitation for B's address (or an advertisement claiming the
+    /// base case's source), from the base case's source, with a link-layer address option of
+    /// A's MAC, of another MAC, or none.
+    Neighbour { advert: bool, option: NdOption },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NdOption {
+    None,
+    Own,
+    Foreign,
+}
+
+/// The link's datapath on dxdp's run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Datapath {
+    Tc,
+    Xdp,
+}
+
+/// A firewall rule present on both paths of the case: a DROP of A's TCP to B in DOCKER-USER of
+/// one family, which closes that family of the link (it stays on the bridge, under the rule).
+/// TCP, so that the live UDP flows of MTU errors still answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    None,
+    DropTcp(Family),
+}
+
+/// One case of the link topology: the exposed generator's case (family, source, L2 edge, TTL,
+/// L3 edge, L4) and what only a link between two containers judges, drawn from a stream of its
+/// own so that the base is the exposed topology's case of the same seed and number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkCase {
+    pub base: Case,
+    pub wire: Wire,
+    pub message: Message,
+    pub datapath: Datapath,
+    pub rule: Rule,
+}
+
+impl LinkCase {
+    /// Case `index` of the run with `seed`: a function of the two alone.
+    pub fn generate(seed: u64, index: u64) -> Self {
+        let base = Case::generate(seed, index);
+        let mut rng = Rng::from_seed(!seed ^ index.wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+        let wire = if rng.below(10) < 7 {
+            Wire::Base
+        } else {
+            [Wire::ThirdMac, Wire::SpoofedMac, Wire::ThirdAddress][rng.below(3) as usize]
+        };
+        let message = match rng.below(20) {
+            0..=12 => Message::Ip,
+            13 | 14 => Message::Oversized {
+                over: [1, 1500][rng.below(2) as usize],
+            },
+            _ if base.family == Family::V4 => Message::Arp {
+                reply: rng.below(3) == 0,
+                lie: rng.below(4) == 0,
+            },
+            _ => Message::Neighbour {
+                advert: rng.below(3) == 0,
+                option: [
+                    NdOption::Own,
+                    NdOption::Own,
+                    NdOption::None,
+                    NdOption::Foreign,
+                ][rng.below(4) as usize],
+            },
+        };
+        let datapath = if rng.below(4) == 0 {
+            Datapath::Xdp
+        } else {
+            Datapath::Tc
+        };
+        // Mostly of the case's own family, where the rule is the one that judges its frame.
+        let other = match base.family {
+            Family::V4 => Family::V6,
+            Family::V6 => Family::V4,
+        };
+        let rule = match rng.below(10) {
+            0 => Rule::DropTcp(other),
+            1 | 2 => Rule::DropTcp(base.family),
+            _ => Rule::None,
+        };
+        Self {
+            base,
+            wire,
+            message,
+            datapath,
+            rule,
+        }
+    }
+}
+
+impl LinkCase {
+    /// The IP packet the case sends, for `Message::Ip` and `Message::Oversized`: the base case,
+    /// or for an oversized one a whole UDP datagram to B's port `over` bytes past a full
+    /// 1500-byte packet, in the base case's family, addresses, L2 and TTL.
+    pub fn ip_case(&self) -> Case {
+        let Message::Oversized { over } = self.message else {
+            return self.base;
+        };
+        let full = match self.base.family {
+            Family::V4 => 1472,
+            Family::V6 => 1452,
+        };
+        Case {
+            l4: L4::Udp {
+                sport: 30000 + (self.base.index % 30000) as u16,
+                dport: Port::Published,
+                payload: full + over,
+                length: UdpLength::Exact,
+            },
+            // Whole datagrams: a fragment of one is a case of the base generator.
+            l3: match self.base.l3 {
+                L3Edge::FirstFragment | L3Edge::LaterFragment => L3Edge::None,
+                edge => edge,
+            },
+            ..self.base
+        }
+    }
+}
+
+impl fmt::Display for LinkCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = self.ip_case();
+        match self.message {
+            Message::Ip => write!(f, "{base}")?,
+            Message::Oversized { over } => write!(f, "{base} (oversized: {over} past 1500)")?,
+            // Layers 3 and 4 are not the base case's: say only what the message uses of it.
+            message => write!(
+                f,
+                "#{} {:?} from {:?}, L2 {:?}, TTL {}, {message:?}",
+                base.index, base.family, base.source, base.l2, base.ttl
+            )?,
+        }
+        write!(
+            f,
+            "; wire {:?}, {:?} datapath, rule {:?}",
+            self.wire, self.datapath, self.rule
+        )
+    }
+}

@@ -1,12 +1,13 @@
 //! A case's frame, built with etherparse: the headers are etherparse's, the edges are their
 //! fields set to what the case asks (a checksum off, a length too long), never bytes by hand.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 use etherparse::{
-    EtherType, Ethernet2Header, Icmpv4Header, Icmpv4Type, Icmpv6Header, Icmpv6Type, IpFragOffset,
-    IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6FragmentHeader, Ipv6Header, Ipv6RawExtHeader,
-    SingleVlanHeader, TcpHeader, UdpHeader, VlanId, VlanPcp, icmpv4::DestUnreachableHeader,
+    ArpEthIpv4Packet, ArpOperation, EtherType, Ethernet2Header, Icmpv4Header, Icmpv4Type,
+    Icmpv6Header, Icmpv6Type, IpFragOffset, IpNumber, Ipv4Header, Ipv6FlowLabel,
+    Ipv6FragmentHeader, Ipv6Header, Ipv6RawExtHeader, SingleVlanHeader, TcpHeader, UdpHeader,
+    VlanId, VlanPcp, icmpv4::DestUnreachableHeader, icmpv6::NeighborAdvertisementHeader,
 };
 
 use super::case::{Case, L2, L3Edge, L4, Port, TcpFlags, UdpLength};
@@ -35,7 +36,12 @@ const SPOIL: u16 = 0x0101;
 pub fn frame(case: &Case, target: &Target) -> Vec<u8> {
     let spoil_l4 = case.l3 == L3Edge::BadChecksum && target.src.is_ipv6();
     let (proto, l4) = transport(case, target, spoil_l4);
-    let mut out = link(case, target);
+    let ip_type = if target.dst.is_ipv4() {
+        EtherType::IPV4
+    } else {
+        EtherType::IPV6
+    };
+    let mut out = link(case, target, ip_type);
     match (target.src, target.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => ipv4(case, src.octets(), dst.octets(), proto, &l4)
             .write_raw(&mut out)
@@ -49,16 +55,17 @@ pub fn frame(case: &Case, target: &Target) -> Vec<u8> {
     out
 }
 
-fn link(case: &Case, target: &Target) -> Vec<u8> {
-    let ip_type = if target.dst.is_ipv4() {
-        EtherType::IPV4
-    } else {
-        EtherType::IPV6
-    };
+/// The Ethernet header (and VLAN tag) of `case` on `target`, for a payload of `ip_type`.
+fn link(case: &Case, target: &Target, ip_type: EtherType) -> Vec<u8> {
     let destination = match (case.l2, target.dst) {
         (L2::NicMac | L2::Vlan, _) => target.nic_mac,
         (L2::Broadcast, _) => [0xff; 6],
         (L2::Multicast, IpAddr::V4(_)) => [0x01, 0x00, 0x5e, 0x00, 0x00, 0x01],
+        // A neighbour solicitation's multicast goes to the target's solicited-node group.
+        (L2::Multicast, IpAddr::V6(dst)) if ip_type == EtherType::IPV6 && is_solicited(dst) => {
+            let o = dst.octets();
+            [0x33, 0x33, 0xff, o[13], o[14], o[15]]
+        }
         (L2::Multicast, IpAddr::V6(_)) => [0x33, 0x33, 0x00, 0x00, 0x00, 0x01],
         (L2::ForeignMac, _) => [0x02, 0x00, 0x5e, 0x10, 0xee, 0x01],
     };
@@ -303,5 +310,102 @@ pub fn answer(from: (IpAddr, u16), to: (IpAddr, u16), payload: &[u8]) -> Vec<u8>
     }
     udp.write(&mut out).expect("UDP header");
     out.extend_from_slice(payload);
+    out
+}
+
+fn is_solicited(addr: Ipv6Addr) -> bool {
+    addr.segments()[..6] == [0xff02, 0, 0, 0, 0, 1] && addr.octets()[12] == 0xff
+}
+
+/// The solicited-node multicast group of `addr` (RFC 4291 2.7.1).
+pub fn solicited_node(addr: Ipv6Addr) -> Ipv6Addr {
+    let o = addr.octets();
+    Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(o[13]),
+        u16::from_be_bytes([o[14], o[15]]),
+    )
+}
+
+/// An ARP message for IPv4 over Ethernet in the frame `case` (and `target`) asks for: from
+/// `target.src` at `sender_mac` to `target.dst` (for a reply, at `target.nic_mac`).
+pub fn arp(case: &Case, target: &Target, reply: bool, sender_mac: [u8; 6]) -> Vec<u8> {
+    let (IpAddr::V4(src), IpAddr::V4(dst)) = (target.src, target.dst) else {
+        panic!("case {case}: ARP between IPv4 addresses only");
+    };
+    let mut out = link(case, target, EtherType::ARP);
+    let message = ArpEthIpv4Packet {
+        operation: if reply {
+            ArpOperation::REPLY
+        } else {
+            ArpOperation::REQUEST
+        },
+        sender_mac,
+        sender_ipv4: src.octets(),
+        target_mac: if reply { target.nic_mac } else { [0; 6] },
+        target_ipv4: dst.octets(),
+    };
+    out.extend_from_slice(&message.to_bytes());
+    out
+}
+
+/// A neighbour solicitation from `target.src` for `target.dst` (to `target.dst`, or its
+/// solicited-node group when the case's L2 is multicast), or an advertisement from `target.src`
+/// claiming it, to `target.dst`; with a link-layer address option if `lladdr`. The hop limit is
+/// 255 as RFC 4861 requires unless the case's TTL edge says otherwise.
+pub fn neighbour(case: &Case, target: &Target, advert: bool, lladdr: Option<[u8; 6]>) -> Vec<u8> {
+    let (IpAddr::V6(src), IpAddr::V6(dst)) = (target.src, target.dst) else {
+        panic!("case {case}: neighbour discovery between IPv6 addresses only");
+    };
+    let to = if !advert && case.l2 == L2::Multicast {
+        solicited_node(dst)
+    } else {
+        dst
+    };
+    let (typ, about, option_type) = if advert {
+        let flags = NeighborAdvertisementHeader {
+            router: false,
+            solicited: true,
+            r#override: true,
+        };
+        (Icmpv6Type::NeighborAdvertisement(flags), src, 2u8)
+    } else {
+        (Icmpv6Type::NeighborSolicitation, dst, 1u8)
+    };
+    let mut body = about.octets().to_vec();
+    if let Some(mac) = lladdr {
+        // RFC 4861 4.6.1: type, length in units of 8 bytes, the address (etherparse has no
+        // builder for options).
+        body.extend_from_slice(&[option_type, 1]);
+        body.extend_from_slice(&mac);
+    }
+    let icmp =
+        Icmpv6Header::with_checksum(typ, src.octets(), to.octets(), &body).expect("ICMPv6 header");
+    let mut l4 = Vec::new();
+    icmp.write(&mut l4).expect("ICMPv6 header");
+    l4.extend_from_slice(&body);
+    let on_wire = Target {
+        dst: IpAddr::V6(to),
+        quote: Vec::new(),
+        ..*target
+    };
+    let mut out = link(case, &on_wire, EtherType::IPV6);
+    Ipv6Header {
+        traffic_class: 0,
+        flow_label: Ipv6FlowLabel::ZERO,
+        payload_length: l4.len() as u16,
+        next_header: IpNumber::IPV6_ICMP,
+        hop_limit: if case.ttl == 64 { 255 } else { case.ttl },
+        source: src.octets(),
+        destination: to.octets(),
+    }
+    .write(&mut out)
+    .expect("IPv6 header");
+    out.extend_from_slice(&l4);
     out
 }

@@ -5,11 +5,13 @@
 //! (`allowlist.rs`, docs/differential.md) names it with a reason.
 //!
 //! - [`runner`]: the [`runner::Topology`] plug, the run over cases, the report;
-//! - [`case`]: a case of the exposed-port topology, drawn from (seed, number);
+//! - [`case`]: a case of the exposed-port topology, drawn from (seed, number), and a case of
+//!   the link topology (the same case, plus what a link judges);
 //! - [`frame`]: its frame, built with etherparse;
 //! - [`packet_socket`]: AF_PACKET sockets that inject and observe inside namespaces;
 //! - [`record`]: a frame normalised to what both paths must agree on;
 //! - [`exposed`]: the exposed-port topology (`dxdp expose`);
+//! - [`links`]: the link topology (`dxdp link`, tc and xdp);
 //! - [`allowlist`]: the expected differences.
 //!
 //! `DXDP_DIFF_SEED`, `DXDP_DIFF_FIRST` and `DXDP_DIFF_CASES` choose the cases; `DXDP_BIN` runs
@@ -19,6 +21,7 @@ mod allowlist;
 mod case;
 mod exposed;
 mod frame;
+mod links;
 mod packet_socket;
 mod record;
 mod runner;
@@ -34,6 +37,9 @@ const CI_SEED: u64 = 39;
 /// CI's cases: 1.2 to 1.7 s each (two paths, 300 ms windows, expose and unexpose between).
 const CI_CASES: u64 = 110;
 const CI_TIME: Duration = Duration::from_secs(200);
+/// The link topology's: 1.3 to 1.5 s each (two paths, 300 ms windows, link and unlink between).
+const CI_LINK_CASES: u64 = 72;
+const CI_LINK_TIME: Duration = Duration::from_secs(115);
 
 fn env_number(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -57,31 +63,19 @@ fn assert_no_difference(report: &Report) {
     );
 }
 
-/// CI's run: a fixed seed and a budget of cases, every one alike on both paths.
-#[test]
-fn exposed_ports_match_dockers_path() {
-    if !prerequisites() {
-        return;
-    }
+fn ci_budget(cases: u64, time: Duration) -> (u64, Budget) {
     let seed = env_number("DXDP_DIFF_SEED").unwrap_or(CI_SEED);
     let budget = Budget {
         first: env_number("DXDP_DIFF_FIRST").unwrap_or(0),
-        cases: env_number("DXDP_DIFF_CASES").unwrap_or(CI_CASES),
-        time: CI_TIME,
+        cases: env_number("DXDP_DIFF_CASES").unwrap_or(cases),
+        time,
     };
-    let mut topology = exposed::ExposedPorts::new();
-    let report = runner::run(&mut topology, seed, &budget);
-    assert_no_difference(&report);
+    (seed, budget)
 }
 
-/// The long run, by hand (scripts/differential.sh): a seed of the clock's unless
-/// `DXDP_DIFF_SEED` gives one, for `DXDP_DIFF_MINUTES` (10).
-#[test]
-#[ignore = "long: scripts/differential.sh --seed N --minutes M"]
-fn exposed_ports_match_dockers_path_long() {
-    if !prerequisites() {
-        return;
-    }
+/// The long run's: a seed of the clock's unless `DXDP_DIFF_SEED` gives one, for
+/// `DXDP_DIFF_MINUTES` (10).
+fn long_budget() -> (u64, Budget) {
     let seed = env_number("DXDP_DIFF_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -93,7 +87,55 @@ fn exposed_ports_match_dockers_path_long() {
         cases: u64::MAX / 2,
         time: Duration::from_secs(minutes * 60),
     };
+    (seed, budget)
+}
+
+/// CI's run: a fixed seed and a budget of cases, every one alike on both paths.
+#[test]
+fn exposed_ports_match_dockers_path() {
+    if !prerequisites() {
+        return;
+    }
+    let (seed, budget) = ci_budget(CI_CASES, CI_TIME);
     let mut topology = exposed::ExposedPorts::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+}
+
+/// The long run, by hand (scripts/differential.sh --topology exposed).
+#[test]
+#[ignore = "long: scripts/differential.sh --topology exposed --seed N --minutes M"]
+fn exposed_ports_match_dockers_path_long() {
+    if !prerequisites() {
+        return;
+    }
+    let (seed, budget) = long_budget();
+    let mut topology = exposed::ExposedPorts::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+}
+
+/// CI's run of the link topology: a fixed seed, a budget of cases, tc and xdp links.
+#[test]
+fn links_match_the_bridge() {
+    if !prerequisites() {
+        return;
+    }
+    let (seed, budget) = ci_budget(CI_LINK_CASES, CI_LINK_TIME);
+    let mut topology = links::Links::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+}
+
+/// The long run of the link topology, by hand (scripts/differential.sh --topology links).
+#[test]
+#[ignore = "long: scripts/differential.sh --topology links --seed N --minutes M"]
+fn links_match_the_bridge_long() {
+    if !prerequisites() {
+        return;
+    }
+    let (seed, budget) = long_budget();
+    let mut topology = links::Links::new();
     let report = runner::run(&mut topology, seed, &budget);
     assert_no_difference(&report);
 }

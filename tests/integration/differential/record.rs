@@ -3,9 +3,14 @@
 //! Left out on purpose (see docs/differential.md): MACs, TTL and hop limit, IP ids, checksums,
 //! sequence numbers, and the neighbour discovery, MLD and IGMP chatter of the namespaces.
 
-use std::{fmt, net::IpAddr};
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
-use etherparse::{LaxSlicedPacket, TransportSlice};
+use etherparse::{
+    ArpOperation, Ethernet2HeaderSlice, LaxNetSlice, LaxSlicedPacket, TransportSlice,
+};
 
 use super::case::flag_letters;
 
@@ -203,4 +208,77 @@ impl fmt::Display for Record {
             What::Other { proto, len } => write!(f, "proto {proto} {src} > {dst} len {len}"),
         }
     }
+}
+
+/// The link topology's line for a frame: its MACs, a VLAN tag, the TTL or hop limit and the
+/// record, none of which a link may change, nor anything else a bridge keeps. With
+/// `neighbours`, ARP and neighbour discovery too (for the cases that send them: otherwise it is
+/// the namespaces' own chatter, left out as in [`record`]).
+pub fn link_line(frame: &[u8], neighbours: bool) -> Option<String> {
+    let eth = Ethernet2HeaderSlice::from_slice(frame).ok()?;
+    let packet = LaxSlicedPacket::from_ethernet(frame).ok()?;
+    let tag = if packet.link_exts.is_empty() {
+        ""
+    } else {
+        " vlan"
+    };
+    let macs = format!("{} > {}{tag}", mac(&eth.source()), mac(&eth.destination()));
+    let body = match packet.net.as_ref()? {
+        LaxNetSlice::Arp(arp) => {
+            if !neighbours {
+                return None;
+            }
+            let arp = arp.to_packet().try_eth_ipv4().ok()?;
+            let op = match arp.operation {
+                ArpOperation::REQUEST => "request".to_owned(),
+                ArpOperation::REPLY => "reply".to_owned(),
+                other => format!("op {}", other.0),
+            };
+            format!(
+                "ARP {op} {} at {} for {} at {}",
+                Ipv4Addr::from(arp.sender_ipv4),
+                mac(&arp.sender_mac),
+                Ipv4Addr::from(arp.target_ipv4),
+                mac(&arp.target_mac)
+            )
+        }
+        net => {
+            let ttl = match net {
+                LaxNetSlice::Ipv4(v4) => v4.header().ttl(),
+                LaxNetSlice::Ipv6(v6) => v6.header().hop_limit(),
+                LaxNetSlice::Arp(_) => unreachable!("matched above"),
+            };
+            if let Some(record) = record(frame) {
+                format!("ttl {ttl} {record}")
+            } else if let (true, Some(TransportSlice::Icmpv6(icmp))) =
+                (neighbours, &packet.transport)
+            {
+                let typ = icmp.type_u8();
+                if !(133..=137).contains(&typ) {
+                    return None;
+                }
+                let (src, dst) = ends(net)?;
+                let body = icmp.payload();
+                let about = <[u8; 16]>::try_from(body.get(..16)?).ok()?;
+                let option = body.get(16..24).map_or("no option".to_owned(), |o| {
+                    format!("option {} {}", o[0], mac(&o[2..8]))
+                });
+                format!(
+                    "ttl {ttl} ND {typ} {src} > {dst} about {} {option}",
+                    Ipv6Addr::from(about)
+                )
+            } else {
+                return None;
+            }
+        }
+    };
+    Some(format!("{macs}: {body}"))
+}
+
+fn mac(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }

@@ -29,10 +29,11 @@ pub trait Topology {
 
     /// Case `index` of the run with `seed`, a function of the two alone.
     fn case(&self, seed: u64, index: u64) -> Self::Case;
-    /// Docker's path only (dxdp's programs out of the way).
-    fn make_dockers(&mut self);
-    /// dxdp's fast path in place.
-    fn make_fast(&mut self);
+    /// Docker's path only (dxdp's programs out of the way), as `case` wants it (a rule it
+    /// needs on both paths, say).
+    fn make_dockers(&mut self, case: &Self::Case);
+    /// dxdp's fast path in place, as `case` wants it (a datapath, say).
+    fn make_fast(&mut self, case: &Self::Case);
     /// Sends one case on the path in place and returns what every observer saw.
     fn exercise(&mut self, case: &Self::Case) -> Observation;
     /// Whether a difference on `observer` is an expected one for this case.
@@ -87,9 +88,9 @@ pub fn run<T: Topology>(topology: &mut T, seed: u64, budget: &Budget) -> Report 
             break;
         }
         let case = topology.case(seed, index);
-        topology.make_dockers();
+        topology.make_dockers(&case);
         let docker = topology.exercise(&case);
-        topology.make_fast();
+        topology.make_fast(&case);
         let fast = topology.exercise(&case);
         report.cases += 1;
         if std::env::var_os("DXDP_DIFF_VERBOSE").is_some() {

@@ -1,0 +1,580 @@
+//! The link topology: three containers A, B and C on one dual-stack user-defined bridge
+//! network, B serving TCP (iperf3's listener) and UDP (an echo). Docker's path: A and B not
+//! linked, their frames cross the bridge; dxdp's path: `dxdp link A B` (tc, or xdp as the case
+//! says). Every case is a frame A puts on its own `eth0` with a packet socket, addressed to B
+//! (or beside it); the observers are `eth0` of B, of A (what came back) and of C, the bridge's
+//! own interface on the host, and for MTU errors B's path MTU towards A. A link must deliver or
+//! drop each frame as the bridge does, byte for byte: MACs, VLAN tag and TTL are compared, and a
+//! frame B receives is marked `as sent` when it is the very frame A sent.
+
+use std::{
+    net::{IpAddr, UdpSocket},
+    path::PathBuf,
+    time::Duration,
+};
+
+use super::{
+    allowlist,
+    case::{Datapath, Family, L4, LinkCase, Message, NdOption, Rule, Source, Wire},
+    exposed::ECHO,
+    frame::{self, Target},
+    packet_socket::PacketSocket,
+    record::link_line,
+    runner::{Allowance, Observation, Topology},
+};
+use crate::support::{
+    Background, FirewallRule, LinkGuard, NetnsGuard, World, iface_name, in_container, in_netns,
+    must, netns_of, run,
+};
+
+/// As the exposed topology's: a reply comes back well within it, the first retransmission not.
+const WINDOW: Duration = Duration::from_millis(300);
+/// B's listeners.
+const TCP_PORT: u16 = 5201;
+const UDP_PORT: u16 = 7002;
+/// A's side of its veth takes frames this large, B's and the bridge's stay at 1500: what a
+/// link does with a frame too big for B's MTU is a case of its own.
+const A_MTU: u32 = 9000;
+/// A MAC nobody has: the spoofed source, and the neighbour of addresses that answer nobody.
+const FOREIGN_MAC: [u8; 6] = [0x02, 0x00, 0x5e, 0x10, 0xee, 0x03];
+const NOBODY: &str = "02:00:5e:10:ee:02";
+
+/// One container of the topology.
+struct Member {
+    name: String,
+    pid: u32,
+    mac: [u8; 6],
+    ip: (IpAddr, IpAddr),
+}
+
+impl Member {
+    fn new(world: &World, name: String, net: &str) -> Self {
+        let pid = world.pid(&name);
+        Self {
+            mac: mac(&world.mac(&name, net)),
+            ip: (
+                world.ip(&name, net).parse().expect("an IPv4 address"),
+                world.ip6(&name, net).parse().expect("an IPv6 address"),
+            ),
+            name,
+            pid,
+        }
+    }
+
+    fn ip(&self, family: Family) -> IpAddr {
+        match family {
+            Family::V4 => self.ip.0,
+            Family::V6 => self.ip.1,
+        }
+    }
+
+    fn netns(&self) -> PathBuf {
+        netns_of(self.pid)
+    }
+}
+
+pub struct Links {
+    // Dropped first: sockets, processes and the rule; then the sink; then the world.
+    a_eth: PacketSocket,
+    b_eth: PacketSocket,
+    c_eth: PacketSocket,
+    bridge_eth: PacketSocket,
+    _echo: Background,
+    rule: Rule,
+    rule_guard: Option<FirewallRule>,
+    linked: bool,
+    a: Member,
+    b: Member,
+    c: Member,
+    gateway: (IpAddr, IpAddr),
+    /// The bridge's MAC, the host's on the network.
+    bridge_mac: String,
+    /// The third octet of the network's subnet: the test's other addresses use it too.
+    k: u32,
+    _elsewhere: LinkGuard,
+    _sink: NetnsGuard,
+    world: World,
+}
+
+impl Links {
+    pub fn new() -> Self {
+        let mut world = World::shared();
+        let net = world.network_v6("links", true, &[]);
+        let idle = ["sleep", "infinity"];
+        let a = world.run("a", &["--network", &net], &idle);
+        let b = world.run("b", &["--network", &net], &["iperf3", "-s"]);
+        let c = world.run("c", &["--network", &net], &idle);
+        let (a, b, c) = (
+            Member::new(&world, a, &net),
+            Member::new(&world, b, &net),
+            Member::new(&world, c, &net),
+        );
+        // Every answer a case draws is in its window, and none in a later one's: no ICMP error
+        // of the containers' waits for a rate limit a case before it filled, no SYN-ACK is sent
+        // again (to a source that never answers, it was, into later cases), and no redirect
+        // (rate-limited per peer, it came on one path and not the other) is sent at all.
+        for member in [&a, &b, &c] {
+            must(&in_container(
+                member.pid,
+                &[
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    "net.ipv4.icmp_ratelimit=0",
+                    "net.ipv6.icmp.ratelimit=0",
+                    "net.ipv4.tcp_synack_retries=0",
+                    "net.ipv4.conf.all.send_redirects=0",
+                    "net.ipv4.conf.eth0.send_redirects=0",
+                ],
+            ));
+        }
+        let echo = Background::spawn(&in_container(
+            b.pid,
+            &["python3", "-c", ECHO, &UDP_PORT.to_string()],
+        ));
+        let k: u32 = world
+            .address(&net, 0)
+            .split('.')
+            .nth(2)
+            .expect("x.y.K.0")
+            .parse()
+            .expect("K");
+
+        // A takes bigger frames than B: its end and the host's end of its veth.
+        let (a_veth, _) = world.veth(&a.name, &net);
+        let mtu = A_MTU.to_string();
+        must(&["ip", "link", "set", &a_veth, "mtu", &mtu]);
+        must(&in_container(
+            a.pid,
+            &["ip", "link", "set", "eth0", "mtu", &mtu],
+        ));
+        let bridge = std::fs::read_link(format!("/sys/class/net/{a_veth}/master"))
+            .expect("A's veth is a bridge port")
+            .file_name()
+            .expect("a bridge name")
+            .to_string_lossy()
+            .into_owned();
+        // The host's addresses on the network, Docker's gateways: on the bridge.
+        let on_bridge = must(&[
+            "ip", "-o", "addr", "show", "dev", &bridge, "scope", "global",
+        ]);
+        let gateway = |v4: bool| -> IpAddr {
+            on_bridge
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .windows(2)
+                .filter(|w| w[0] == if v4 { "inet" } else { "inet6" })
+                .map(|w| w[1].split('/').next().unwrap_or_default())
+                .filter_map(|a| a.parse().ok())
+                .next()
+                .unwrap_or_else(|| panic!("no gateway of each family on {bridge}: {on_bridge}"))
+        };
+        let gateway = (gateway(true), gateway(false));
+        let bridge_mac = std::fs::read_to_string(format!("/sys/class/net/{bridge}/address"))
+            .expect("the bridge's MAC")
+            .trim()
+            .to_owned();
+
+        // B answers the addresses no container has through its gateway, the host: they are
+        // routed to a veth of the test's whose far end sits alone in a namespace, to a MAC
+        // nobody has, so that no answer leaves the machine or draws an error back later.
+        let sink = NetnsGuard::create(&format!("{}-lsink{k}", world.prefix));
+        let elsewhere = iface_name();
+        let far_end = iface_name();
+        must(&[
+            "ip", "link", "add", &elsewhere, "type", "veth", "peer", "name", &far_end, "netns",
+            &sink.name,
+        ]);
+        let elsewhere_guard = LinkGuard::adopt(&elsewhere);
+        must(&["ip", "-n", &sink.name, "link", "set", &far_end, "up"]);
+        must(&["ip", "link", "set", &elsewhere, "up"]);
+        let v4_net = format!("10.241.{k}.1/24");
+        let v6_net = format!("fd00:241:{k:x}::1/64");
+        must(&["ip", "addr", "add", &v4_net, "dev", &elsewhere]);
+        must(&[
+            "ip", "-6", "addr", "add", &v6_net, "dev", &elsewhere, "nodad",
+        ]);
+        let links = Self {
+            a_eth: PacketSocket::open(&a.netns(), "eth0"),
+            b_eth: PacketSocket::open(&b.netns(), "eth0"),
+            c_eth: PacketSocket::open(&c.netns(), "eth0"),
+            bridge_eth: PacketSocket::open(
+                &PathBuf::from(format!("/proc/{}/ns/net", std::process::id())),
+                &bridge,
+            ),
+            _echo: echo,
+            rule: Rule::None,
+            rule_guard: None,
+            linked: false,
+            a,
+            b,
+            c,
+            gateway,
+            bridge_mac,
+            k,
+            _elsewhere: elsewhere_guard,
+            _sink: sink,
+            world,
+        };
+        let routed = [
+            (Family::V4, Source::Martian(1)),
+            (Family::V4, Source::Martian(2)),
+            (Family::V4, Source::LinkLocal),
+            (Family::V6, Source::Martian(2)),
+        ];
+        for (family, kind) in routed {
+            let addr = links.source(kind, family).to_string();
+            must(&["ip", "route", "add", &addr, "dev", &elsewhere]);
+        }
+        for (family, kind) in routed.into_iter().chain([
+            (Family::V4, Source::NotViaNic),
+            (Family::V6, Source::NotViaNic),
+        ]) {
+            let addr = links.source(kind, family).to_string();
+            must(&[
+                "ip",
+                "neigh",
+                "replace",
+                &addr,
+                "lladdr",
+                NOBODY,
+                "dev",
+                &elsewhere,
+                "nud",
+                "permanent",
+            ]);
+        }
+        // B's IPv6 address may still be tentative, and the first packets wait for neighbours:
+        // the cases start once a flow from A answers in both families.
+        for family in [Family::V4, Family::V6] {
+            drop(links.live_flow(family, 29999, 20));
+        }
+        links
+    }
+
+    /// The address a case's source kind stands for, in its family.
+    fn source(&self, source: Source, family: Family) -> IpAddr {
+        let k = self.k;
+        let v4 = family == Family::V4;
+        let text = match (source, v4) {
+            (Source::Client, _) => return self.a.ip(family),
+            (Source::HostNic, true) => return self.gateway.0,
+            (Source::HostNic, false) => return self.gateway.1,
+            (Source::OtherContainer, _) => return self.c.ip(family),
+            (Source::Martian(n), true) => [
+                "127.0.0.9".to_owned(),
+                format!("0.237.{k}.9"),
+                format!("240.237.{k}.9"),
+            ][n as usize % 3]
+                .clone(),
+            (Source::Martian(n), false) => [
+                "::1".to_owned(),
+                "::".to_owned(),
+                format!("::ffff:{}", self.a.ip.0),
+            ][n as usize % 3]
+                .clone(),
+            (Source::LinkLocal, true) => format!("169.254.237.{k}"),
+            (Source::LinkLocal, false) => format!("fe80::237:{k:x}"),
+            (Source::Multicast, true) => format!("239.255.237.{k}"),
+            (Source::Multicast, false) => format!("ff0e::237:{k:x}"),
+            (Source::Broadcast(n), true) => {
+                let IpAddr::V4(a) = self.a.ip.0 else {
+                    unreachable!("an IPv4 address")
+                };
+                let o = a.octets();
+                [
+                    "255.255.255.255".to_owned(),
+                    format!("{}.{}.{}.255", o[0], o[1], o[2]),
+                ][n as usize % 2]
+                    .clone()
+            }
+            (Source::Broadcast(_), false) => "ff02::1".to_owned(),
+            (Source::NotViaNic, true) => format!("10.241.{k}.9"),
+            (Source::NotViaNic, false) => format!("fd00:241:{k:x}::9"),
+        };
+        text.parse().expect("a source address")
+    }
+
+    /// Forgets what earlier cases left that this one could meet: conntrack's entries of the
+    /// three containers in the case's family, B's cached path MTUs before an MTU error, and
+    /// before and after an ARP or neighbour case, every neighbour the namespaces learned (such
+    /// a case may teach B that C's address is at A's MAC). All at once: it is most of a case's
+    /// time otherwise.
+    fn forget(&self, case: &LinkCase) {
+        let family = case.base.family;
+        let mut commands: Vec<Vec<String>> = Vec::new();
+        for member in [&self.a, &self.b, &self.c] {
+            let f = if family == Family::V4 { "ipv4" } else { "ipv6" };
+            let addr = member.ip(family).to_string();
+            commands.push(
+                ["conntrack", "-D", "-f", f, "-s", &addr]
+                    .map(str::to_owned)
+                    .to_vec(),
+            );
+            if neighbours(case) {
+                commands.push(in_container(
+                    member.pid,
+                    &["ip", "neigh", "flush", "dev", "eth0"],
+                ));
+            }
+        }
+        if matches!(case.base.l4, L4::MtuError { .. }) {
+            for f in ["-4", "-6"] {
+                commands.push(in_container(
+                    self.b.pid,
+                    &["ip", f, "route", "flush", "cache"],
+                ));
+            }
+        }
+        std::thread::scope(|scope| {
+            for argv in &commands {
+                // conntrack exits 1 when there was nothing to delete.
+                scope.spawn(move || drop(run(argv)));
+            }
+        });
+    }
+
+    /// A live UDP flow from A's port `sport` to B's echo, answered (up to `tries`, 500 ms
+    /// apart); the socket stays open while the case runs.
+    fn live_flow(&self, family: Family, sport: u16, tries: u32) -> (UdpSocket, Vec<u8>) {
+        let (from, to) = (self.a.ip(family), self.b.ip(family));
+        in_netns(&self.a.netns(), move || {
+            let socket = UdpSocket::bind((from, sport)).expect("A's UDP socket");
+            socket.connect((to, UDP_PORT)).expect("connect");
+            socket
+                .set_read_timeout(Some(Duration::from_millis(500)))
+                .expect("timeout");
+            for _ in 0..tries {
+                socket.send(b"dxdp-differential").expect("send");
+                let mut buf = [0u8; 2048];
+                if let Ok(n) = socket.recv(&mut buf) {
+                    return (socket, buf[..n].to_vec());
+                }
+            }
+            panic!("no answer on the live flow from {from}:{sport} to {to}:{UDP_PORT}");
+        })
+    }
+
+    /// `ip route get A` in B: the path MTU it learned, if any.
+    fn path_mtu(&self, family: Family) -> String {
+        let a = self.a.ip(family).to_string();
+        let route = must(&in_container(self.b.pid, &["ip", "route", "get", &a]));
+        let mtu = route
+            .split_whitespace()
+            .skip_while(|w| *w != "mtu")
+            .nth(1)
+            .map_or("none".to_owned(), str::to_owned);
+        format!("path MTU {mtu}")
+    }
+
+    /// The case's frame, and the UDP socket of its live flow (kept open while it runs).
+    fn frame(&self, case: &LinkCase) -> (Vec<u8>, Option<UdpSocket>) {
+        let base = &case.base;
+        let family = base.family;
+        let flow = match base.l4 {
+            L4::MtuError { sport } if case.message == Message::Ip => {
+                Some((sport, self.live_flow(family, sport, 4)))
+            }
+            _ => None,
+        };
+        let (b, a) = (self.b.ip(family), self.a.ip(family));
+        let quote = flow.as_ref().map_or_else(Vec::new, |(sport, (_, answer))| {
+            frame::answer((b, UDP_PORT), (a, *sport), answer)
+        });
+        let target = Target {
+            src_mac: if case.wire == Wire::SpoofedMac {
+                FOREIGN_MAC
+            } else {
+                self.a.mac
+            },
+            nic_mac: if case.wire == Wire::ThirdMac {
+                self.c.mac
+            } else {
+                self.b.mac
+            },
+            src: self.source(base.source, family),
+            dst: if case.wire == Wire::ThirdAddress {
+                self.c.ip(family)
+            } else {
+                b
+            },
+            tcp_port: TCP_PORT,
+            udp_port: UDP_PORT,
+            quote,
+        };
+        let bytes = match case.message {
+            Message::Ip => frame::frame(base, &target),
+            Message::Oversized { .. } => frame::frame(&case.ip_case(), &target),
+            Message::Arp { reply, lie } => {
+                let sender = if lie { FOREIGN_MAC } else { target.src_mac };
+                frame::arp(base, &target, reply, sender)
+            }
+            Message::Neighbour { advert, option } => {
+                let lladdr = match option {
+                    NdOption::None => None,
+                    NdOption::Own => Some(self.a.mac),
+                    NdOption::Foreign => Some(FOREIGN_MAC),
+                };
+                frame::neighbour(base, &target, advert, lladdr)
+            }
+        };
+        (bytes, flow.map(|(_, (socket, _))| socket))
+    }
+
+    fn unlink(&mut self) {
+        if self.linked {
+            self.world
+                .dxdp
+                .run(&["unlink", &self.a.name, &self.b.name])
+                .assert_success();
+            self.linked = false;
+        }
+    }
+
+    /// The rule `case` wants, on both paths (the bridge's is the same bridge).
+    fn set_rule(&mut self, rule: Rule) {
+        if self.rule == rule {
+            return;
+        }
+        self.rule_guard = None;
+        if let Rule::DropTcp(family) = rule {
+            let (tool, a, b) = match family {
+                Family::V4 => ("iptables", self.a.ip.0, self.b.ip.0),
+                Family::V6 => ("ip6tables", self.a.ip.1, self.b.ip.1),
+            };
+            let (a, b) = (a.to_string(), b.to_string());
+            self.rule_guard = Some(FirewallRule::insert(
+                tool,
+                "DOCKER-USER",
+                &["-s", &a, "-d", &b, "-p", "tcp", "-j", "DROP"],
+            ));
+        }
+        self.rule = rule;
+    }
+}
+
+impl Topology for Links {
+    type Case = LinkCase;
+    const TEST: &'static str = "differential::links_match_the_bridge";
+    const NORMALISED: &'static [Allowance] = allowlist::LINKS_NORMALISED;
+
+    fn case(&self, seed: u64, index: u64) -> LinkCase {
+        LinkCase::generate(seed, index)
+    }
+
+    fn make_dockers(&mut self, case: &LinkCase) {
+        self.unlink();
+        self.set_rule(case.rule);
+    }
+
+    fn make_fast(&mut self, case: &LinkCase) {
+        self.unlink();
+        self.set_rule(case.rule);
+        let datapath = match case.datapath {
+            Datapath::Tc => "tc",
+            Datapath::Xdp => "xdp",
+        };
+        let mut args = vec!["link", &self.a.name, &self.b.name, "--datapath", datapath];
+        // Past the firewall walk when the case has no rule of its own: other tests' rules come
+        // and go on this host (see the exposed topology). With the case's rule, the walk must
+        // close the rule's family and link the other.
+        if case.rule == Rule::None {
+            args.push("--bypass-firewall");
+        }
+        let outcome = self.world.dxdp.run(&args);
+        outcome.assert_success();
+        if case.rule != Rule::None {
+            assert!(
+                outcome.stdout.contains("only") || outcome.stderr.contains("only"),
+                "case {case}: the rule should narrow the link to one family: {outcome}"
+            );
+        }
+        self.linked = true;
+    }
+
+    fn exercise(&mut self, case: &LinkCase) -> Observation {
+        self.forget(case);
+        let (bytes, flow) = self.frame(case);
+        let neighbours = neighbours(case);
+        let host = format!("{} > ", self.bridge_mac);
+        let to_host = format!(" > {}", self.bridge_mac);
+        for socket in [&self.a_eth, &self.b_eth, &self.c_eth, &self.bridge_eth] {
+            socket.forget();
+        }
+        self.a_eth.send(&bytes);
+        std::thread::sleep(WINDOW);
+        let seen = |socket: &PacketSocket| {
+            let mut lines: Vec<String> = socket
+                .arrived(Duration::from_millis(20))
+                .iter()
+                .filter_map(|a| {
+                    let line = link_line(&a.bytes, neighbours)?;
+                    // A fragment's reassembly timing out, 30 or 60 s after its case.
+                    if line.contains("ICMP error 11/1 ") || line.contains("ICMP error 3/1 ") {
+                        return None;
+                    }
+                    // The host's own neighbour traffic, to and from it: its entries are not
+                    // reset between cases, and not the case's.
+                    let (sent, asked) = (line.starts_with(&host), line.contains(&to_host));
+                    let (arp, nd) = (line.contains(": ARP "), line.contains(" ND "));
+                    if (sent || asked) && (arp || nd) {
+                        return None;
+                    }
+                    // The other family's resolution: the namespaces' own, whatever the case.
+                    if (arp && case.base.family == Family::V6)
+                        || (nd && case.base.family == Family::V4)
+                    {
+                        return None;
+                    }
+                    Some(if a.bytes == bytes {
+                        format!("{line} (as sent)")
+                    } else {
+                        line
+                    })
+                })
+                .collect();
+            lines.sort();
+            lines
+        };
+        let mut observation = Observation::new();
+        observation.insert("B", seen(&self.b_eth));
+        observation.insert("A", seen(&self.a_eth));
+        observation.insert("C", seen(&self.c_eth));
+        observation.insert("bridge", seen(&self.bridge_eth));
+        if flow.is_some() {
+            observation.insert("path MTU", vec![self.path_mtu(case.base.family)]);
+        }
+        drop(flow);
+        if neighbours {
+            self.forget(case);
+        }
+        observation
+    }
+
+    fn allowed(
+        &self,
+        case: &LinkCase,
+        observer: &str,
+        docker: &[String],
+        fast: &[String],
+    ) -> Option<&'static Allowance> {
+        allowlist::links(case, observer, docker, fast)
+    }
+}
+
+/// Whether the case sends ARP or neighbour discovery, whose answers its observers record.
+fn neighbours(case: &LinkCase) -> bool {
+    matches!(
+        case.message,
+        Message::Arp { .. } | Message::Neighbour { .. }
+    )
+}
+
+fn mac(text: &str) -> [u8; 6] {
+    let bytes: Vec<u8> = text
+        .trim()
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).expect("a MAC byte"))
+        .collect();
+    bytes.try_into().expect("six bytes")
+}
