@@ -128,7 +128,10 @@ impl Host for RealHost {
 
     fn ingress(&self, host: &[Interface], find_nics: bool) -> Result<Ingress> {
         if let Some(sandbox) = &self.sandbox {
-            anyhow::bail!("sandbox {}: no NIC reaches an overlay's bridge", sandbox.name);
+            anyhow::bail!(
+                "sandbox {}: no NIC reaches an overlay's bridge",
+                sandbox.name
+            );
         }
         let addrs = crate::ports::host_addresses()?;
         Ok(Ingress {
