@@ -71,6 +71,16 @@ pub(crate) fn interface(netns: &NetnsPath, index: u32) -> Result<Option<Interfac
         .with_context(|| format!("cannot look up interface {index} in {netns}"))
 }
 
+/// The veths of the namespace at `netns`, name by ifindex: what `status` and `top` show beside
+/// a link's ifindexes.
+pub fn veth_names(netns: &NetnsPath) -> Result<std::collections::HashMap<u32, String>> {
+    Ok(interfaces(netns)?
+        .into_iter()
+        .filter(Interface::is_veth)
+        .map(|i| (i.index, i.name))
+        .collect())
+}
+
 /// The MTU of the interface named `name` in the calling thread's namespace (the host's, or an
 /// overlay sandbox's, where sysfs would show the host's devices); `None` if it is not there.
 pub fn mtu_here(name: &str) -> Option<u32> {

@@ -54,13 +54,10 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: BenchArgs) -> Result<ExitCo
     }
     let host = netlink::interfaces(&NetnsPath::host())?;
     let (pair, sandbox) = resolve_placed_pair(&args.a, &args.b, &host)?;
-    match sandbox {
-        None => measure_pair(pin_dir, capacity, args, plan, pair),
-        // On an overlay network the sandbox is the host of the pair's veths, rules and link.
-        Some(sandbox) => {
-            sandbox.run(|| measure_pair(&sandbox.pin_dir(pin_dir), capacity, args, plan, pair))
-        }
-    }
+    // On an overlay network the sandbox is the host of the pair's veths, rules and link.
+    crate::overlay::in_site(sandbox.as_ref(), pin_dir, |dir| {
+        measure_pair(dir, capacity, args, plan, pair)
+    })
 }
 
 /// Measures the pair, whose veths are in the calling thread's namespace, with its links

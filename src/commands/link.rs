@@ -15,16 +15,14 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
     let host = netlink::interfaces(&NetnsPath::host())?;
     let (pair, sandbox) = resolve_placed_pair(&args.a, &args.b, &host)?;
     crate::overlay::remove_dead_sites(pin_dir)?;
-    let line = match sandbox {
-        None => install(pin_dir, capacity, &args, &pair)?,
-        // Inside the sandbox, its veths, bridge and rules are the "host" of everything below.
-        Some(sandbox) => {
-            let line =
-                sandbox.run(|| install(&sandbox.pin_dir(pin_dir), capacity, &args, &pair))?;
-            format!("{line} in sandbox {}", sandbox.name)
-        }
-    };
-    println!("{line}");
+    // Inside a sandbox, its veths, bridge and rules are the "host" of everything below.
+    let line = crate::overlay::in_site(sandbox.as_ref(), pin_dir, |dir| {
+        install(dir, capacity, &args, &pair)
+    })?;
+    let inside = sandbox
+        .map(|s| format!(" in sandbox {}", s.name))
+        .unwrap_or_default();
+    println!("{line}{inside}");
     Ok(ExitCode::SUCCESS)
 }
 

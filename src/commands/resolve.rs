@@ -60,24 +60,19 @@ async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<(Pair, Opt
             reasons.join("; ")
         )
     })?;
-    if net.driver != plan::OVERLAY_DRIVER {
-        let pair = Pair {
-            a: endpoint_on(&a, &net.id, host)?,
-            b: endpoint_on(&b, &net.id, host)?,
-            network: net.name.clone(),
-        };
-        return Ok((pair, None));
-    }
-    // Both ends of the pair's veths are found from inside the sandbox, which holds their far
-    // ends and the bridge.
-    let sandbox = Sandbox::of_network(&net.name, &net.id)?;
-    let pair = sandbox.run(|| {
-        let inside = netlink::interfaces(&crate::netns::NetnsPath::host())?;
+    let pair_on = |veths_side: &[Interface]| -> Result<Pair> {
         Ok(Pair {
-            a: endpoint_on(&a, &net.id, &inside)?,
-            b: endpoint_on(&b, &net.id, &inside)?,
+            a: endpoint_on(&a, &net.id, veths_side)?,
+            b: endpoint_on(&b, &net.id, veths_side)?,
             network: net.name.clone(),
         })
-    })?;
+    };
+    if net.driver != plan::OVERLAY_DRIVER {
+        return Ok((pair_on(host)?, None));
+    }
+    // The pair's veths are found from inside the sandbox, which holds their far ends and the
+    // bridge.
+    let sandbox = Sandbox::of_network(&net.name, &net.id)?;
+    let pair = sandbox.run(|| pair_on(&netlink::interfaces(&crate::netns::NetnsPath::host())?))?;
     Ok((pair, Some(sandbox)))
 }

@@ -100,11 +100,7 @@ impl Status {
 
 /// The veths of the calling thread's namespace (the host's, or an overlay sandbox's).
 fn veths_here() -> Result<HashMap<u32, String>> {
-    Ok(netlink::interfaces(&NetnsPath::host())?
-        .into_iter()
-        .filter(|i| i.is_veth())
-        .map(|i| (i.index, i.name))
-        .collect())
+    netlink::veth_names(&NetnsPath::host())
 }
 
 /// The links and managed interfaces of one datapath, whose veths are `veths` (none for a

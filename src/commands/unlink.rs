@@ -42,14 +42,17 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: UnlinkArgs) -> Result<ExitC
     if let Some((_, sandbox)) = &live {
         places.push(sandbox.clone());
     }
-    places.push(None);
-    places.extend(
+    let others = std::iter::once(None).chain(
         overlay::sites(pin_dir)
             .into_iter()
             .filter_map(|s| s.sandbox)
             .map(Some),
     );
-    places.dedup();
+    for place in others {
+        if !places.contains(&place) {
+            places.push(place);
+        }
+    }
     for place in places {
         let veths = live
             .as_ref()
@@ -81,9 +84,11 @@ fn dead_sandbox_link(
         .filter(|site| site.sandbox.is_none())
         .find_map(|site| {
             let mut datapath = Datapath::open(&site.pin_dir, capacity).ok()?;
-            let found = datapath.links().ok()?.into_iter().find(|l| {
-                (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a)
-            })?;
+            let found = datapath
+                .links()
+                .ok()?
+                .into_iter()
+                .find(|l| l.between_names(a, b))?;
             Some((site.name, found))
         })
 }
@@ -104,7 +109,7 @@ fn remove(
     let by_name = datapath
         .links()?
         .iter()
-        .find(|l| (l.low_name == a && l.high_name == b) || (l.low_name == b && l.high_name == a))
+        .find(|l| l.between_names(a, b))
         .map(|l| (l.low_ifindex, l.high_ifindex));
     let mut removed = None;
     for (x, y) in veths.into_iter().chain(by_name) {

@@ -139,6 +139,11 @@ impl LinkRecord {
     pub(crate) fn involves(&self, ifindex: u32) -> bool {
         self.low_ifindex == ifindex || self.high_ifindex == ifindex
     }
+
+    /// Whether the link was made between endpoints named `a` and `b`, in either order.
+    pub fn between_names(&self, a: &str, b: &str) -> bool {
+        (self.low_name == a && self.high_name == b) || (self.low_name == b && self.high_name == a)
+    }
 }
 
 /// Sum over CPUs of one managed interface's counters.

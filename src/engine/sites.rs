@@ -71,14 +71,15 @@ impl<S: Host> Sites<S> {
         }
         let mut done = SitesApplied::default();
         for (id, network) in networks {
+            if !self.concerns(&id, containers, which) {
+                continue;
+            }
             let here: BTreeSet<DesiredLink> = links
                 .iter()
                 .filter(|l| l.network_id == id)
                 .cloned()
                 .collect();
-            if !self.concerns(&id, containers, which) {
-                continue;
-            }
+            let none_wanted = here.is_empty();
             let site = match self.by_network.entry(id.clone()) {
                 std::collections::btree_map::Entry::Occupied(site) => site.into_mut(),
                 std::collections::btree_map::Entry::Vacant(slot) => {
@@ -98,10 +99,9 @@ impl<S: Host> Sites<S> {
             let site_host = Arc::clone(&site.host);
             let on_site = Arc::clone(containers);
             let which_now = which.clone();
-            let wanted = here.clone();
             let outcome = tokio::task::spawn_blocking(move || {
                 let applied = site_host
-                    .inside(|| pass::run(&mut held, &*site_host, &on_site, &wanted, &which_now));
+                    .inside(|| pass::run(&mut held, &*site_host, &on_site, &here, &which_now));
                 (held, applied)
             })
             .await
@@ -111,7 +111,7 @@ impl<S: Host> Sites<S> {
                     done.links += applied.links;
                     done.removed_by_rules += applied.removed_by_rules;
                     done.unreadable.extend(applied.unreadable);
-                    if here.is_empty() && applied.links == 0 {
+                    if none_wanted && applied.links == 0 {
                         self.by_network.remove(&id);
                     } else {
                         site.held = Some(held);

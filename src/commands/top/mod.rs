@@ -88,10 +88,9 @@ fn overlay_links(pin_dir: &Path, capacity: Capacity) -> Result<Vec<LinkSnap>> {
         };
         out.extend(sandbox.run(|| {
             let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
-            let veths: HashMap<u32, String> = netlink::interfaces(&NetnsPath::host())?
+            let veths: HashMap<u32, String> = netlink::veth_names(&NetnsPath::host())?
                 .into_iter()
-                .filter(|i| i.is_veth())
-                .map(|i| (i.index, format!("{} ({})", i.name, sandbox.name)))
+                .map(|(index, name)| (index, format!("{name} ({})", sandbox.name)))
                 .collect();
             Ok(datapath
                 .links()?
