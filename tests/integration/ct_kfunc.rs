@@ -1,15 +1,17 @@
 //! The conntrack kfuncs from an aya program (docs/kfuncs.md, issue 36's first step): the lab
-//! program `dxdp_ct_probe` (ebpf/programs/src/ct_lab.rs) calls `bpf_skb_ct_lookup` and
-//! `bpf_ct_release`, which aya 0.14 cannot load by itself; `dxdp::datapath::kfunc` resolves the
-//! calls by BTF id first. The program sits on tcx ingress of a veth in a namespace of this test's
-//! own ("router"), whose conntrack an nft rule turns on; a second namespace ("client") sends UDP
-//! and TCP to sockets in the router over the veth pair. Nothing is made in the host's namespace
-//! and nothing is pinned.
+//! program `dxdp_ct_probe` (ebpf/programs/src/ct_lab.rs) calls `bpf_skb_ct_lookup`,
+//! `bpf_ct_change_timeout` and `bpf_ct_release`, which aya 0.14 cannot load by itself;
+//! `dxdp::datapath::kfunc` resolves the calls by BTF id first. The program sits on tcx ingress of
+//! a veth in a namespace of this test's own ("router"), whose conntrack an nft rule turns on; a
+//! second namespace ("client") sends UDP and TCP to sockets in the router over the veth pair.
+//! Nothing is made in the host's namespace and nothing is pinned.
 //!
 //! What is checked: aya refuses the object as built; resolved, it loads and attaches; the lookup
 //! finds the live UDP and TCP connections (the entries `conntrack -L` lists; their status, the
-//! mark an nft rule gave one of them, and the reply tuple read from the entry), does not find a made-up flow (a first datagram no
-//! entry exists for: `-ENOENT`), and stops finding a live one once `conntrack -F` flushed it.
+//! mark an nft rule gave one of them, and the reply tuple read from the entry), does not find a
+//! made-up flow (a first datagram no entry exists for: `-ENOENT`), keeps an entry alive (a found
+//! datagram the probe drops sets its entry's timeout to an hour: `conntrack -L` shows it), and
+//! stops finding a live flow once `conntrack -F` flushed it.
 //!
 //! Needs root, bpffs, BTF, nft and conntrack; without them the test prints "skipping: …", or
 //! fails when CI=true.
@@ -47,6 +49,9 @@ const IPS_CONFIRMED: u32 = 1 << 3;
 /// The mark the router's nft rule sets on the entries of UDP flows to [`UDP_PORT`].
 const MARK: u32 = 0x5eed;
 const UDP_PORT: u16 = 7000;
+/// Datagrams to this port keep their entry alive for [`KEEPALIVE_SECS`] (and are dropped).
+const KEEPALIVE_PORT: u16 = 7002;
+const KEEPALIVE_SECS: u64 = 3600;
 const ROUND_TRIPS: u64 = 5;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -159,6 +164,41 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
         "{tcp:?}"
     );
 
+    // The keep-alive: a datagram the probe finds and drops (a fast path's, past conntrack) sets
+    // its entry's timeout with bpf_ct_change_timeout, far above the UDP timeouts conntrack uses.
+    let keepalive_server = SocketAddrV4::new(lab.router_ip, KEEPALIVE_PORT);
+    let (ka_client, ka_server) = (
+        in_netns(&named_netns(&lab.client.name), || {
+            UdpSocket::bind("0.0.0.0:0").unwrap()
+        }),
+        in_netns(&named_netns(&lab.router.name), move || {
+            UdpSocket::bind(keepalive_server).unwrap()
+        }),
+    );
+    for s in [&ka_client, &ka_server] {
+        s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    }
+    let ka_port = echo_udp(&ka_client, &ka_server, keepalive_server, 1);
+    ka_client.send_to(b"kept alive", keepalive_server).unwrap();
+    let kept = lab.wait_seen(PROTO_UDP, ka_port, KEEPALIVE_PORT, |v| v.kept_alive > 0);
+    eprintln!("keep-alive flow {ka_port} -> {KEEPALIVE_PORT}: {kept:?}");
+    assert_eq!((kept.found, kept.not_found), (1, 1), "{kept:?}");
+    assert_eq!((kept.kept_alive, kept.keepalive_error), (1, 0), "{kept:?}");
+    ka_server
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        ka_server.recv_from(&mut [0u8; 64]).is_err(),
+        "the kept-alive datagram reached the server"
+    );
+    let listed = lab.conntrack(&["-L", "-p", "udp", "--dport", &KEEPALIVE_PORT.to_string()]);
+    let remaining = remaining_seconds(&listed, ka_port);
+    eprintln!("keep-alive entry: {remaining} s left; {listed}");
+    assert!(
+        remaining > KEEPALIVE_SECS - 60 && remaining <= KEEPALIVE_SECS,
+        "{remaining} s left: {listed}"
+    );
+
     // Flushed, the live UDP flow is gone from conntrack: its next datagram is not found.
     lab.conntrack(&["-F"]);
     udp_client.send_to(b"after flush", server).unwrap();
@@ -168,6 +208,20 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     eprintln!("UDP flow after conntrack -F: {flushed:?}");
     assert_eq!(flushed.found, udp.found, "{flushed:?}");
     assert_eq!(flushed.not_found, udp.not_found + 1, "{flushed:?}");
+}
+
+/// The seconds `conntrack -L` says the entry from the client port `sport` has left (its third
+/// field: `udp 17 3599 src=… sport=…`).
+#[track_caller]
+fn remaining_seconds(listed: &str, sport: u16) -> u64 {
+    let line = listed
+        .lines()
+        .find(|l| l.contains(&format!("sport={sport} ")))
+        .unwrap_or_else(|| panic!("no entry from port {sport}: {listed}"));
+    line.split_whitespace()
+        .nth(2)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no timeout in {line}"))
 }
 
 /// Sends `rounds` datagrams from `client` to `server` and echoes each back from `server_sock`;
@@ -251,13 +305,22 @@ impl Lab {
         let (resolved, kfuncs) = kfunc::KernelFuncs::vmlinux()
             .and_then(|kernel| kfunc::resolve(OBJECT, |name| kernel.id(name)))
             .expect("cannot resolve the lab's kfunc calls");
-        assert_eq!(kfuncs, ["bpf_skb_ct_lookup", "bpf_ct_release"]);
-        let offsets = nf_conn_offsets();
+        assert_eq!(
+            kfuncs,
+            [
+                "bpf_skb_ct_lookup",
+                "bpf_ct_change_timeout",
+                "bpf_ct_release"
+            ]
+        );
+        let globals = lab_globals();
         let ebpf = in_netns(&named_netns(&router.name), move || {
             let mut loader = EbpfLoader::new();
-            for (name, offset) in &offsets {
-                loader.override_global(name, offset, true);
+            for (name, value) in &globals {
+                loader.override_global(name, value, true);
             }
+            let keepalive_port = KEEPALIVE_PORT.to_be();
+            loader.override_global(names::KEEPALIVE_PORT, &keepalive_port, true);
             let mut ebpf = loader
                 .load(&resolved)
                 .expect("the resolved lab does not load");
@@ -325,8 +388,9 @@ impl Lab {
     }
 }
 
-/// The `.rodata` offsets the probe reads `struct nf_conn` with, from the running kernel's BTF.
-fn nf_conn_offsets() -> Vec<(&'static str, u32)> {
+/// The probe's 32-bit `.rodata` constants: the keep-alive's timeout, and the offsets it reads
+/// `struct nf_conn` with, from the running kernel's BTF.
+fn lab_globals() -> Vec<(&'static str, u32)> {
     let blob = std::fs::read(btf::VMLINUX).expect("no vmlinux BTF");
     let offset =
         |s: &str, m: &str| member_offset(&blob, s, m).unwrap_or_else(|e| panic!("{s}.{m}: {e:#}"));
@@ -336,6 +400,7 @@ fn nf_conn_offsets() -> Vec<(&'static str, u32)> {
         + offset("nf_conntrack_tuple_hash", "tuple")
         + offset("nf_conntrack_tuple", "src");
     vec![
+        (names::KEEPALIVE_MS, (KEEPALIVE_SECS * 1000) as u32),
         (names::OFF_STATUS, offset("nf_conn", "status")),
         (names::OFF_MARK, offset("nf_conn", "mark")),
         (

@@ -717,6 +717,12 @@ pub mod ct {
         /// .tuple.src`): where a reply comes from, the source NAT's address and port.
         pub const OFF_REPLY_SRC_IP: &str = "DXDP_CT_OFF_REPLY_SRC_IP";
         pub const OFF_REPLY_SRC_PORT: &str = "DXDP_CT_OFF_REPLY_SRC_PORT";
+        /// Load-time constants of the keep-alive: packets of found entries to this destination
+        /// port (network order; 0: none) set their entry's timeout to `KEEPALIVE_MS` with
+        /// `bpf_ct_change_timeout` and are dropped, as if a fast path had taken them past
+        /// conntrack.
+        pub const KEEPALIVE_PORT: &str = "DXDP_CT_KEEPALIVE_PORT";
+        pub const KEEPALIVE_MS: &str = "DXDP_CT_KEEPALIVE_MS";
     }
 
     pub const DEFAULT_MAX_TUPLES: u32 = 1024;
@@ -753,12 +759,17 @@ pub mod ct {
         /// The last found entry's reply source address and port (network order).
         pub reply_src_ip: u32,
         pub reply_src_port: u16,
-        pub _pad: [u8; 6],
+        pub _pad: u16,
+        /// Packets to the keep-alive port whose entry's timeout `bpf_ct_change_timeout` set.
+        pub kept_alive: u32,
+        /// The last nonzero return of `bpf_ct_change_timeout`.
+        pub keepalive_error: i32,
+        pub _pad2: u32,
     }
 
     const _: () = {
         assert!(core::mem::size_of::<CtProbeKey>() == 16);
-        assert!(core::mem::size_of::<CtProbeValue>() == 48);
+        assert!(core::mem::size_of::<CtProbeValue>() == 56);
     };
 
     #[cfg(feature = "user")]

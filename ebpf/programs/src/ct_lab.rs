@@ -6,7 +6,10 @@
 //! `bpf_ct_release` (the verifier refuses a program that leaks the reference), and records per
 //! tuple whether the lookup found an entry, the lookup's error otherwise, and a few fields of the
 //! entry it found, read at offsets the loader took from the running kernel's BTF (aya-ebpf has no
-//! CO-RE). The packet always goes on (`TC_ACT_UNSPEC`): the lab only watches.
+//! CO-RE). The packet goes on (`TC_ACT_UNSPEC`): the lab only watches, but for the keep-alive:
+//! a packet of a found entry to the loader's keep-alive port sets the entry's timeout with
+//! `bpf_ct_change_timeout` and is dropped, standing for a packet a fast path would take past
+//! conntrack (which then would not refresh the entry itself).
 //!
 //! The kfuncs are declared as plain `extern "C"` functions. bpf-linker leaves each call as a
 //! `call` instruction against an undefined symbol of that name; aya 0.14 cannot load such an
@@ -19,7 +22,7 @@
 
 use aya_ebpf::{
     Global,
-    bindings::{__sk_buff, BPF_NOEXIST, TC_ACT_UNSPEC},
+    bindings::{__sk_buff, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::{classifier, map},
     maps::HashMap,
     programs::TcContext,
@@ -74,6 +77,7 @@ unsafe extern "C" {
         opts_size: u32,
     ) -> *mut NfConn;
     fn bpf_ct_release(ct: *mut NfConn);
+    fn bpf_ct_change_timeout(ct: *mut NfConn, timeout_ms: u32) -> i32;
 }
 
 #[map(name = "DXDP_CT_SEEN")]
@@ -89,15 +93,21 @@ static DXDP_CT_OFF_MARK: Global<u32> = Global::new(0);
 static DXDP_CT_OFF_REPLY_SRC_IP: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_CT_OFF_REPLY_SRC_PORT: Global<u32> = Global::new(0);
+/// Destination port (network order) of the packets that keep their entry alive; 0: none.
+#[unsafe(no_mangle)]
+static DXDP_CT_KEEPALIVE_PORT: Global<u16> = Global::new(0);
+/// The timeout those packets give their entry, in milliseconds.
+#[unsafe(no_mangle)]
+static DXDP_CT_KEEPALIVE_MS: Global<u32> = Global::new(0);
 
-/// tc ingress: looks the packet's connection up and records the outcome; never changes the
-/// packet's fate.
+/// tc ingress: looks the packet's connection up and records the outcome; lets the packet go on,
+/// but for the keep-alive's.
 #[classifier]
 pub fn dxdp_ct_probe(ctx: TcContext) -> i32 {
-    if let Some(key) = tuple(&ctx) {
-        probe(&ctx, key);
+    match tuple(&ctx) {
+        Some(key) => probe(&ctx, key),
+        None => TC_ACT_UNSPEC,
     }
-    TC_ACT_UNSPEC
 }
 
 /// The IPv4 TCP or UDP tuple of the packet; `None` for anything else, for IPv4 options and for
@@ -130,8 +140,9 @@ fn tuple(ctx: &TcContext) -> Option<CtProbeKey> {
     })
 }
 
+/// Looks `key` up, records what the lookup found, and returns the packet's verdict.
 #[inline(always)]
-fn probe(ctx: &TcContext, key: CtProbeKey) {
+fn probe(ctx: &TcContext, key: CtProbeKey) -> i32 {
     let mut tuple = SockTupleV4 {
         saddr: key.saddr,
         daddr: key.daddr,
@@ -174,8 +185,10 @@ fn probe(ctx: &TcContext, key: CtProbeKey) {
             }
             seen.last_error = opts.error;
         }
-        return;
+        return TC_ACT_UNSPEC;
     }
+    let keepalive_port = DXDP_CT_KEEPALIVE_PORT.load();
+    let keep_alive = keepalive_port != 0 && key.dport == keepalive_port;
     if let Some(seen) = seen {
         // SAFETY: as above; `ct` is a referenced `struct nf_conn` the verifier knows by BTF,
         // read at constant offsets inside it.
@@ -188,8 +201,25 @@ fn probe(ctx: &TcContext, key: CtProbeKey) {
             seen.reply_src_port = field::<u16>(ct, DXDP_CT_OFF_REPLY_SRC_PORT.load()).unwrap_or(0);
         }
     }
+    let verdict = if keep_alive {
+        // SAFETY: `ct` is the referenced entry from the lookup, not yet released.
+        let ret = unsafe { bpf_ct_change_timeout(ct, DXDP_CT_KEEPALIVE_MS.load()) };
+        if let Some(seen) = seen {
+            // SAFETY: as above.
+            let seen = unsafe { &mut *seen };
+            if ret == 0 {
+                seen.kept_alive += 1;
+            } else {
+                seen.keepalive_error = ret;
+            }
+        }
+        TC_ACT_SHOT
+    } else {
+        TC_ACT_UNSPEC
+    };
     // SAFETY: `ct` came from the lookup above and is released exactly once.
     unsafe { bpf_ct_release(ct) };
+    verdict
 }
 
 /// The `T` at byte `offset` of `ct`, or `None` when the loader left the offset at 0.
