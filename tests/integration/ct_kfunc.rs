@@ -73,17 +73,7 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
 
     // A live UDP flow: request and echo, several times. The first datagram is looked up before
     // conntrack saw it (tc ingress comes before netfilter's prerouting), the others are found.
-    let (udp_client, udp_server) = (
-        in_netns(&named_netns(&lab.client.name), || {
-            UdpSocket::bind("0.0.0.0:0").unwrap()
-        }),
-        in_netns(&named_netns(&lab.router.name), move || {
-            UdpSocket::bind(server).unwrap()
-        }),
-    );
-    for s in [&udp_client, &udp_server] {
-        s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    }
+    let (udp_client, udp_server) = lab.udp_pair(server);
     let udp_port = echo_udp(&udp_client, &udp_server, server, ROUND_TRIPS);
     let udp = lab.seen(PROTO_UDP, udp_port, server.port());
     eprintln!("UDP flow {udp_port} -> {}: {udp:?}", server.port());
@@ -167,17 +157,7 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     // The keep-alive: a datagram the probe finds and drops (a fast path's, past conntrack) sets
     // its entry's timeout with bpf_ct_change_timeout, far above the UDP timeouts conntrack uses.
     let keepalive_server = SocketAddrV4::new(lab.router_ip, KEEPALIVE_PORT);
-    let (ka_client, ka_server) = (
-        in_netns(&named_netns(&lab.client.name), || {
-            UdpSocket::bind("0.0.0.0:0").unwrap()
-        }),
-        in_netns(&named_netns(&lab.router.name), move || {
-            UdpSocket::bind(keepalive_server).unwrap()
-        }),
-    );
-    for s in [&ka_client, &ka_server] {
-        s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    }
+    let (ka_client, ka_server) = lab.udp_pair(keepalive_server);
     let ka_port = echo_udp(&ka_client, &ka_server, keepalive_server, 1);
     ka_client.send_to(b"kept alive", keepalive_server).unwrap();
     let kept = lab.wait_seen(PROTO_UDP, ka_port, KEEPALIVE_PORT, |v| v.kept_alive > 0);
@@ -342,6 +322,21 @@ impl Lab {
             router_ip,
             client_ip,
         }
+    }
+
+    /// A UDP socket in the client and one bound to `server` in the router, both with reads
+    /// bounded in time.
+    fn udp_pair(&self, server: SocketAddrV4) -> (UdpSocket, UdpSocket) {
+        let client = in_netns(&named_netns(&self.client.name), || {
+            UdpSocket::bind("0.0.0.0:0").unwrap()
+        });
+        let router = in_netns(&named_netns(&self.router.name), move || {
+            UdpSocket::bind(server).unwrap()
+        });
+        for s in [&client, &router] {
+            s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        }
+        (client, router)
     }
 
     /// What the probe recorded for the client's `proto` flow from `sport` to `dport`.
