@@ -3,6 +3,7 @@
 mod attach;
 mod choice;
 mod fixups;
+pub mod kfunc;
 mod pins;
 mod ports;
 mod state;

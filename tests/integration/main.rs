@@ -26,6 +26,9 @@ mod top;
 // Root, bpffs, cgroup2 and BTF: the socket layer on namespaces (not shipped: the evidence why).
 mod sock;
 mod verdicts;
+// Root, bpffs, BTF, nft and conntrack: the conntrack kfuncs from an aya program (issue 36's first
+// step), on namespaces of its own.
+mod ct_kfunc;
 // Root and dockerd: the binary on real containers. `docker`, `compose_examples` and `firewall`
 // also run in the legacy engine lane (Docker 20.10), where tests named `engine28_` are skipped.
 mod churn;

@@ -22,7 +22,8 @@ use dxdp_common::sock::SockCounters;
 use layer::{SockEnd, SockLayer, cgroup2_mount, netns_cookie};
 use serde::Deserialize;
 
-mod btf;
+// Also read by the conntrack kfunc lab (`ct_kfunc`).
+pub(crate) mod btf;
 mod layer;
 
 const PEER: &str = concat!(

@@ -1,5 +1,6 @@
-//! Just enough of a BTF reader to find where a member sits in a kernel struct: the socket layer
-//! reads `struct sock` and `struct sk_psock` fields of a peer socket with probe reads, at offsets
+//! Just enough of a BTF reader to find where a member sits in a kernel struct, and a struct's
+//! size: the socket layer reads `struct sock` and `struct sk_psock` fields of a peer socket with
+//! probe reads, and the conntrack kfunc lab (`ct_kfunc`) fields of `struct nf_conn`, at offsets
 //! taken from the running kernel's `/sys/kernel/btf/vmlinux` (aya-ebpf has no CO-RE).
 use anyhow::{Context, Result, bail};
 
@@ -10,6 +11,16 @@ const KIND_STRUCT: u32 = 4;
 
 /// Byte offset of `member` in the struct named `strukt`, in the BTF blob `btf`.
 pub(crate) fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u32> {
+    layout(btf, strukt, Some(member))
+}
+
+/// Size in bytes of the struct named `strukt`, in the BTF blob `btf`.
+pub(crate) fn struct_size(btf: &[u8], strukt: &str) -> Result<u32> {
+    layout(btf, strukt, None)
+}
+
+/// `member`'s byte offset in the struct `strukt`, or the struct's size without a member.
+fn layout(btf: &[u8], strukt: &str, member: Option<&str>) -> Result<u32> {
     let u16_at = |at: usize| -> Result<u16> {
         Ok(u16::from_le_bytes(
             btf.get(at..at + 2).context("BTF truncated")?.try_into()?,
@@ -51,6 +62,9 @@ pub(crate) fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u3
             other => bail!("unknown BTF kind {other}"),
         };
         if kind == KIND_STRUCT && name(name_off) == strukt.as_bytes() {
+            let Some(member) = member else {
+                return u32_at(at - 4);
+            };
             for m in 0..vlen {
                 let base = at + m * 12;
                 if name(u32_at(base)?) == member.as_bytes() {

@@ -4,3 +4,6 @@
 
 /// The compiled eBPF object the binary embeds, loaded by the verdict tests.
 pub use dxdp::datapath::OBJECT;
+
+/// The loader step that resolves kfunc calls by BTF id, which aya 0.14 cannot (docs/kfuncs.md).
+pub use dxdp::datapath::kfunc;

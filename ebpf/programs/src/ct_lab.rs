@@ -1,0 +1,238 @@
+//! The conntrack kfunc lab, not shipped (docs/kfuncs.md): proof that an aya-ebpf program can call
+//! the kernel's conntrack kfuncs once the loader has resolved them (`dxdp::datapath::kfunc`).
+//!
+//! `dxdp_ct_probe`, on tc ingress, looks every IPv4 TCP or UDP packet up in the conntrack table
+//! of the device's namespace with `bpf_skb_ct_lookup`, releases the entry it gets at once with
+//! `bpf_ct_release` (the verifier refuses a program that leaks the reference), and records per
+//! tuple whether the lookup found an entry, the lookup's error otherwise, and a few fields of the
+//! entry it found, read at offsets the loader took from the running kernel's BTF (aya-ebpf has no
+//! CO-RE). The packet goes on (`TC_ACT_UNSPEC`): the lab only watches, but for the keep-alive:
+//! a packet of a found entry to the loader's keep-alive port sets the entry's timeout with
+//! `bpf_ct_change_timeout` and is dropped, standing for a packet a fast path would take past
+//! conntrack (which then would not refresh the entry itself).
+//!
+//! The kfuncs are declared as plain `extern "C"` functions. bpf-linker leaves each call as a
+//! `call` instruction against an undefined symbol of that name; aya 0.14 cannot load such an
+//! object, and `dxdp::datapath::kfunc` rewrites the calls to kfunc calls by BTF id first.
+//!
+//! An object of its own (`dxdp-ct-lab`), built by build.rs beside dxdp's and loaded only by the
+//! integration tests' `ct_kfunc` area. Built for the host too, like the others, for the linters.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
+use aya_ebpf::{
+    Global,
+    bindings::{__sk_buff, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC},
+    macros::{classifier, map},
+    maps::HashMap,
+    programs::TcContext,
+};
+use dxdp_common::ct::{CtProbeKey, CtProbeValue, DEFAULT_MAX_TUPLES};
+
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: u16 = 0x0800;
+const IPV4_HLEN: usize = 20;
+const PROTO_TCP: u8 = 6;
+const PROTO_UDP: u8 = 17;
+/// `BPF_F_CURRENT_NETNS`: the lookup uses the namespace of the skb's device.
+const CURRENT_NETNS: i32 = -1;
+const ENOENT: i32 = 2;
+
+/// `struct bpf_sock_tuple`'s IPv4 member: addresses and ports in network order.
+#[repr(C)]
+struct SockTupleV4 {
+    saddr: u32,
+    daddr: u32,
+    sport: u16,
+    dport: u16,
+}
+
+/// `struct bpf_ct_opts` as Linux 6.18 has it (16 bytes; `NF_BPF_CT_OPTS_SZ`). Linux 6.1 to 6.x
+/// before the zone fields took 12 bytes; the kernel checks `opts__sz` against its own size.
+#[repr(C)]
+struct CtOpts {
+    netns_id: i32,
+    error: i32,
+    l4proto: u8,
+    dir: u8,
+    ct_zone_id: u16,
+    ct_zone_dir: u8,
+    reserved: [u8; 3],
+}
+
+/// `struct nf_conn`, only ever behind a pointer the kfuncs hand out.
+#[repr(C)]
+struct NfConn {
+    _opaque: [u8; 0],
+}
+
+// The kfuncs, as net/netfilter/nf_conntrack_bpf.c defines them. Their BTF ids are the running
+// kernel's: the loader writes them into the calls (docs/kfuncs.md).
+unsafe extern "C" {
+    fn bpf_skb_ct_lookup(
+        skb: *mut __sk_buff,
+        tuple: *mut SockTupleV4,
+        tuple_size: u32,
+        opts: *mut CtOpts,
+        opts_size: u32,
+    ) -> *mut NfConn;
+    fn bpf_ct_release(ct: *mut NfConn);
+    fn bpf_ct_change_timeout(ct: *mut NfConn, timeout_ms: u32) -> i32;
+}
+
+#[map(name = "DXDP_CT_SEEN")]
+static SEEN: HashMap<CtProbeKey, CtProbeValue> = HashMap::with_max_entries(DEFAULT_MAX_TUPLES, 0);
+
+// Offsets in the running kernel's `struct nf_conn`, set by the loader from its BTF. Frozen
+// `.rodata`: the verifier sees constants, as a load from a PTR_TO_BTF_ID needs. 0: not read.
+#[unsafe(no_mangle)]
+static DXDP_CT_OFF_STATUS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_CT_OFF_MARK: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_CT_OFF_REPLY_SRC_IP: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_CT_OFF_REPLY_SRC_PORT: Global<u32> = Global::new(0);
+/// Destination port (network order) of the packets that keep their entry alive; 0: none.
+#[unsafe(no_mangle)]
+static DXDP_CT_KEEPALIVE_PORT: Global<u16> = Global::new(0);
+/// The timeout those packets give their entry, in milliseconds.
+#[unsafe(no_mangle)]
+static DXDP_CT_KEEPALIVE_MS: Global<u32> = Global::new(0);
+
+/// tc ingress: looks the packet's connection up and records the outcome; lets the packet go on,
+/// but for the keep-alive's.
+#[classifier]
+pub fn dxdp_ct_probe(ctx: TcContext) -> i32 {
+    match tuple(&ctx) {
+        Some(key) => probe(&ctx, key),
+        None => TC_ACT_UNSPEC,
+    }
+}
+
+/// The IPv4 TCP or UDP tuple of the packet; `None` for anything else, for IPv4 options and for
+/// fragments after the first (no ports).
+#[inline(always)]
+fn tuple(ctx: &TcContext) -> Option<CtProbeKey> {
+    let (start, end) = (ctx.data(), ctx.data_end());
+    if start + ETH_HLEN + IPV4_HLEN + 4 > end {
+        return None;
+    }
+    // SAFETY: bounds-checked against data_end just above.
+    let bytes = unsafe { &*(start as *const [u8; ETH_HLEN + IPV4_HLEN + 4]) };
+    if u16::from_be_bytes([bytes[12], bytes[13]]) != ETH_P_IP || bytes[ETH_HLEN] != 0x45 {
+        return None;
+    }
+    let ip = &bytes[ETH_HLEN..];
+    let proto = ip[9];
+    let fragment_offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff;
+    if (proto != PROTO_TCP && proto != PROTO_UDP) || fragment_offset != 0 {
+        return None;
+    }
+    let l4 = &ip[IPV4_HLEN..];
+    Some(CtProbeKey {
+        saddr: u32::from_ne_bytes([ip[12], ip[13], ip[14], ip[15]]),
+        daddr: u32::from_ne_bytes([ip[16], ip[17], ip[18], ip[19]]),
+        sport: u16::from_ne_bytes([l4[0], l4[1]]),
+        dport: u16::from_ne_bytes([l4[2], l4[3]]),
+        proto,
+        _pad: [0; 3],
+    })
+}
+
+/// Looks `key` up, records what the lookup found, and returns the packet's verdict.
+#[inline(always)]
+fn probe(ctx: &TcContext, key: CtProbeKey) -> i32 {
+    let mut tuple = SockTupleV4 {
+        saddr: key.saddr,
+        daddr: key.daddr,
+        sport: key.sport,
+        dport: key.dport,
+    };
+    let mut opts = CtOpts {
+        netns_id: CURRENT_NETNS,
+        error: 0,
+        l4proto: key.proto,
+        dir: 0,
+        ct_zone_id: 0,
+        ct_zone_dir: 0,
+        reserved: [0; 3],
+    };
+    // SAFETY: a kfunc call on this program's own context with a tuple and options on this stack,
+    // their sizes as declared; the verifier checks the arguments against the kfunc's BTF.
+    let ct = unsafe {
+        bpf_skb_ct_lookup(
+            ctx.skb.skb,
+            &mut tuple,
+            core::mem::size_of::<SockTupleV4>() as u32,
+            &mut opts,
+            core::mem::size_of::<CtOpts>() as u32,
+        )
+    };
+    if SEEN.get_ptr_mut(key).is_none() {
+        // A lost race with another CPU inserting the same key is fine: the insert then fails.
+        let _ = SEEN.insert(key, CtProbeValue::default(), BPF_NOEXIST.into());
+    }
+    let seen = SEEN.get_ptr_mut(key);
+    if ct.is_null() {
+        if let Some(seen) = seen {
+            // SAFETY: a map value of this tuple; the counters are approximate under concurrency.
+            let seen = unsafe { &mut *seen };
+            if opts.error == -ENOENT {
+                seen.not_found += 1;
+            } else {
+                seen.failed += 1;
+            }
+            seen.last_error = opts.error;
+        }
+        return TC_ACT_UNSPEC;
+    }
+    let keepalive_port = DXDP_CT_KEEPALIVE_PORT.load();
+    let keep_alive = keepalive_port != 0 && key.dport == keepalive_port;
+    if let Some(seen) = seen {
+        // SAFETY: as above; `ct` is a referenced `struct nf_conn` the verifier knows by BTF,
+        // read at constant offsets inside it.
+        unsafe {
+            let seen = &mut *seen;
+            seen.found += 1;
+            seen.status = field::<u32>(ct, DXDP_CT_OFF_STATUS.load()).unwrap_or(0);
+            seen.mark = field::<u32>(ct, DXDP_CT_OFF_MARK.load()).unwrap_or(0);
+            seen.reply_src_ip = field::<u32>(ct, DXDP_CT_OFF_REPLY_SRC_IP.load()).unwrap_or(0);
+            seen.reply_src_port = field::<u16>(ct, DXDP_CT_OFF_REPLY_SRC_PORT.load()).unwrap_or(0);
+        }
+    }
+    let verdict = if keep_alive {
+        // SAFETY: `ct` is the referenced entry from the lookup, not yet released.
+        let ret = unsafe { bpf_ct_change_timeout(ct, DXDP_CT_KEEPALIVE_MS.load()) };
+        if let Some(seen) = seen {
+            // SAFETY: as above.
+            let seen = unsafe { &mut *seen };
+            if ret == 0 {
+                seen.kept_alive += 1;
+            } else {
+                seen.keepalive_error = ret;
+            }
+        }
+        TC_ACT_SHOT
+    } else {
+        TC_ACT_UNSPEC
+    };
+    // SAFETY: `ct` came from the lookup above and is released exactly once.
+    unsafe { bpf_ct_release(ct) };
+    verdict
+}
+
+/// The `T` at byte `offset` of `ct`, or `None` when the loader left the offset at 0.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, `offset` a field of `T`'s size in it.
+#[inline(always)]
+unsafe fn field<T: Copy>(ct: *mut NfConn, offset: u32) -> Option<T> {
+    if offset == 0 {
+        return None;
+    }
+    // SAFETY: the caller's; the verifier checks the load against `struct nf_conn`'s BTF.
+    Some(unsafe { core::ptr::read((ct as *const u8).add(offset as usize) as *const T) })
+}
+
+dxdp_ebpf::object_boilerplate!();
