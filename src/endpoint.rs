@@ -147,6 +147,10 @@ pub struct Endpoint {
     pub bridge_name: String,
     /// The container interface's addresses, link-local ones included.
     pub addrs: Vec<IpAddr>,
+    /// A Swarm task on another node, reached through this overlay's VXLAN device (named
+    /// `host_ifname`): `host_ifindex` is then its endpoint id in the pinned maps, not an
+    /// interface, and there is no namespace or container interface of its own here.
+    pub tunnel_ifindex: Option<u32>,
 }
 
 impl Endpoint {
@@ -224,6 +228,7 @@ pub(crate) fn locate(
         bridge_ifindex: bridge.index,
         bridge_name: bridge.name.clone(),
         addrs,
+        tunnel_ifindex: None,
     })
 }
 

@@ -6,6 +6,9 @@ use anyhow::{Context, Result};
 use futures::TryStreamExt;
 use netlink_packet_route::address::AddressAttribute;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkXdp};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
+};
 use netlink_packet_route::tc::{TcAttribute, TcHandle};
 
 use crate::netns::NetnsPath;
@@ -200,6 +203,88 @@ fn tc_kind(attrs: &[TcAttribute]) -> String {
             _ => None,
         })
         .unwrap_or_default()
+}
+
+/// The permanent neighbours of the device `index` in the calling thread's namespace, as
+/// (address, MAC): on an overlay's VXLAN device, the tasks of other nodes that Swarm's gossip
+/// programmed there.
+pub fn permanent_neighbours(index: u32) -> Result<Vec<(std::net::IpAddr, MacAddr)>> {
+    ask_here(async move |handle| {
+        let msgs: Vec<_> = handle.neighbours().get().execute().try_collect().await?;
+        Ok(msgs
+            .into_iter()
+            .filter(|m| m.header.ifindex == index && m.header.state == NeighbourState::Permanent)
+            .filter_map(|m| {
+                let mut addr = None;
+                let mut mac = None;
+                for attr in m.attributes {
+                    match attr {
+                        NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                            addr = Some(std::net::IpAddr::V4(v4))
+                        }
+                        NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                            addr = Some(std::net::IpAddr::V6(v6))
+                        }
+                        NeighbourAttribute::LinkLayerAddress(lladdr) => {
+                            mac = MacAddr::try_from(lladdr.as_slice()).ok()
+                        }
+                        _ => {}
+                    }
+                }
+                Some((addr?, mac?))
+            })
+            .collect())
+    })
+    .with_context(|| format!("cannot list the neighbours of interface {index}"))
+}
+
+/// Pins `mac` on the bridge port `port_index` (`bridge fdb replace MAC dev PORT master
+/// static`) in the calling thread's namespace, so that the bridge keeps sending frames for
+/// `mac` to that port when none of its frames cross the bridge to refresh what it learned.
+pub fn set_static_bridge_entry(port_index: u32, mac: &MacAddr) -> Result<()> {
+    let mac = *mac;
+    ask_here(async move |handle| {
+        handle
+            .neighbours()
+            .add_bridge(port_index, &mac)
+            .state(NeighbourState::Noarp)
+            .flags(NeighbourFlags::Controller)
+            .replace()
+            .execute()
+            .await?;
+        Ok(())
+    })
+    .with_context(|| {
+        format!(
+            "cannot pin {} on bridge port {port_index}",
+            format_mac(&mac)
+        )
+    })
+}
+
+/// Removes what [`set_static_bridge_entry`] pinned; an entry already gone is no error.
+pub fn remove_static_bridge_entry(port_index: u32, mac: &MacAddr) -> Result<()> {
+    let mac = *mac;
+    ask_here(async move |handle| {
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = netlink_packet_route::AddressFamily::Bridge;
+        msg.header.ifindex = port_index;
+        msg.header.state = NeighbourState::Noarp;
+        msg.header.flags = NeighbourFlags::Controller;
+        msg.attributes
+            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+        match handle.neighbours().del(msg).execute().await {
+            Ok(()) => Ok(()),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENOENT => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .with_context(|| {
+        format!(
+            "cannot remove {} from bridge port {port_index}",
+            format_mac(&mac)
+        )
+    })
 }
 
 fn ask_here<T>(request: impl AsyncFnOnce(rtnetlink::Handle) -> Result<T>) -> Result<T> {

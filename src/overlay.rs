@@ -19,7 +19,11 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::netns::NetnsPath;
+use crate::{
+    endpoint::Endpoint,
+    netlink::{self, Interface},
+    netns::NetnsPath,
+};
 
 /// Where dxdp looks for dockerd's exec-root when `DXDP_DOCKER_EXEC_ROOT` is not set: dockerd's
 /// default.
@@ -173,6 +177,46 @@ pub fn remove_dead_sites(pin_dir: &Path) -> Result<Vec<String>> {
         let _ = std::fs::remove_dir(sites_dir(pin_dir));
     }
     Ok(removed)
+}
+
+/// A task of another node as one end of a link made in this node's sandbox (the calling
+/// thread's namespace, whose interfaces are `here`): reached through the VXLAN device on
+/// `bridge` (the local end's `br0`), where Swarm's gossip put a permanent neighbour entry for
+/// the task's address `addr` with its MAC. Its endpoint id is given when the link is made.
+pub fn remote_endpoint(
+    label: &str,
+    addr: std::net::IpAddr,
+    bridge: &Endpoint,
+    here: &[Interface],
+) -> Result<Endpoint> {
+    let tunnels = here
+        .iter()
+        .filter(|i| i.kind.as_deref() == Some("vxlan") && i.master == Some(bridge.bridge_ifindex));
+    for tunnel in tunnels {
+        let neighbours = netlink::permanent_neighbours(tunnel.index)?;
+        if let Some((_, mac)) = neighbours.into_iter().find(|(a, _)| *a == addr) {
+            return Ok(Endpoint {
+                label: label.to_owned(),
+                netns: NetnsPath::host(),
+                netns_ino: 0,
+                ifname: String::new(),
+                ifindex: 0,
+                mac,
+                host_ifname: tunnel.name.clone(),
+                host_ifindex: 0,
+                bridge_ifindex: bridge.bridge_ifindex,
+                bridge_name: bridge.bridge_name.clone(),
+                addrs: vec![addr],
+                tunnel_ifindex: Some(tunnel.index),
+            });
+        }
+    }
+    bail!(
+        "task {label} ({addr}) runs on another node, but the overlay's VXLAN device on {} has no \
+         entry for it yet (Swarm's gossip adds it within seconds of the task starting); try \
+         again",
+        bridge.bridge_name
+    )
 }
 
 #[cfg(test)]

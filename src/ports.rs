@@ -376,6 +376,7 @@ mod tests {
             bridge_ifindex: 3,
             bridge_name: "docker0".into(),
             addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            tunnel_ifindex: None,
         }
     }
 

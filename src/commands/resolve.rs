@@ -3,11 +3,11 @@
 use anyhow::{Result, anyhow, bail};
 
 use crate::{
-    docker::{Docker, endpoint_on},
+    docker::{Container, Docker, endpoint_on},
     endpoint::{Endpoint, EndpointSpec},
     netlink::{self, Interface},
     overlay::Sandbox,
-    plan,
+    plan::{self, ContainerView},
 };
 
 /// A resolved pair and the name of the network that carries it.
@@ -42,8 +42,13 @@ pub fn resolve_placed_pair(
 
 async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<(Pair, Option<Sandbox>)> {
     let docker = Docker::connect().await?;
-    let a = docker.find(ra).await?;
-    let b = docker.find(rb).await?;
+    let (a, b) = match (docker.find(ra).await, docker.find(rb).await) {
+        (Ok(a), Ok(b)) => (a, b),
+        // One of them is not on this node: a task of another node on a shared overlay?
+        (Ok(a), Err(missing)) => return across_nodes(&docker, &a, rb, missing, false).await,
+        (Err(missing), Ok(b)) => return across_nodes(&docker, &b, ra, missing, true).await,
+        (Err(missing), Err(_)) => return Err(missing),
+    };
     if a.view.id == b.view.id {
         bail!("cannot link container {} to itself", a.view.name);
     }
@@ -74,5 +79,74 @@ async fn containers(ra: &str, rb: &str, host: &[Interface]) -> Result<(Pair, Opt
     // bridge.
     let sandbox = Sandbox::of_network(&net.name, &net.id)?;
     let pair = sandbox.run(|| pair_on(&netlink::interfaces(&crate::netns::NetnsPath::host())?))?;
+    Ok((pair, Some(sandbox)))
+}
+
+/// A pair of a container of this node, `local`, and a task of another node called `name` on
+/// one of `local`'s overlay networks (`remote_first`: the user named the remote one first).
+/// Not found there either: the error of the local lookup (`missing`), which says what to check.
+async fn across_nodes(
+    docker: &Docker,
+    local: &Container,
+    name: &str,
+    missing: anyhow::Error,
+    remote_first: bool,
+) -> Result<(Pair, Option<Sandbox>)> {
+    let mut found = None;
+    for net in local
+        .view
+        .networks
+        .iter()
+        .filter(|n| n.driver == plan::OVERLAY_DRIVER)
+    {
+        let tasks = docker.overlay_tasks(&net.id).await?;
+        if let Some(task) = tasks.into_iter().find(|t| t.name == name) {
+            found = Some(task);
+            break;
+        }
+    }
+    let Some(task) = found else {
+        return Err(missing);
+    };
+    if let Some(why) = local.unlinkable() {
+        bail!(why);
+    }
+    // The other node's view of it is not ours to read: it is on the overlay, labels unknown.
+    let remote_view = ContainerView {
+        id: format!("task {name}"),
+        name: name.to_owned(),
+        running: true,
+        networks: local
+            .view
+            .networks
+            .iter()
+            .filter(|n| n.driver == plan::OVERLAY_DRIVER)
+            .cloned()
+            .collect(),
+        ..ContainerView::default()
+    };
+    let net = plan::network_for_link(&local.view, &remote_view).map_err(|reasons| {
+        anyhow!(
+            "cannot link {} and {name}: {}",
+            local.view.name,
+            reasons.join("; ")
+        )
+    })?;
+    let sandbox = Sandbox::of_network(&net.name, &net.id)?;
+    let pair = sandbox.run(|| {
+        let here = netlink::interfaces(&crate::netns::NetnsPath::host())?;
+        let near = endpoint_on(local, &net.id, &here)?;
+        let far = crate::overlay::remote_endpoint(name, task.addr, &near, &here)?;
+        let (a, b) = if remote_first {
+            (far, near)
+        } else {
+            (near, far)
+        };
+        Ok(Pair {
+            a,
+            b,
+            network: net.name.clone(),
+        })
+    })?;
     Ok((pair, Some(sandbox)))
 }

@@ -113,6 +113,19 @@ fn read_links(
     status: &mut Status,
 ) -> Result<()> {
     let sandbox = sandbox.map(str::to_owned);
+    // A task of another node shows as the VXLAN device it is reached through, while that is
+    // there (gone with its sandbox).
+    let remote = datapath.remote_endpoints()?;
+    let mut names = veths.clone();
+    if !remote.is_empty() && !veths.is_empty() {
+        let here = netlink::interfaces(&NetnsPath::host())?;
+        for (id, tunnel) in remote {
+            if let Some(tunnel) = here.iter().find(|i| i.index == tunnel) {
+                names.insert(id, tunnel.name.clone());
+            }
+        }
+    }
+    let veths = &names;
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {
         interfaces.push(InterfaceStatus {

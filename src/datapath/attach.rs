@@ -24,8 +24,11 @@ pub(super) struct Programs<'p> {
     pins: &'p Pins,
     tc: SchedClassifier,
     xdp: Xdp,
+    /// On overlays' VXLAN devices, for links to tasks of other nodes.
+    tunnel: SchedClassifier,
     tc_id: u32,
     xdp_id: u32,
+    tunnel_id: u32,
 }
 
 impl<'p> Programs<'p> {
@@ -39,14 +42,18 @@ impl<'p> Programs<'p> {
             prog.pin(pins.prog(Kind::Xdp))?;
         }
         let xdp = Xdp::from_pin(pins.prog(Kind::Xdp), XdpAttachType::Interface)?;
+        let tunnel = pinned_classifier(ebpf, names::TUNNEL_PROGRAM, &pins.tunnel_prog())?;
         let tc_id = tc.info()?.id();
         let xdp_id = xdp.info()?.id();
+        let tunnel_id = tunnel.info()?.id();
         Ok(Self {
             pins,
             tc,
             xdp,
+            tunnel,
             tc_id,
             xdp_id,
+            tunnel_id,
         })
     }
 
@@ -66,6 +73,19 @@ impl<'p> Programs<'p> {
             .collect();
         if upgrade_classifier(ebpf, names::TC_PROGRAM, &pins.prog(Kind::Tc), &tc_links)? {
             replaced.push(Kind::Tc);
+        }
+        // The VXLAN devices' program, loaded only where a link reached another node.
+        if pins.tunnel_prog().exists() {
+            let tunnel_links: Vec<std::path::PathBuf> = pins::tunnel_link_pins(pins)?
+                .into_iter()
+                .map(|(_, path)| path)
+                .collect();
+            upgrade_classifier(
+                ebpf,
+                names::TUNNEL_PROGRAM,
+                &pins.tunnel_prog(),
+                &tunnel_links,
+            )?;
         }
         let fresh: &mut Xdp = program(ebpf, choice::xdp_program())?.try_into()?;
         fresh
@@ -97,8 +117,12 @@ impl<'p> Programs<'p> {
         }
     }
 
-    /// Attaches `kind` to the endpoint's host veth unless ours is there already.
+    /// Attaches `kind` to the endpoint's host veth unless ours is there already; for a task of
+    /// another node, the tunnel program to the VXLAN device its frames come in by.
     pub(super) fn attach(&mut self, kind: Kind, ep: &Endpoint, undo: &mut Journal) -> Result<()> {
+        if let Some(tunnel) = ep.tunnel_ifindex {
+            return self.attach_tunnel(tunnel, &ep.host_ifname, undo);
+        }
         let path = self.pins.link(kind, ep.host_ifindex);
         if self.attached_now(kind, ep)? {
             if path.exists() {
@@ -124,6 +148,36 @@ impl<'p> Programs<'p> {
                 })?
             }
         };
+        link.pin(&path)
+            .with_context(|| format!("cannot pin {}", path.display()))?;
+        undo.push(Undo::LinkPin(path));
+        Ok(())
+    }
+
+    /// Attaches the tunnel program to the VXLAN device `ifname` unless ours is there already.
+    fn attach_tunnel(&mut self, ifindex: u32, ifname: &str, undo: &mut Journal) -> Result<()> {
+        let path = self.pins.tunnel_link(ifindex);
+        let attached = || {
+            Ok(tcx_ingress(ifname)?
+                .iter()
+                .any(|p| p.id() == self.tunnel_id))
+        };
+        if attached()? {
+            if path.exists() {
+                return Ok(());
+            }
+            // Unpinned a moment ago (its last remote endpoint went): released from a workqueue.
+            if !wait_released(attached)? {
+                bail!(
+                    "{ifname}: dxdp's tunnel program is attached without its pin {}; another \
+                     process holds that attachment",
+                    path.display()
+                );
+            }
+        }
+        pins::remove_if_present(&path)?;
+        let link = attach_tcx_last(&mut self.tunnel, ifname)
+            .with_context(|| format!("cannot attach the tunnel program to {ifname}"))?;
         link.pin(&path)
             .with_context(|| format!("cannot pin {}", path.display()))?;
         undo.push(Undo::LinkPin(path));

@@ -6,6 +6,7 @@ mod fixups;
 pub mod kfunc;
 mod pins;
 mod ports;
+mod remote;
 mod state;
 
 use std::{
@@ -18,7 +19,9 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use aya::{Ebpf, EbpfLoader};
-use dxdp_common::{Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NAME_LEN};
+use dxdp_common::{
+    Counters, DATAPATH_TC, DATAPATH_XDP, LinkMeta, LinkMetaKey, NAME_LEN, is_remote_endpoint,
+};
 use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
@@ -382,6 +385,7 @@ impl Datapath {
         if a.host_ifindex == b.host_ifindex {
             bail!("cannot link {} to itself", a.label);
         }
+        check_remote_ends(req)?;
         if a.bridge_ifindex != b.bridge_ifindex {
             bail!(
                 "{} hangs on bridge {} and {} on bridge {}: dxdp only links endpoints of one bridge",
@@ -462,6 +466,12 @@ impl Datapath {
             for ep in [a, b] {
                 programs.attach(kind, ep, &mut undo)?;
             }
+            for ep in [a, b] {
+                if let Some(tunnel) = ep.tunnel_ifindex {
+                    crate::netlink::set_static_bridge_entry(tunnel, &ep.mac)?;
+                    undo.push(state::Undo::BridgeEntry(tunnel, ep.mac));
+                }
+            }
             Ok(())
         })();
         if let Err(err) = result {
@@ -478,6 +488,26 @@ impl Datapath {
             info!(a = %a.label, b = %b.label, network = req.network, datapath = %kind, families = %req.families, "link added");
             Ok(Installed::New)
         }
+    }
+
+    /// The endpoint id of the task of another node whose frames come in by the VXLAN device
+    /// `tunnel_ifindex` from `mac`: the one it holds, or a free one for a new link to it.
+    pub fn remote_endpoint_id(&mut self, tunnel_ifindex: u32, mac: &[u8; 6]) -> Result<u32> {
+        state::Maps::new(&mut self.ebpf)?.remote_endpoint_id(tunnel_ifindex, *mac)
+    }
+
+    /// The endpoints on other nodes, each with the VXLAN device it is reached through.
+    pub fn remote_endpoints(&mut self) -> Result<Vec<(u32, u32)>> {
+        let maps = state::Maps::new(&mut self.ebpf)?;
+        let mut out = Vec::new();
+        for (id, _) in maps.managed()? {
+            if is_remote_endpoint(id)
+                && let Some(rec) = maps.endpoint(id)?
+            {
+                out.push((id, rec.tunnel_ifindex));
+            }
+        }
+        Ok(out)
     }
 
     /// Makes an existing link carry only `families` (a rule closed one since it was made),
@@ -529,6 +559,10 @@ impl Datapath {
         let record = maps.endpoint(ifindex)?;
         pins::remove_link_pins(&self.pins, ifindex)?;
         maps.purge_interface(ifindex)?;
+        if let Some(rec) = record.filter(|_| is_remote_endpoint(ifindex)) {
+            release_tunnel_peer(&maps, &self.pins, &rec)?;
+            return Ok(());
+        }
         if let Some(rec) = record
             && rec.fixups != 0
             && let Err(err) = fixups::restore(&rec)
@@ -630,10 +664,21 @@ impl Datapath {
     pub fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
         let mut maps = state::Maps::new(&mut self.ebpf)?;
         let mut purged = 0;
+        let mut tunnels = remote::Tunnels::default();
         for (ifindex, _) in maps.managed()? {
-            if !host.iter().any(|i| i.index == ifindex && i.is_veth()) {
+            let alive = if is_remote_endpoint(ifindex) {
+                let rec = maps.endpoint(ifindex)?;
+                rec.is_some_and(|rec| tunnels.still_reaches(host, &rec))
+            } else {
+                host.iter().any(|i| i.index == ifindex && i.is_veth())
+            };
+            if !alive {
+                let rec = maps.endpoint(ifindex)?;
                 maps.purge_interface(ifindex)?;
                 pins::remove_link_pins(&self.pins, ifindex)?;
+                if let Some(rec) = rec.filter(|_| is_remote_endpoint(ifindex)) {
+                    release_tunnel_peer(&maps, &self.pins, &rec)?;
+                }
                 purged += 1;
             }
         }
@@ -675,6 +720,50 @@ impl Datapath {
         pins::remove_all(&root)?;
         Ok(links.len())
     }
+}
+
+/// Refuses what a link to a task of another node cannot be: both ends remote, or the xdp
+/// datapath (a VXLAN device takes no XDP frames).
+fn check_remote_ends(req: &LinkRequest<'_>) -> Result<()> {
+    match (req.a.tunnel_ifindex, req.b.tunnel_ifindex) {
+        (Some(_), Some(_)) => bail!(
+            "neither {} nor {} runs on this node; link them on a node that runs one of them",
+            req.a.label,
+            req.b.label
+        ),
+        (None, None) => Ok(()),
+        _ if req.kind == Kind::Xdp => {
+            let remote = if req.a.tunnel_ifindex.is_some() {
+                req.a
+            } else {
+                req.b
+            };
+            bail!(
+                "{} runs on another node: a link across nodes leaves through the overlay's VXLAN \
+                 device, which takes no XDP frames; link with --datapath tc",
+                remote.label
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a task of another node leaves behind once its endpoint is purged: the bridge entry
+/// that pinned its MAC on the tunnel's port, and the tunnel's program if no other remote
+/// endpoint comes in by that device.
+fn release_tunnel_peer(
+    maps: &state::Maps<'_>,
+    pins: &Pins,
+    rec: &dxdp_common::Endpoint,
+) -> Result<()> {
+    let tunnel = rec.tunnel_ifindex;
+    if let Err(err) = crate::netlink::remove_static_bridge_entry(tunnel, &rec.mac) {
+        warn!(tunnel, "{err:#}");
+    }
+    if !maps.tunnel_in_use(tunnel)? {
+        pins::remove_if_present(&pins.tunnel_link(tunnel))?;
+    }
+    Ok(())
 }
 
 fn meta_key(x: u32, y: u32) -> LinkMetaKey {

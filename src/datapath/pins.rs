@@ -1,11 +1,14 @@
 //! Where dxdp keeps its state on bpffs:
-//! `ROOT/maps/DXDP_*`, `ROOT/progs/{dxdp_tc,dxdp_xdp}`, `ROOT/links/{tc,xdp}-IFINDEX`.
+//! `ROOT/maps/DXDP_*`, `ROOT/progs/{dxdp_tc,dxdp_xdp,dxdp_tunnel}`,
+//! `ROOT/links/{tc,xdp,tunnel}-IFINDEX`.
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use dxdp_common::names;
 
 use super::Kind;
+
+const TUNNEL_LINK_PREFIX: &str = "tunnel-";
 
 pub struct Pins {
     root: PathBuf,
@@ -43,6 +46,17 @@ impl Pins {
 
     pub(crate) fn link(&self, kind: Kind, ifindex: u32) -> PathBuf {
         self.links().join(format!("{kind}-{ifindex}"))
+    }
+
+    /// The program on an overlay's VXLAN device, for links to tasks of other nodes.
+    pub(crate) fn tunnel_prog(&self) -> PathBuf {
+        self.progs().join(names::TUNNEL_PROGRAM)
+    }
+
+    /// Its attachment to the VXLAN device `ifindex` (not a `KIND-IFINDEX` name: the device is
+    /// no endpoint, and what tidies endpoints' attachments leaves it alone).
+    pub(crate) fn tunnel_link(&self, ifindex: u32) -> PathBuf {
+        self.links().join(format!("{TUNNEL_LINK_PREFIX}{ifindex}"))
     }
 
     /// Checks the root is on bpffs and creates the directories.
@@ -210,6 +224,28 @@ pub(super) fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
             && let (Ok(kind), Ok(ifindex)) = (kind.parse::<Kind>(), ifindex.parse::<u32>())
         {
             out.push((kind, ifindex, entry.path()));
+        }
+    }
+    Ok(out)
+}
+
+/// Attachments to VXLAN devices, by the device's ifindex.
+pub(super) fn tunnel_link_pins(pins: &Pins) -> Result<Vec<(u32, PathBuf)>> {
+    let dir = pins.links();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(ifindex) = name
+            .strip_prefix(TUNNEL_LINK_PREFIX)
+            .and_then(|i| i.parse::<u32>().ok())
+        {
+            out.push((ifindex, entry.path()));
         }
     }
     Ok(out)

@@ -9,8 +9,8 @@ use aya::{
 use dxdp_common::{
     ABI_VERSION, ABI_VERSION_WITHOUT_FAMILIES, ABI_VERSION_WITHOUT_FIREWALL,
     ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
-    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, Meta,
-    Sources, ingress, names,
+    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, MacAddr,
+    Meta, REMOTE_ENDPOINT_BASE, Sources, TunnelPeerKey, ingress, is_remote_endpoint, names,
 };
 use tracing::warn;
 
@@ -44,6 +44,7 @@ impl Capacity {
             names::TARGETS,
             names::COUNTERS,
             names::SOURCES,
+            names::TUNNEL_PEERS,
         ] {
             loader.map_max_entries(name, self.max_endpoints);
         }
@@ -150,6 +151,7 @@ pub(super) struct Maps<'a> {
     counters: PerCpuHashMap<&'a mut MapData, u32, Counters>,
     link_meta: HashMap<&'a mut MapData, LinkMetaKey, LinkMeta>,
     sources: HashMap<&'a mut MapData, u32, Sources>,
+    tunnel_peers: HashMap<&'a mut MapData, TunnelPeerKey, u32>,
 }
 
 pub(super) fn missing(name: &str) -> anyhow::Error {
@@ -158,13 +160,22 @@ pub(super) fn missing(name: &str) -> anyhow::Error {
 
 impl<'a> Maps<'a> {
     pub(super) fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [endpoints, links, targets, counters, link_meta, sources] = ebpf.maps_disjoint_mut([
+        let [
+            endpoints,
+            links,
+            targets,
+            counters,
+            link_meta,
+            sources,
+            tunnel_peers,
+        ] = ebpf.maps_disjoint_mut([
             names::ENDPOINTS,
             names::LINKS,
             names::TARGETS,
             names::COUNTERS,
             names::LINK_META,
             names::SOURCES,
+            names::TUNNEL_PEERS,
         ]);
         Ok(Self {
             endpoints: HashMap::try_from(endpoints.ok_or_else(|| missing(names::ENDPOINTS))?)?,
@@ -173,7 +184,40 @@ impl<'a> Maps<'a> {
             counters: PerCpuHashMap::try_from(counters.ok_or_else(|| missing(names::COUNTERS))?)?,
             link_meta: HashMap::try_from(link_meta.ok_or_else(|| missing(names::LINK_META))?)?,
             sources: HashMap::try_from(sources.ok_or_else(|| missing(names::SOURCES))?)?,
+            tunnel_peers: HashMap::try_from(
+                tunnel_peers.ok_or_else(|| missing(names::TUNNEL_PEERS))?,
+            )?,
         })
+    }
+
+    /// The id of the task of another node that frames from `mac` on the VXLAN device
+    /// `tunnel_ifindex` come from: the one recorded, or the first id no endpoint holds.
+    pub(super) fn remote_endpoint_id(&self, tunnel_ifindex: u32, mac: MacAddr) -> Result<u32> {
+        let key = TunnelPeerKey::new(tunnel_ifindex, mac);
+        if let Some(id) = absent_is_none(self.tunnel_peers.get(&key, 0))? {
+            return Ok(id);
+        }
+        let taken: HashSet<u32> = self
+            .endpoints
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|id| is_remote_endpoint(*id))
+            .collect();
+        (REMOTE_ENDPOINT_BASE..=u32::MAX)
+            .find(|id| !taken.contains(id))
+            .ok_or_else(|| anyhow!("no endpoint id is free for a task of another node"))
+    }
+
+    /// Whether some endpoint on another node is reached through the VXLAN device
+    /// `tunnel_ifindex` (so its program stays attached there).
+    pub(super) fn tunnel_in_use(&self, tunnel_ifindex: u32) -> Result<bool> {
+        for item in self.endpoints.iter() {
+            let (id, rec) = item?;
+            if is_remote_endpoint(id) && rec.tunnel_ifindex == tunnel_ifindex {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The addresses recorded for a managed veth's container.
@@ -280,8 +324,10 @@ impl<'a> Maps<'a> {
             mac: ep.mac,
             datapath: kind.code(),
             fixups,
-            _reserved: 0,
+            tunnel_ifindex: ep.tunnel_ifindex.unwrap_or(0),
         };
+        // A host veth is its own target; a task of another node is reached through its tunnel.
+        let device = ep.tunnel_ifindex.unwrap_or(ifindex);
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
         let zero = PerCpuValues::try_from(vec![Counters::default(); cpus])?;
         undo.push(Undo::Endpoint(ifindex));
@@ -290,8 +336,13 @@ impl<'a> Maps<'a> {
             .insert(ifindex, zero, 0)
             .map_err(|e| full(e, names::COUNTERS, &ep.label))?;
         self.targets
-            .insert(ifindex, ifindex, None, 0)
+            .insert(ifindex, device, None, 0)
             .with_context(|| format!("cannot add {} to {}", ep.host_ifname, names::TARGETS))?;
+        if let Some(tunnel) = ep.tunnel_ifindex {
+            self.tunnel_peers
+                .insert(TunnelPeerKey::new(tunnel, ep.mac), ifindex, 0)
+                .map_err(|e| full(e, names::TUNNEL_PEERS, &ep.label))?;
+        }
         self.endpoints
             .insert(ifindex, rec, 0)
             .map_err(|e| full(e, names::ENDPOINTS, &ep.label))
@@ -446,10 +497,26 @@ impl<'a> Maps<'a> {
         let touches = |x: u32, y: u32| x == ifindex || y == ifindex;
         self.remove_directions(touches)?;
         self.remove_meta(touches)?;
+        self.forget_tunnel_peer(ifindex)?;
         ignore_absent(self.endpoints.remove(&ifindex))?;
         ignore_absent(self.counters.remove(&ifindex))?;
         ignore_absent(self.sources.remove(&ifindex))?;
         ignore_absent(self.targets.remove(ifindex))
+    }
+
+    /// Forgets how frames of the endpoint of another node `id` are recognised on its tunnel.
+    fn forget_tunnel_peer(&mut self, id: u32) -> Result<()> {
+        let keys: Vec<TunnelPeerKey> = self
+            .tunnel_peers
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, peer)| *peer == id)
+            .map(|(key, _)| key)
+            .collect();
+        for key in keys {
+            ignore_absent(self.tunnel_peers.remove(&key))?;
+        }
+        Ok(())
     }
 
     /// Drops entries that refer to an interface no longer managed.
@@ -485,6 +552,16 @@ impl<'a> Maps<'a> {
             .collect();
         for ifindex in sources {
             ignore_absent(self.sources.remove(&ifindex))?;
+        }
+        let peers: Vec<_> = self
+            .tunnel_peers
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, id)| !is_managed(*id))
+            .map(|(key, _)| key)
+            .collect();
+        for key in peers {
+            ignore_absent(self.tunnel_peers.remove(&key))?;
         }
         Ok(())
     }
@@ -548,6 +625,8 @@ pub(super) enum Undo {
     Closed(LinkKey, u8),
     Meta(LinkMetaKey),
     LinkPin(std::path::PathBuf),
+    /// A remote task's MAC pinned on the bridge port of its tunnel.
+    BridgeEntry(u32, MacAddr),
     Fixups {
         netns: NetnsPath,
         ifname: String,
@@ -591,6 +670,7 @@ impl Journal {
         for step in steps {
             let result = match step {
                 Undo::Endpoint(ifindex) => {
+                    let _ = maps.forget_tunnel_peer(ifindex);
                     let _ = maps.endpoints.remove(&ifindex);
                     let _ = maps.counters.remove(&ifindex);
                     let _ = maps.sources.remove(&ifindex);
@@ -600,6 +680,9 @@ impl Journal {
                 Undo::Closed(key, closed) => maps.set_closed(&key, closed),
                 Undo::Meta(key) => ignore_absent(maps.link_meta.remove(&key)),
                 Undo::LinkPin(path) => pins::remove_if_present(&path),
+                Undo::BridgeEntry(port, mac) => {
+                    crate::netlink::remove_static_bridge_entry(port, &mac)
+                }
                 Undo::Fixups {
                     netns,
                     ifname,

@@ -22,7 +22,7 @@ const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 /// well as current engines; or rootful Podman's Docker-compatible API (see [`podman`]).
 #[derive(Clone)]
 pub struct Docker {
-    client: bollard::Docker,
+    pub(super) client: bollard::Docker,
     /// Set when the engine is Podman.
     podman: Option<Podman>,
 }

@@ -3,6 +3,7 @@
 mod client;
 mod endpoints;
 mod inventory;
+mod overlay_tasks;
 mod podman;
 pub mod userland_proxy;
 
@@ -11,4 +12,5 @@ pub use client::{
 };
 pub use endpoints::endpoint_on;
 pub use inventory::{ContainerSource, Inventory};
+pub use overlay_tasks::OverlayTask;
 pub use podman::Rootless;

@@ -118,7 +118,15 @@ impl Port {
 }
 
 fn port(recorded: &mut Recorded<'_>, host: &[Interface], ifindex: u32) -> Result<Option<Port>> {
-    let Some(veth) = host.iter().find(|i| i.index == ifindex) else {
+    // A task of another node enters the bridge through the overlay's VXLAN device (one per
+    // sandbox, whose namespace `host` is); any other end through its own veth.
+    let found = if dxdp_common::is_remote_endpoint(ifindex) {
+        host.iter()
+            .find(|i| i.kind.as_deref() == Some("vxlan") && i.master.is_some())
+    } else {
+        host.iter().find(|i| i.index == ifindex)
+    };
+    let Some(veth) = found else {
         return Ok(None);
     };
     let Some(bridge) = host.iter().find(|i| Some(i.index) == veth.master) else {

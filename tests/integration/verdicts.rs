@@ -29,7 +29,7 @@ use aya::{
 };
 use dxdp_common::{
     CLOSED_IPV4, CLOSED_IPV6, Counters, DATAPATH_TC, DATAPATH_XDP, Endpoint, LinkKey, LinkTarget,
-    MacAddr, Sources, names,
+    MacAddr, REMOTE_ENDPOINT_BASE, Sources, TunnelPeerKey, names,
 };
 
 use crate::support::{can_run, library::OBJECT, missing_root_and_bpffs};
@@ -272,7 +272,7 @@ impl Datapath {
             mac,
             datapath: self.prog.datapath(),
             fixups: 0,
-            _reserved: 0,
+            tunnel_ifindex: 0,
         };
         let mut endpoints: HashMap<_, u32, Endpoint> = self.map_mut(names::ENDPOINTS);
         endpoints.insert(ifindex, endpoint, 0).unwrap();
@@ -1318,4 +1318,85 @@ fn refused_and_carried() -> (Frames, Frames) {
 
 fn is_einval(result: &Result<u32, ProgramError>) -> bool {
     matches!(result, Err(ProgramError::SyscallError(e)) if e.io_error.raw_os_error() == Some(libc::EINVAL))
+}
+
+/// A link to a task of another node (issue 35): the task is an endpoint id from
+/// `REMOTE_ENDPOINT_BASE` on, whose frames come in by an overlay's VXLAN device (the `ingress`
+/// veth stands in for it) and whose `DXDP_TARGETS` entry is that device. `dxdp_tc` on the local
+/// task's veth (`target`) sends frames for the remote MAC out of the device; `dxdp_tunnel` on
+/// the device sends the remote task's frames into the local one; both hold them to a local
+/// link's checks, and anything else goes on to the bridge.
+#[test]
+fn a_task_of_another_node_is_reached_through_its_tunnel_both_ways() {
+    if !can_run(missing_root_and_bpffs()) {
+        return;
+    }
+    in_private_netns(|net| {
+        let (remote, tunnel, local) = (REMOTE_ENDPOINT_BASE, net.ingress, net.target);
+        let mut dp = Datapath::load(Prog::Tc);
+        dp.add_endpoint(local, MAC_A);
+        dp.add_endpoint(remote, MAC_B);
+        dp.add_target(local);
+        let mut targets: DevMapHash<_> = dp.map_mut(names::TARGETS);
+        targets.insert(remote, tunnel, None, 0).unwrap();
+        let mut peers: HashMap<_, TunnelPeerKey, u32> = dp.map_mut(names::TUNNEL_PEERS);
+        peers
+            .insert(TunnelPeerKey::new(tunnel, MAC_B), remote, 0)
+            .unwrap();
+        dp.add_link(local, MAC_B, remote);
+        dp.add_link(remote, MAC_A, local);
+        let program: &mut SchedClassifier = dp
+            .ebpf
+            .program_mut(names::TUNNEL_PROGRAM)
+            .expect("object lacks dxdp_tunnel")
+            .try_into()
+            .expect("dxdp_tunnel is not tc");
+        program.load().expect("cannot load dxdp_tunnel");
+        let from_tunnel = |dp: &Datapath, frame: &[u8]| {
+            let tunnel_prog: &SchedClassifier = dp
+                .ebpf
+                .program(names::TUNNEL_PROGRAM)
+                .unwrap()
+                .try_into()
+                .unwrap();
+            let ctx = sk_buff_ctx(tunnel);
+            tunnel_prog
+                .test_run(TestRunOptions {
+                    data_in: Some(frame),
+                    ctx_in: Some(&ctx),
+                    ..TestRunOptions::new()
+                })
+                .expect("test run of dxdp_tunnel")
+                .return_value
+        };
+
+        // Out: A's frame for B leaves by the tunnel.
+        let out = frame(MAC_B, MAC_A, L3::Own, 100);
+        assert_eq!(dp.run(local, &out), TC_ACT_REDIRECT);
+        assert_eq!(dp.link_traffic(local, MAC_B), (1, 100));
+        // In: B's frame for A goes into A, counted on B's endpoint.
+        let inbound = frame(MAC_A, MAC_B, L3::Own, 100);
+        assert_eq!(from_tunnel(&dp, &inbound), TC_ACT_REDIRECT);
+        assert_eq!(dp.link_traffic(remote, MAC_A), (1, 100));
+        assert_eq!(dp.counters(remote), Some(redirected(100)));
+        // A task of another node that is not linked, and gossip's own frames: the bridge's,
+        // nothing counted.
+        let stranger = frame(MAC_A, MAC_OTHER, L3::Own, 100);
+        assert_eq!(from_tunnel(&dp, &stranger), TC_ACT_UNSPEC);
+        assert_eq!(dp.counters(remote), Some(redirected(100)));
+        // B claiming C's address: the bridge's, counted as spoofed.
+        let forged = frame(MAC_A, MAC_B, L3::V4(IP_C), 100);
+        assert_eq!(from_tunnel(&dp, &forged), TC_ACT_UNSPEC);
+        assert_eq!(dp.counters(remote).unwrap().spoofed_packets, 1);
+        // B's frame to an address not A's: the bridge's.
+        let elsewhere = frame(MAC_A, MAC_B, L3::V4To(IP_C), 100);
+        assert_eq!(from_tunnel(&dp, &elsewhere), TC_ACT_UNSPEC);
+        assert_eq!(dp.link_traffic(remote, MAC_A), (1, 100));
+        // The tunnel device gone (the kernel drops its devmap entries): A's frames fall back.
+        let mut targets: DevMapHash<_> = dp.map_mut(names::TARGETS);
+        targets.remove(remote).unwrap();
+        assert_eq!(dp.run(local, &out), TC_ACT_UNSPEC);
+        assert_eq!(dp.counters(local).unwrap().fallback_packets, 1);
+        assert_eq!(dp.link_traffic(local, MAC_B), (1, 100));
+    });
 }

@@ -30,7 +30,10 @@ pub mod names {
     pub const LINK_META: &str = "DXDP_LINK_META";
     pub const SOURCES: &str = "DXDP_SOURCES";
     pub const META: &str = "DXDP_META";
+    pub const TUNNEL_PEERS: &str = "DXDP_TUNNEL_PEERS";
     pub const TC_PROGRAM: &str = "dxdp_tc";
+    /// On an overlay's VXLAN device: frames from linked tasks of other nodes.
+    pub const TUNNEL_PROGRAM: &str = "dxdp_tunnel";
     /// Multi-buffer aware (`xdp.frags`), for Linux 6.6 on.
     pub const XDP_PROGRAM: &str = "dxdp_xdp";
     /// One buffer per frame, for older kernels.
@@ -42,6 +45,37 @@ pub const DEFAULT_MAX_ENDPOINTS: u32 = 4096;
 pub const DEFAULT_MAX_LINKS: u32 = 16384;
 
 pub type MacAddr = [u8; 6];
+
+/// The first id of an endpoint on another node (a Swarm task across an overlay's VXLAN
+/// device): ids from here on key the endpoint maps as host veths' ifindexes do. No ifindex
+/// reaches it (the kernel's are positive `int`s), so a link's target says by itself whether it
+/// leaves through a local veth or through the tunnel.
+pub const REMOTE_ENDPOINT_BASE: u32 = 1 << 31;
+
+/// Whether an endpoint id is a task on another node ([`REMOTE_ENDPOINT_BASE`]).
+#[inline(always)]
+pub const fn is_remote_endpoint(id: u32) -> bool {
+    id >= REMOTE_ENDPOINT_BASE
+}
+
+/// A task on another node as a frame from it arrives: on which VXLAN device, from which MAC.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TunnelPeerKey {
+    pub tunnel_ifindex: u32,
+    pub mac: MacAddr,
+    pub _pad: [u8; 2],
+}
+
+impl TunnelPeerKey {
+    pub const fn new(tunnel_ifindex: u32, mac: MacAddr) -> Self {
+        Self {
+            tunnel_ifindex,
+            mac,
+            _pad: [0; 2],
+        }
+    }
+}
 
 /// A directed link: frames arriving on `ingress_ifindex` for `dst_mac` go to the value's ifindex.
 #[repr(C)]
@@ -113,7 +147,9 @@ pub struct Endpoint {
     pub mac: MacAddr,
     pub datapath: u8,
     pub fixups: u8,
-    pub _reserved: u32,
+    /// For an endpoint on another node ([`REMOTE_ENDPOINT_BASE`]): the VXLAN device its frames
+    /// come in by and leave by. Zero for a host veth (the field was reserved, always zero).
+    pub tunnel_ifindex: u32,
 }
 
 /// Per-CPU counters of one managed interface.
@@ -224,6 +260,7 @@ pub struct Meta {
 
 const _: () = {
     assert!(core::mem::size_of::<LinkKey>() == 12);
+    assert!(core::mem::size_of::<TunnelPeerKey>() == 12);
     assert!(core::mem::size_of::<LinkTarget>() == 24);
     assert!(core::mem::size_of::<Endpoint>() == 24);
     assert!(core::mem::size_of::<Counters>() == 48);
@@ -237,6 +274,7 @@ const _: () = {
 mod pod {
     // SAFETY: all of these are repr(C), Copy, and have no implicit padding (asserted above).
     unsafe impl aya::Pod for super::LinkKey {}
+    unsafe impl aya::Pod for super::TunnelPeerKey {}
     unsafe impl aya::Pod for super::LinkTarget {}
     unsafe impl aya::Pod for super::Endpoint {}
     unsafe impl aya::Pod for super::Counters {}

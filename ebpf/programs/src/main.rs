@@ -18,12 +18,12 @@ mod verdict;
 
 use aya_ebpf::{
     bindings::{TC_ACT_UNSPEC, xdp_action},
-    helpers::generated::{bpf_redirect_peer, bpf_xdp_get_buff_len},
+    helpers::generated::{bpf_redirect, bpf_redirect_peer, bpf_xdp_get_buff_len},
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
 
-use verdict::decide;
+use verdict::{Hop, decide};
 
 /// TCX ingress on a host-side veth. `bpf_redirect_peer` hands the skb, GSO and checksum state
 /// intact, to the target veth's peer inside the target container's namespace, skipping the
@@ -42,10 +42,46 @@ pub fn dxdp_tc(ctx: TcContext) -> i32 {
         &frame,
         ctx.len().into(),
         TC_ACT_UNSPEC,
-        |target| headers::fits_mtu(&ctx, target),
-        |target| {
+        |device| headers::fits_mtu(&ctx, device),
+        |device, hop| {
+            // SAFETY: plain helper calls; they only record the target in per-CPU redirect info.
+            Some(match hop {
+                Hop::Peer => unsafe { bpf_redirect_peer(device, 0) },
+                // The VXLAN device's egress: its transmit path encapsulates for the node its
+                // forwarding table names, as after the overlay's bridge.
+                Hop::Tunnel => unsafe { bpf_redirect(device, 0) },
+            } as i32)
+        },
+    )
+}
+
+/// TCX ingress on an overlay's VXLAN device (a Swarm overlay's sandbox): a frame from a task of
+/// another node, linked to a task of this node, goes into it by `bpf_redirect_peer`, skipping
+/// the overlay's bridge, under the same verdict as a frame from a local veth; the remote task
+/// is the endpoint [`verdict::tunnel_peer`] finds by its MAC. Everything else (gossip's own
+/// frames, unlinked tasks, broadcast) goes on to the bridge.
+#[classifier]
+pub fn dxdp_tunnel(ctx: TcContext) -> i32 {
+    // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
+    let tunnel_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let frame = Frame {
+        start: ctx.data(),
+        end: ctx.data_end(),
+    };
+    let Some(peer) = verdict::tunnel_peer(tunnel_ifindex, &frame) else {
+        return TC_ACT_UNSPEC;
+    };
+    decide(
+        peer,
+        &frame,
+        ctx.len().into(),
+        TC_ACT_UNSPEC,
+        |device| headers::fits_mtu(&ctx, device),
+        |device, hop| match hop {
             // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
-            Some(unsafe { bpf_redirect_peer(target, 0) } as i32)
+            Hop::Peer => Some(unsafe { bpf_redirect_peer(device, 0) } as i32),
+            // Two tasks of other nodes are never linked here: the bridge's.
+            Hop::Tunnel => None,
         },
     )
 }
@@ -101,13 +137,16 @@ fn xdp_redirect(ctx: &XdpContext, len: u64) -> u32 {
         &frame,
         len,
         xdp_action::XDP_PASS,
-        |target| headers::xdp_fits_mtu(ctx, target, len),
-        |target| {
-            // The low bits of the flags are the action on a lookup miss: a target that vanished
-            // since `decide` looked falls back to the bridge.
-            maps::TARGETS
-                .redirect(target, xdp_action::XDP_PASS.into())
-                .ok()
+        |device| headers::xdp_fits_mtu(ctx, device, len),
+        |device, hop| match hop {
+            // A host veth's key in the map is its own ifindex. The low bits of the flags are
+            // the action on a lookup miss: a target that vanished since `decide` looked falls
+            // back to the bridge.
+            Hop::Peer => maps::TARGETS
+                .redirect(device, xdp_action::XDP_PASS.into())
+                .ok(),
+            // Links across nodes are tc's (a VXLAN device takes no XDP frames): the bridge's.
+            Hop::Tunnel => None,
         },
     )
 }

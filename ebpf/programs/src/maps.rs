@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
-    LinkTarget, Meta, Sources,
+    LinkTarget, Meta, Sources, TunnelPeerKey,
     ingress::{
         DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, DEFAULT_MAX_REPLY_FRAGMENTS, Flow, FlowKey,
         FragmentKey, Opening, PortKey, PortOwner, PortTarget, side_table_size,
@@ -24,8 +24,16 @@ pub static SOURCES: HashMap<u32, Sources> = HashMap::pinned(DEFAULT_MAX_ENDPOINT
 #[map(name = "DXDP_LINKS")]
 pub static LINKS: PerCpuHashMap<LinkKey, LinkTarget> = PerCpuHashMap::pinned(DEFAULT_MAX_LINKS, 0);
 
+/// Tasks of other nodes linked across an overlay's VXLAN device, by the device and their MAC:
+/// their endpoint id (`dxdp_common::REMOTE_ENDPOINT_BASE` on), which keys the maps above as a
+/// host veth's ifindex does.
+#[map(name = "DXDP_TUNNEL_PEERS")]
+pub static TUNNEL_PEERS: HashMap<TunnelPeerKey, u32> = HashMap::pinned(DEFAULT_MAX_ENDPOINTS, 0);
+
 /// Live targets: the kernel deletes an entry itself when its device is unregistered, so a link
-/// to a dead veth falls back to the bridge instead of dropping or reaching a reused ifindex.
+/// to a dead veth falls back to the bridge instead of dropping or reaching a reused ifindex. A
+/// host veth's entry is its own ifindex; a task of another node's (its id) is the VXLAN device
+/// its frames leave by.
 #[map(name = "DXDP_TARGETS")]
 pub static TARGETS: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_ENDPOINTS, 0);
 

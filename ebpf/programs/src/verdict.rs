@@ -1,7 +1,8 @@
 //! The one decision both datapaths share.
 use dxdp_common::{
-    CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr,
+    CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr, TunnelPeerKey,
     ingress::{PROTO_TCP, PROTO_UDP},
+    is_remote_endpoint,
     stack::{ipv4_fragment, ipv4_header_valid, ipv6_length_valid},
 };
 
@@ -11,8 +12,19 @@ use crate::{
         ETH_HLEN, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMPV6, PROTO_SCTP,
         v4_mapped,
     },
-    maps::{COUNTERS, ENDPOINTS, LINKS, SOURCES, TARGETS},
+    maps::{COUNTERS, ENDPOINTS, LINKS, SOURCES, TARGETS, TUNNEL_PEERS},
 };
+
+/// How a link's frame leaves for its target.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    /// Into the target veth's peer, the container's own interface (`bpf_redirect_peer`).
+    Peer,
+    /// Out of an overlay's VXLAN device (`bpf_redirect` to its egress), toward a task of
+    /// another node: the device's own forwarding table picks the node, as when the overlay's
+    /// bridge hands it the frame.
+    Tunnel,
+}
 
 /// An ARP message for IPv4 over Ethernet.
 const ARP_LEN: usize = 28;
@@ -51,9 +63,14 @@ const NDP_OPT_LEN: usize = 8;
 /// Everything else passes to the bridge untouched, where the operator's rules see it as they
 /// would without dxdp: the result is `pass`.
 ///
-/// `redirect` performs the program's own redirect to the target ifindex and returns its
-/// action, or `None` when the target vanished after the liveness check; only a redirect that
-/// took effect is counted as one.
+/// `redirect` performs the program's own redirect to the device a target's frames leave by
+/// (its veth, or for a task of another node its VXLAN device, as `Hop` says) and returns its
+/// action, or `None` when the target vanished after the liveness check or the program cannot
+/// take that hop; only a redirect that took effect is counted as one.
+///
+/// `ingress_ifindex` is the endpoint the frame came from: a host veth's ifindex, or for a frame
+/// that arrived through an overlay's VXLAN device, the id of the task of another node it came
+/// from ([`tunnel_peer`]), held to the same checks.
 #[inline(always)]
 pub fn decide<A: Copy>(
     ingress_ifindex: u32,
@@ -61,7 +78,7 @@ pub fn decide<A: Copy>(
     len: u64,
     pass: A,
     fits: impl FnOnce(u32) -> bool,
-    redirect: impl FnOnce(u32) -> Option<A>,
+    redirect: impl FnOnce(u32, Hop) -> Option<A>,
 ) -> A {
     // SAFETY: map lookups return pointers into map memory that stay valid for this invocation.
     let Some(endpoint) = (unsafe { ENDPOINTS.get(ingress_ifindex) }) else {
@@ -96,17 +113,24 @@ pub fn decide<A: Copy>(
                             // What the bridge drops or holds: its to drop or hold.
                             Some(claim) if !claim.bridged => Outcome::Passed,
                             Some(_) => {
-                                if TARGETS.get_ifindex(link.target_ifindex).is_none() {
-                                    Outcome::Fallback
-                                } else if !fits(link.target_ifindex) {
-                                    // Too big for the target: the bridge refuses it as well.
-                                    Outcome::Passed
-                                } else if let Some(action) = redirect(link.target_ifindex) {
-                                    link.packets += 1;
-                                    link.bytes += len;
-                                    Outcome::Redirected(action)
+                                // A host veth's entry is itself; a remote task's, its tunnel.
+                                let hop = if is_remote_endpoint(link.target_ifindex) {
+                                    Hop::Tunnel
                                 } else {
-                                    Outcome::Fallback
+                                    Hop::Peer
+                                };
+                                match TARGETS.get_ifindex(link.target_ifindex) {
+                                    None => Outcome::Fallback,
+                                    // Too big for the device: the bridge refuses it as well.
+                                    Some(device) if !fits(device) => Outcome::Passed,
+                                    Some(device) => match redirect(device, hop) {
+                                        Some(action) => {
+                                            link.packets += 1;
+                                            link.bytes += len;
+                                            Outcome::Redirected(action)
+                                        }
+                                        None => Outcome::Fallback,
+                                    },
                                 }
                             }
                         }
@@ -123,6 +147,15 @@ pub fn decide<A: Copy>(
         Outcome::Redirected(action) => action,
         _ => pass,
     }
+}
+
+/// The endpoint id of the task of another node a frame arriving on the VXLAN device
+/// `tunnel_ifindex` comes from, if that task is linked: found by the frame's source MAC.
+#[inline(always)]
+pub fn tunnel_peer(tunnel_ifindex: u32, frame: &Frame) -> Option<u32> {
+    let (_, src) = ethernet_addrs(frame)?;
+    // SAFETY: a map value pointer, valid for this invocation.
+    unsafe { TUNNEL_PEERS.get(TunnelPeerKey::new(tunnel_ifindex, src)) }.copied()
 }
 
 enum Outcome<A> {

@@ -357,6 +357,7 @@ impl Host for FakeHost {
             bridge_ifindex: BRIDGE,
             bridge_name: BRIDGE_NAME.to_owned(),
             addrs: world.addrs.get(name).copied().into_iter().collect(),
+            tunnel_ifindex: None,
         })
     }
 

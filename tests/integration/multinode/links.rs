@@ -17,18 +17,18 @@ use crate::support::{
 };
 
 /// The pin directory dxdp uses inside a node (each node has a bpffs of its own).
-const PIN_DIR: &str = "/sys/fs/bpf/dxdp-test";
+pub(super) const PIN_DIR: &str = "/sys/fs/bpf/dxdp-test";
 /// How long a test may take once its swarm is up (waiting for another test's swarm to go is
 /// not counted), teardown included; each takes 10-30 s here.
 const TEST_BOUND: Duration = Duration::from_secs(120);
 /// How long a service's tasks may take to run, or to go, on a node.
 const TASKS_BOUND: Duration = Duration::from_secs(45);
 /// What the link must have carried, each way, after a 2 s iperf3 between its ends.
-const CARRIED: u64 = 100_000;
+pub(super) const CARRIED: u64 = 100_000;
 
 /// `dxdp --pin-dir PIN_DIR ARGS…` inside `node` (its dockerd, its bpffs, its sandboxes).
 #[track_caller]
-fn dxdp(node: &SwarmNode, args: &[&str]) -> Run {
+pub(super) fn dxdp(node: &SwarmNode, args: &[&str]) -> Run {
     let mut argv = vec![DXDP, "--pin-dir", PIN_DIR];
     argv.extend_from_slice(args);
     node.exec(&argv)
@@ -36,7 +36,7 @@ fn dxdp(node: &SwarmNode, args: &[&str]) -> Run {
 
 /// [`dxdp`], which must succeed; returns stdout.
 #[track_caller]
-fn dxdp_ok(node: &SwarmNode, args: &[&str]) -> String {
+pub(super) fn dxdp_ok(node: &SwarmNode, args: &[&str]) -> String {
     let run = dxdp(node, args);
     run.assert_success();
     run.stdout
@@ -44,7 +44,7 @@ fn dxdp_ok(node: &SwarmNode, args: &[&str]) -> String {
 
 /// `dxdp status --json` inside `node`, parsed.
 #[track_caller]
-fn status(node: &SwarmNode) -> Status {
+pub(super) fn status(node: &SwarmNode) -> Status {
     let run = dxdp(node, &["status", "--json"]);
     run.assert_success();
     serde_json::from_str(&run.stdout)
@@ -53,7 +53,7 @@ fn status(node: &SwarmNode) -> Status {
 
 /// The link between the containers `a` and `b` in `node`'s status; panics if there is none.
 #[track_caller]
-fn link(node: &SwarmNode, a: &str, b: &str) -> LinkStatus {
+pub(super) fn link(node: &SwarmNode, a: &str, b: &str) -> LinkStatus {
     let status = status(node);
     link_between(&status, a, b)
         .cloned()
@@ -62,7 +62,13 @@ fn link(node: &SwarmNode, a: &str, b: &str) -> LinkStatus {
 
 /// A replicated service of `replicas` tasks (`sleep 600`) on `network`, all placed on `node`.
 #[track_caller]
-fn service(manager: &SwarmNode, name: &str, replicas: u32, node: &SwarmNode, network: &str) {
+pub(super) fn service(
+    manager: &SwarmNode,
+    name: &str,
+    replicas: u32,
+    node: &SwarmNode,
+    network: &str,
+) {
     let replicas = replicas.to_string();
     let constraint = format!("node.hostname=={}", node.name);
     manager.docker_ok(&[
@@ -91,7 +97,7 @@ fn service(manager: &SwarmNode, name: &str, replicas: u32, node: &SwarmNode, net
 /// The names (sorted) of the running task containers of `service` on `node`, once there are
 /// `n` of them (as `docker ps` on that node lists them).
 #[track_caller]
-fn tasks(node: &SwarmNode, service: &str, n: usize) -> Vec<String> {
+pub(super) fn tasks(node: &SwarmNode, service: &str, n: usize) -> Vec<String> {
     let filter = format!("label=com.docker.swarm.service.name={service}");
     let mut names = Vec::new();
     let settled = wait_until(TASKS_BOUND, || {
@@ -118,7 +124,14 @@ fn tasks(node: &SwarmNode, service: &str, n: usize) -> Vec<String> {
 
 /// TCP for 2 s from `client` (on `from`) to `server` (on `to`, at `ip`), which must succeed.
 #[track_caller]
-fn iperf(from: &SwarmNode, client: &str, to: &SwarmNode, server: &str, ip: &str, port: &str) {
+pub(super) fn iperf(
+    from: &SwarmNode,
+    client: &str,
+    to: &SwarmNode,
+    server: &str,
+    ip: &str,
+    port: &str,
+) {
     to.docker_ok(&["exec", "-d", server, "iperf3", "-s", "-1", "-p", port]);
     let sport = format!("sport = :{port}");
     let listening = wait_until(Duration::from_secs(10), || {
@@ -146,7 +159,7 @@ fn iperf(from: &SwarmNode, client: &str, to: &SwarmNode, server: &str, ip: &str,
 
 /// Removes everything dxdp pinned on each node and checks that its pin directory is gone.
 #[track_caller]
-fn cleanup_each(nodes: &SwarmNodes) {
+pub(super) fn cleanup_each(nodes: &SwarmNodes) {
     for node in &nodes.nodes {
         dxdp_ok(node, &["cleanup"]);
         let left = node.exec(&["test", "-e", PIN_DIR]);
@@ -185,10 +198,32 @@ fn remove_network(nodes: &SwarmNodes, network: &str, node: &SwarmNode, sandbox: 
 
 /// Says how long the test took, which must be less than [`TEST_BOUND`].
 #[track_caller]
-fn within_bound(began: Instant) {
+pub(super) fn within_bound(began: Instant) {
     let took = began.elapsed();
     eprintln!("test took {took:?}");
     assert!(took < TEST_BOUND, "took {took:?}");
+}
+
+/// The test image loaded on every node, an overlay `dxt-sw-ov` on `subnet`, and its tasks: two
+/// of `dxt-sw-near` on node 1 and one of `dxt-sw-far` on node 2 (names sorted).
+#[track_caller]
+pub(super) fn two_near_one_far(nodes: &SwarmNodes, subnet: &str) -> (Overlay, Vec<String>, String) {
+    nodes.load_image(IMAGE);
+    let overlay = nodes.overlay("dxt-sw-ov", subnet);
+    let (one, two, manager) = (nodes.node(1), nodes.node(2), nodes.manager());
+    service(manager, "dxt-sw-near", 2, one, &overlay.name);
+    service(manager, "dxt-sw-far", 1, two, &overlay.name);
+    let near = tasks(one, "dxt-sw-near", 2);
+    let far = tasks(two, "dxt-sw-far", 1).remove(0);
+    (overlay, near, far)
+}
+
+/// `iptables OP RULE…` in `sandbox` on `node` (`-I` to insert the rule, `-D` to delete it).
+#[track_caller]
+pub(super) fn sandbox_iptables(node: &SwarmNode, sandbox: &str, op: &str, rule: &[&str]) {
+    let mut argv = vec!["iptables", op];
+    argv.extend_from_slice(rule);
+    node.in_sandbox(sandbox, &argv).assert_success();
 }
 
 #[test]
@@ -198,15 +233,10 @@ fn a_same_node_link_on_an_overlay_carries_tasks_traffic() {
     }
     let nodes = SwarmNodes::start(2);
     let began = Instant::now();
-    nodes.load_image(IMAGE);
-    let overlay = nodes.overlay("dxt-sw-ov", "10.240.204.0/24");
+    let (overlay, near, c) = two_near_one_far(&nodes, "10.240.204.0/24");
     let (one, two) = (nodes.node(1), nodes.node(2));
-    let manager = nodes.manager();
-    service(manager, "dxt-sw-near", 2, one, &overlay.name);
-    service(manager, "dxt-sw-far", 1, two, &overlay.name);
-    let near = tasks(one, "dxt-sw-near", 2);
     let (a, b) = (&near[0], &near[1]);
-    let c = &tasks(two, "dxt-sw-far", 1)[0];
+    let c = &c;
     let (ip_a, ip_b) = (one.ip(a, &overlay.name), one.ip(b, &overlay.name));
     let ip_c = two.ip(c, &overlay.name);
     let sandbox = overlay.sandbox();
@@ -331,11 +361,7 @@ fn a_firewall_rule_in_the_sandbox_refuses_the_link_and_encrypted_overlays_are_re
 
     // A rule in the sandbox, where br0 filters the pair's frames (br_netfilter): no link.
     let rule = ["FORWARD", "-s", &ip_a, "-d", &ip_b, "-j", "DROP"];
-    let iptables = |op: &str| {
-        let mut argv = vec!["iptables", op];
-        argv.extend_from_slice(&rule);
-        one.in_sandbox(&sandbox, &argv).assert_success();
-    };
+    let iptables = |op: &str| sandbox_iptables(one, &sandbox, op, &rule);
     iptables("-I");
     let refused = dxdp(one, &["link", a, b]);
     assert!(

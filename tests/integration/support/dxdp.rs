@@ -118,6 +118,12 @@ pub struct LinkStatus {
     /// `live`, or `gone` when a veth of the link no longer exists.
     #[serde(default)]
     pub state: Option<String>,
+    /// The host-side veths (for a task of another node, the VXLAN device it is reached
+    /// through); `None` where gone.
+    #[serde(default)]
+    pub low_ifname: Option<String>,
+    #[serde(default)]
+    pub high_ifname: Option<String>,
 }
 
 /// Frames redirected over one direction of a link.
