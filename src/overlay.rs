@@ -182,7 +182,7 @@ pub fn remove_dead_sites(pin_dir: &Path) -> Result<Vec<String>> {
 /// A task of another node as one end of a link made in this node's sandbox (the calling
 /// thread's namespace, whose interfaces are `here`): reached through the VXLAN device on
 /// `bridge` (the local end's `br0`), where Swarm's gossip put a permanent neighbour entry for
-/// the task's address `addr` with its MAC. Its endpoint id is given when the link is made.
+/// the task's address `addr` with its MAC, which gives its endpoint id.
 pub fn remote_endpoint(
     label: &str,
     addr: std::net::IpAddr,
@@ -203,7 +203,7 @@ pub fn remote_endpoint(
                 ifindex: 0,
                 mac,
                 host_ifname: tunnel.name.clone(),
-                host_ifindex: 0,
+                host_ifindex: dxdp_common::remote_endpoint_id(&mac),
                 bridge_ifindex: bridge.bridge_ifindex,
                 bridge_name: bridge.bridge_name.clone(),
                 addrs: vec![addr],
@@ -221,6 +221,22 @@ pub fn remote_endpoint(
 
 #[cfg(test)]
 mod tests {
+    /// A task's endpoint id is its MAC's last 31 bits above 2^31: an overlay's `02:42` + IPv4
+    /// MACs keep their address, so the tasks of one subnet never share one, even where the
+    /// address's top bit is dropped.
+    #[test]
+    fn a_remote_tasks_endpoint_id_is_its_address_above_2_pow_31() {
+        use dxdp_common::{REMOTE_ENDPOINT_BASE, is_remote_endpoint, remote_endpoint_id};
+        let ten = remote_endpoint_id(&[0x02, 0x42, 10, 240, 220, 4]);
+        assert_eq!(ten, REMOTE_ENDPOINT_BASE | 0x0af0_dc04);
+        assert!(is_remote_endpoint(ten) && !is_remote_endpoint(ten & !REMOTE_ENDPOINT_BASE));
+        let ids: std::collections::HashSet<u32> = (0..=255u8)
+            .map(|host| remote_endpoint_id(&[0x02, 0x42, 192, 168, 7, host]))
+            .collect();
+        assert_eq!(ids.len(), 256);
+        assert!(ids.iter().all(|id| is_remote_endpoint(*id)));
+    }
+
     use super::*;
 
     #[test]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # bench.sh ROUNDS OUTDIR — interleaved A/B (plain overlay / br0 skip) cross-node: c1 (node 1) -> c2 (node 2).
+# The skip is the prototype's (skip.sh), or with SKIP=link.sh dxdp's own link across nodes.
 # Per round and mode: UDP 64 B iperf3 (5 s, received pps), TCP sockperf ping-pong 64 B (5 s),
 # redis GET c20 (redis-benchmark, 200k requests). Load recorded before every run.
 set -uo pipefail
@@ -12,7 +13,7 @@ row() { echo "$1,$2,$3,$4,$5,$(cut -d' ' -f1 /proc/loadavg)" >>"$csv"; echo "$1 
 for ((r = 1; r <= rounds; r++)); do
   if ((r % 2)); then order="plain skip"; else order="skip plain"; fi
   for mode in $order; do
-    if [[ $mode == skip ]]; then SBX=$SBX "$here/skip.sh" on; else SBX=$SBX "$here/skip.sh" off; fi
+    if [[ $mode == skip ]]; then SBX=$SBX "$here/${SKIP:-skip.sh}" on; else SBX=$SBX "$here/${SKIP:-skip.sh}" off; fi
     { date; cat /proc/loadavg; top -bn1 | head -15; } >"$out/load-r$r-$mode.txt"
     l=$(cut -d' ' -f1 /proc/loadavg)
     $D1 exec c1 iperf3 -c $SRV -u -l 64 -b 0 -t 5 -J >"$out/udp-r$r-$mode.json"
@@ -28,4 +29,4 @@ for ((r = 1; r <= rounds; r++)); do
     row $r $mode redis_get_c20_rps "$v" rps
   done
 done
-SBX=$SBX "$here/skip.sh" off
+SBX=$SBX "$here/${SKIP:-skip.sh}" off

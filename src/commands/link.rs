@@ -44,14 +44,6 @@ fn install(pin_dir: &Path, capacity: Capacity, args: &LinkArgs, pair: &Pair) -> 
         println!("replaced the pinned {program} program with this binary's in every attachment");
     }
     datapath.collect_garbage(&host)?;
-    // A task of another node is known to the maps by an id this datapath gives it.
-    let (mut a, mut b) = (a.clone(), b.clone());
-    for ep in [&mut a, &mut b] {
-        if let Some(tunnel) = ep.tunnel_ifindex {
-            ep.host_ifindex = datapath.remote_endpoint_id(tunnel, &ep.mac)?;
-        }
-    }
-    let (a, b) = (&a, &b);
     let outcome = datapath.install(
         &LinkRequest {
             a,

@@ -421,6 +421,13 @@ impl Datapath {
                     // Linking again brings its addresses up to date.
                     maps.set_sources(ep.host_ifindex, &ep.addrs)?;
                 }
+                Some(rec) if ep.tunnel_ifindex.is_some() => bail!(
+                    "{} (MAC {}) has the endpoint id of another task of another node (MAC {}); \
+                     unlink that one first",
+                    ep.label,
+                    crate::netlink::format_mac(&ep.mac),
+                    crate::netlink::format_mac(&rec.mac)
+                ),
                 Some(_) => {
                     // The ifindex was reused by a new veth, or its container took another MAC:
                     // nothing recorded for it is valid, links to the old MAC least of all.
@@ -488,12 +495,6 @@ impl Datapath {
             info!(a = %a.label, b = %b.label, network = req.network, datapath = %kind, families = %req.families, "link added");
             Ok(Installed::New)
         }
-    }
-
-    /// The endpoint id of the task of another node whose frames come in by the VXLAN device
-    /// `tunnel_ifindex` from `mac`: the one it holds, or a free one for a new link to it.
-    pub fn remote_endpoint_id(&mut self, tunnel_ifindex: u32, mac: &[u8; 6]) -> Result<u32> {
-        state::Maps::new(&mut self.ebpf)?.remote_endpoint_id(tunnel_ifindex, *mac)
     }
 
     /// The endpoints on other nodes, each with the VXLAN device it is reached through.

@@ -10,7 +10,7 @@ use dxdp_common::{
     ABI_VERSION, ABI_VERSION_WITHOUT_FAMILIES, ABI_VERSION_WITHOUT_FIREWALL,
     ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
     Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, MacAddr,
-    Meta, REMOTE_ENDPOINT_BASE, Sources, TunnelPeerKey, ingress, is_remote_endpoint, names,
+    Meta, Sources, TunnelPeerKey, ingress, is_remote_endpoint, names,
 };
 use tracing::warn;
 
@@ -188,24 +188,6 @@ impl<'a> Maps<'a> {
                 tunnel_peers.ok_or_else(|| missing(names::TUNNEL_PEERS))?,
             )?,
         })
-    }
-
-    /// The id of the task of another node that frames from `mac` on the VXLAN device
-    /// `tunnel_ifindex` come from: the one recorded, or the first id no endpoint holds.
-    pub(super) fn remote_endpoint_id(&self, tunnel_ifindex: u32, mac: MacAddr) -> Result<u32> {
-        let key = TunnelPeerKey::new(tunnel_ifindex, mac);
-        if let Some(id) = absent_is_none(self.tunnel_peers.get(&key, 0))? {
-            return Ok(id);
-        }
-        let taken: HashSet<u32> = self
-            .endpoints
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|id| is_remote_endpoint(*id))
-            .collect();
-        (REMOTE_ENDPOINT_BASE..=u32::MAX)
-            .find(|id| !taken.contains(id))
-            .ok_or_else(|| anyhow!("no endpoint id is free for a task of another node"))
     }
 
     /// Whether some endpoint on another node is reached through the VXLAN device

@@ -52,6 +52,15 @@ pub type MacAddr = [u8; 6];
 /// leaves through a local veth or through the tunnel.
 pub const REMOTE_ENDPOINT_BASE: u32 = 1 << 31;
 
+/// The endpoint id of the task of another node with this MAC: [`REMOTE_ENDPOINT_BASE`] and
+/// the MAC's last 31 bits. An overlay gives a task the MAC `02:42` and its IPv4 address, so the
+/// tasks of one overlay (one sandbox's pin directory) never share an id; the same task has the
+/// same id in every run, the watch's and the one-shot commands'.
+pub const fn remote_endpoint_id(mac: &MacAddr) -> u32 {
+    REMOTE_ENDPOINT_BASE
+        | (u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) & !REMOTE_ENDPOINT_BASE)
+}
+
 /// Whether an endpoint id is a task on another node ([`REMOTE_ENDPOINT_BASE`]).
 #[inline(always)]
 pub const fn is_remote_endpoint(id: u32) -> bool {
