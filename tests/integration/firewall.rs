@@ -251,9 +251,34 @@ fn the_watch_leaves_covered_pairs_on_the_bridge_and_removes_a_link_a_new_rule_co
 /// `ufw disable` does not undo `ufw enable`: it sets INPUT, FORWARD and OUTPUT to ACCEPT in both
 /// (ufw-init's stop), whatever they were before. On a host where Engine 28 had set FORWARD to
 /// DROP, that left every bridge forwarding everything after the suite.
+///
+/// Nor does it undo the kernel switches `ufw enable` sets from its `IPT_SYSCTL` file
+/// (`/etc/ufw/sysctl.conf`: ICMP redirects off, broadcast echo ignored, …): those are put back
+/// as found too, so the suite leaves the host's sysctls as it found them.
 struct Ufw {
     /// (tool, chain, policy) as found, for a ufw this guard enabled.
     policies: Vec<(&'static str, &'static str, String)>,
+    /// (sysctl path under /proc/sys, value) as found, of every switch ufw's file sets.
+    sysctls: Vec<(String, String)>,
+}
+
+/// ufw's sysctl file, as `/etc/default/ufw` names it (`IPT_SYSCTL`).
+const UFW_SYSCTLS: &str = "/etc/ufw/sysctl.conf";
+
+/// The current value of each switch `file` sets (`net/ipv4/…=VALUE` lines), by its path under
+/// /proc/sys; switches this kernel lacks are left out.
+fn sysctls_set_by(file: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .filter_map(|(key, _)| {
+            let path = format!("/proc/sys/{}", key.trim().replace('.', "/"));
+            let value = std::fs::read_to_string(&path).ok()?;
+            Some((path, value.trim().to_owned()))
+        })
+        .collect()
 }
 
 impl Ufw {
@@ -263,6 +288,7 @@ impl Ufw {
         if status.contains("Status: active") {
             return Self {
                 policies: Vec::new(),
+                sysctls: Vec::new(),
             };
         }
         let mut policies = Vec::new();
@@ -272,7 +298,10 @@ impl Ufw {
             }
         }
         // The guard exists before ufw runs: an enable that fails half way is undone too.
-        let guard = Self { policies };
+        let guard = Self {
+            policies,
+            sysctls: sysctls_set_by(UFW_SYSCTLS),
+        };
         must(&["ufw", "--force", "enable"]);
         guard
     }
@@ -298,6 +327,11 @@ impl Drop for Ufw {
         quietly(&["ufw", "--force", "disable"]);
         for (tool, chain, policy) in &self.policies {
             quietly(&[tool, "-w", "-t", "filter", "-P", chain, policy.as_str()]);
+        }
+        for (path, value) in &self.sysctls {
+            if let Err(e) = std::fs::write(path, value) {
+                eprintln!("cannot put {path} back to {value}: {e}");
+            }
         }
     }
 }
