@@ -5,8 +5,9 @@ use std::{path::Path, process::ExitCode};
 use anyhow::{Context, Result, bail};
 
 use crate::{
+    choice::Origin,
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan, Origin},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan},
     docker::{Container, Docker, PublishedPort},
     firewall::Ruleset,
     netlink::{self, Interface},

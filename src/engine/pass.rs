@@ -21,7 +21,8 @@ use super::{
     ports::{self, PortStore},
 };
 use crate::{
-    datapath::{LinkRecord, Origin},
+    choice::Origin,
+    datapath::LinkRecord,
     docker::Container,
     endpoint::Endpoint,
     firewall::{self, RulesetCache},

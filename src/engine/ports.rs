@@ -11,7 +11,8 @@ use tracing::{info, warn};
 
 use super::{Which, links::Scope, pass::Shared};
 use crate::{
-    datapath::{ExistingConnections, ExposedPort, Exposure, Origin, PortMapping},
+    choice::Origin,
+    datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
     docker::Container,
     endpoint::Endpoint,
     labels,
