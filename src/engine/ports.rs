@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::Result;
 use tracing::{info, warn};
 
-use super::{Which, links::Scope, pass::Shared};
+use super::{Which, links::Scope, shared::Shared};
 use crate::{
     choice::Origin,
     datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
