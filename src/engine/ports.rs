@@ -4,7 +4,10 @@
 //! `dxdp.firewall=bypass`, and taken to the pinned table within the pass's scope. Exposures made
 //! by hand (`dxdp expose`) are the operator's, as hand-made links are, but held to the rules as
 //! firmly: a rule that appears later takes them away (unless made with `--bypass-firewall`).
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use anyhow::Result;
 use tracing::{info, warn};
@@ -12,11 +15,11 @@ use tracing::{info, warn};
 use super::{Which, links::Scope, shared::Shared};
 use crate::{
     choice::Origin,
-    datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
-    docker::Container,
+    datapath::{ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping},
+    docker::{Container, PublishedPort},
     endpoint::Endpoint,
-    labels,
-    netlink::MacAddr,
+    firewall, labels,
+    netlink::Interface,
     ports::{self, Nic},
 };
 
@@ -35,22 +38,30 @@ pub struct Ingress {
     /// container's ports, or a port exposed by hand).
     pub marks: ports::ArrivingMarks,
     /// The host's container networks ([`ports::container_prefixes`]).
-    pub outside: Vec<(std::net::IpAddr, u8)>,
+    pub outside: Vec<(IpAddr, u8)>,
 }
 
-/// One container's ports as the labels want them.
-pub(super) struct WantedPorts {
-    container: String,
-    endpoint: Endpoint,
-    gateway_mac: MacAddr,
-    ports: Vec<PortMapping>,
-    bypass_firewall: bool,
+impl Ingress {
+    /// The host as it is now: the NICs `nic_names` names (the default route's if it names none),
+    /// or none when `None` (a pass that only checks exposures made by hand); its container
+    /// networks; the marks, asked when first needed.
+    pub fn of_host(host: &[Interface], nic_names: Option<&[String]>) -> Result<Self> {
+        let addrs = ports::host_addresses()?;
+        Ok(Self {
+            nics: match nic_names {
+                Some(names) => ports::nics(names, host, &addrs)?,
+                None => vec![],
+            },
+            outside: ports::container_prefixes(host, &addrs),
+            marks: ports::ArrivingMarks::default(),
+        })
+    }
 }
 
 /// The exposures a pass wants, by host veth, and the refusals, by container name.
 #[derive(Default)]
 pub(super) struct PortPlan {
-    pub(super) wanted: BTreeMap<u32, WantedPorts>,
+    pub(super) wanted: BTreeMap<u32, ExposurePlan>,
     pub(super) refused: BTreeMap<String, String>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
     pub(super) refused_by_rules: BTreeSet<u32>,
@@ -77,68 +88,148 @@ pub(super) fn plan(
                 Err(err) => warn!(container = %name, "cannot expose: {err:#}"),
             }
         }
-        let mappings = ports::mappings(&c.ports, &ingress.nics, |host_ip| {
+        let endpoint_for = |host_ip| {
             Ok(found
                 .iter()
                 .find(|e| e.addrs.iter().any(|a| ports::routable_of(a, host_ip)))
                 .cloned())
-        })?;
-        let Some((_, endpoint)) = mappings.first() else {
-            continue;
         };
-        let endpoint = endpoint.clone();
-        if mappings
-            .iter()
-            .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
-        {
-            plan.refused.insert(
-                name.clone(),
-                "its published ports lead to more than one of its networks; dxdp exposes a \
-                 container on one network"
-                    .to_owned(),
-            );
-            continue;
-        }
-        plan.veths.insert(c.view.id.clone(), endpoint.host_ifindex);
-        let bypass_firewall = labels::bypasses_firewall(&c.view.labels);
-        if !bypass_firewall {
-            let rules = shared.rules()?;
-            let refusal = mappings.iter().find_map(|(m, e)| {
-                let port = ports::published_port(m, e, &ingress.outside, &ingress.marks);
-                ports::named(&rules.published_port_blockers(&port).ok()?)
-                    .map(|rule| format!("port {}: {rule}", ports::describe(m)))
-            });
-            if let Some(refusal) = refusal {
-                plan.refused_by_rules.insert(endpoint.host_ifindex);
+        let host = shared.host;
+        // The rules are read once a pass, and only when a container is held to them.
+        let rules = (!labels::bypasses_firewall(&c.view.labels)).then_some(
+            |port: &firewall::PublishedPort<'_>| {
+                Ok(shared
+                    .rules()?
+                    .published_port_blockers(port)
+                    .unwrap_or_default())
+            },
+        );
+        let planned = plan_container(
+            name,
+            &c.ports,
+            ingress,
+            host,
+            Origin::Watch,
+            endpoint_for,
+            rules,
+        )?;
+        match planned {
+            Ok(wanted) => {
+                let veth = wanted.endpoint.host_ifindex;
+                plan.veths.insert(c.view.id.clone(), veth);
+                plan.wanted.insert(veth, wanted);
+            }
+            Err(NotExposed::NotOnTheNics) => {}
+            Err(NotExposed::SeveralNetworks) => {
+                plan.refused
+                    .insert(name.clone(), format!("its {SEVERAL_NETWORKS}"));
+            }
+            Err(NotExposed::Rule { veth, port, rule }) => {
+                plan.veths.insert(c.view.id.clone(), veth);
+                plan.refused_by_rules.insert(veth);
                 plan.refused.insert(
                     name.clone(),
                     format!(
-                        "{refusal}; label it dxdp.firewall=bypass to skip such rules on purpose"
+                        "port {}: {rule}; label it dxdp.firewall=bypass to skip such rules on \
+                         purpose",
+                        ports::describe(&port)
                     ),
                 );
-                continue;
+            }
+            Err(NotExposed::NoGatewayMac { veth, .. }) => {
+                plan.veths.insert(c.view.id.clone(), veth);
             }
         }
-        let Some(gateway_mac) = shared
-            .host
-            .iter()
-            .find(|i| i.index == endpoint.bridge_ifindex)
-            .and_then(|i| i.mac)
-        else {
-            continue;
-        };
-        plan.wanted.insert(
-            endpoint.host_ifindex,
-            WantedPorts {
-                container: name.clone(),
-                endpoint,
-                gateway_mac,
-                ports: mappings.into_iter().map(|(m, _)| m).collect(),
-                bypass_firewall,
-            },
-        );
     }
     Ok(plan)
+}
+
+/// Why one container's published ports are not exposed. The watch logs it once and tells how
+/// a label gets round a rule; `dxdp expose` fails with it and tells how an option does.
+#[derive(Debug)]
+pub enum NotExposed {
+    /// None of its published ports is bound to an address of the NICs, with an address of the
+    /// container's family.
+    NotOnTheNics,
+    /// Its published ports lead to more than one of its networks ([`SEVERAL_NETWORKS`]).
+    SeveralNetworks,
+    /// A rule may drop or change the packets of `port` on Docker's path, and the fast path
+    /// would skip it: `rule` names every such rule. `veth` is the container's host veth.
+    Rule {
+        veth: u32,
+        port: PortMapping,
+        rule: String,
+    },
+    /// The bridge of the container's network (`bridge`), whose MAC its frames carry as source,
+    /// has none. `veth` is the container's host veth.
+    NoGatewayMac { veth: u32, bridge: String },
+}
+
+/// [`NotExposed::SeveralNetworks`] in words, after "its" or "NAME's".
+pub const SEVERAL_NETWORKS: &str = "published ports lead to more than one of its networks; dxdp exposes a container on one \
+     network";
+
+/// One container's `published` ports as fast-path entries on `ingress`'s NICs, held to the
+/// firewall unless `rules` is `None`: the planner of the watch, for each labeled container, and
+/// of `dxdp expose`, for the one it names. `endpoint_for` finds the container's endpoint with
+/// an address of a host address's family; `rules` names the rules that may keep a port on
+/// Docker's path, reading them when first asked. `host` is the host's interfaces, where the
+/// bridge's MAC is found. An error is one of finding out; a refusal is [`NotExposed`].
+pub fn plan_container<R>(
+    name: &str,
+    published: &[PublishedPort],
+    ingress: &Ingress,
+    host: &[Interface],
+    origin: Origin,
+    endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
+    rules: Option<R>,
+) -> Result<Result<ExposurePlan, NotExposed>>
+where
+    R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
+{
+    let mappings = ports::mappings(published, &ingress.nics, endpoint_for)?;
+    let Some((_, endpoint)) = mappings.first() else {
+        return Ok(Err(NotExposed::NotOnTheNics));
+    };
+    let endpoint = endpoint.clone();
+    if mappings
+        .iter()
+        .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
+    {
+        return Ok(Err(NotExposed::SeveralNetworks));
+    }
+    let veth = endpoint.host_ifindex;
+    let bypass_firewall = rules.is_none();
+    if let Some(mut rules) = rules {
+        for (m, e) in &mappings {
+            let port = ports::published_port(m, e, &ingress.outside, &ingress.marks);
+            if let Some(rule) = ports::named(&rules(&port)?) {
+                return Ok(Err(NotExposed::Rule {
+                    veth,
+                    port: m.clone(),
+                    rule,
+                }));
+            }
+        }
+    }
+    let Some(gateway_mac) = host
+        .iter()
+        .find(|i| i.index == endpoint.bridge_ifindex)
+        .and_then(|i| i.mac)
+    else {
+        return Ok(Err(NotExposed::NoGatewayMac {
+            veth,
+            bridge: endpoint.bridge_name.clone(),
+        }));
+    };
+    Ok(Ok(ExposurePlan {
+        container: name.to_owned(),
+        endpoint,
+        gateway_mac,
+        ports: mappings.into_iter().map(|(m, _)| m).collect(),
+        origin,
+        bypass_firewall,
+    }))
 }
 
 /// What the engine holds between passes about this kind: each labeled container's veth (so
@@ -265,15 +356,7 @@ pub(super) fn apply(
             Some((_, present)) if *present == keys => continue,
             _ => {}
         }
-        let exposure = Exposure {
-            container: &w.container,
-            endpoint: &w.endpoint,
-            gateway_mac: w.gateway_mac,
-            ports: &w.ports,
-            origin: Origin::Watch,
-            bypass_firewall: w.bypass_firewall,
-        };
-        match table.expose(&exposure) {
+        match table.expose(&w.exposure()) {
             Ok(_) => {
                 info!(container = %w.container, ports = w.ports.len(), "published ports exposed");
                 done.exposed += 1;
