@@ -375,3 +375,177 @@ fn key(m: &PortMapping) -> PortMapping {
         ..m.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::{netlink::MacAddr, netns::NetnsPath, ports::ArrivingMarks};
+
+    const NIC: u32 = 2;
+    const BRIDGE: u32 = 3;
+    const BRIDGE_MAC: MacAddr = [2, 0, 0, 0, 0, 3];
+
+    /// The rules of a container that bypasses them: never asked.
+    type NoRules = fn(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>;
+
+    fn ingress() -> Ingress {
+        Ingress {
+            nics: vec![Nic {
+                index: NIC,
+                name: "nic0".to_owned(),
+                addrs: vec![IpAddr::from([192, 0, 2, 1]), "2001:db8::1".parse().unwrap()],
+            }],
+            marks: ArrivingMarks::known([(NIC, Some(0))]),
+            outside: vec![],
+        }
+    }
+
+    fn host(bridge_mac: Option<MacAddr>) -> Vec<Interface> {
+        vec![Interface {
+            index: BRIDGE,
+            name: "br0".to_owned(),
+            mac: bridge_mac,
+            ..Interface::default()
+        }]
+    }
+
+    /// The container's endpoint behind host veth `veth`, with `addr`.
+    fn endpoint(veth: u32, addr: IpAddr) -> Endpoint {
+        Endpoint {
+            label: "web".to_owned(),
+            netns: NetnsPath::of_pid(1),
+            netns_ino: 1,
+            ifname: "eth0".to_owned(),
+            ifindex: 2,
+            mac: [2, 0, 0, 0, 0, 9],
+            host_ifname: format!("veth{veth}"),
+            host_ifindex: veth,
+            bridge_ifindex: BRIDGE,
+            bridge_name: "br0".to_owned(),
+            addrs: vec![addr],
+        }
+    }
+
+    /// Container port 80 published on `host_port` of every address of `host_ip`'s family.
+    fn published(host_ip: &str, host_port: u16) -> PublishedPort {
+        PublishedPort {
+            container: "web".to_owned(),
+            id: "abc".to_owned(),
+            host_ip: host_ip.parse().unwrap(),
+            host_port,
+            container_port: 80,
+            udp: false,
+        }
+    }
+
+    /// The endpoint on veth 21 for IPv4 and on veth 22 for IPv6.
+    fn two_networks(host_ip: IpAddr) -> Result<Option<Endpoint>> {
+        Ok(Some(if host_ip.is_ipv4() {
+            endpoint(21, IpAddr::from([172, 18, 0, 2]))
+        } else {
+            endpoint(22, "fd00::2".parse().unwrap())
+        }))
+    }
+
+    /// `web`'s ports as `origin`'s planner sees them on a host whose bridge has `bridge_mac`.
+    fn plan_web<R>(
+        published: &[PublishedPort],
+        bridge_mac: Option<MacAddr>,
+        origin: Origin,
+        endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
+        rules: Option<R>,
+    ) -> Result<ExposurePlan, NotExposed>
+    where
+        R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
+    {
+        let host = host(bridge_mac);
+        plan_container(
+            "web",
+            published,
+            &ingress(),
+            &host,
+            origin,
+            endpoint_for,
+            rules,
+        )
+        .expect("nothing to find out that can fail")
+    }
+
+    #[test]
+    fn a_containers_ports_on_the_nics_are_planned_with_its_bridges_mac() {
+        let both = [published("0.0.0.0", 8080), published("::", 8080)];
+        let planned = plan_web(
+            &both,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            two_networks,
+            None::<NoRules>,
+        );
+        // Both families lead to two networks: refused, whoever asks.
+        assert!(matches!(planned, Err(NotExposed::SeveralNetworks)));
+
+        let v4 = [published("0.0.0.0", 8080)];
+        let plan = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Watch,
+            two_networks,
+            None::<NoRules>,
+        )
+        .expect("planned");
+        assert_eq!(plan.container, "web");
+        assert_eq!(plan.endpoint.host_ifindex, 21);
+        assert_eq!(plan.gateway_mac, BRIDGE_MAC);
+        assert_eq!(plan.origin, Origin::Watch);
+        assert!(plan.bypass_firewall, "no rules were asked for");
+        // 0.0.0.0: the NIC's one IPv4 address.
+        let hosts: Vec<IpAddr> = plan.ports.iter().map(|m| m.host_addr).collect();
+        assert_eq!(hosts, [IpAddr::from([192, 0, 2, 1])]);
+    }
+
+    #[test]
+    fn a_refusal_says_why_and_the_rules_are_read_only_for_ports_on_one_network() {
+        let asked = Cell::new(0);
+        let dropping = |_: &firewall::PublishedPort<'_>| {
+            asked.set(asked.get() + 1);
+            Ok(vec![firewall::Blocker {
+                table: "filter".to_owned(),
+                chain: "FORWARD".to_owned(),
+                rule: "drop".to_owned(),
+            }])
+        };
+        let v4 = [published("0.0.0.0", 8080)];
+        let none_found = |_| Ok(None);
+        let planned = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            none_found,
+            Some(dropping),
+        );
+        assert!(matches!(planned, Err(NotExposed::NotOnTheNics)));
+        assert_eq!(asked.get(), 0);
+
+        let planned = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            two_networks,
+            Some(dropping),
+        );
+        let Err(NotExposed::Rule { veth, port, rule }) = planned else {
+            panic!("refused by the rule: {planned:?}");
+        };
+        assert_eq!((veth, port.host_port), (21, 8080));
+        assert_eq!(rule, "[filter chain FORWARD: drop]");
+        assert_eq!(asked.get(), 1);
+
+        let planned = plan_web(&v4, None, Origin::Manual, two_networks, None::<NoRules>);
+        assert!(matches!(
+            planned,
+            Err(NotExposed::NoGatewayMac { veth: 21, ref bridge }) if bridge == "br0"
+        ));
+    }
+}
