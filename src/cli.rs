@@ -3,11 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{
-    bench::wire::WireSubnet,
-    datapath::{Capacity, Choice},
-    endpoint::EndpointSpec,
-};
+use crate::{bench::wire::WireSubnet, choice::Choice, datapath::Capacity, endpoint::EndpointSpec};
 
 /// Accelerate container-to-container links on one host: frames between linked containers skip
 /// the Linux bridge through eBPF (TC redirect_peer or XDP devmap redirect).

@@ -33,7 +33,7 @@ use std::fmt;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::datapath::Choice;
+use crate::choice::Choice;
 
 pub(crate) use crate::rules::keys::{
     DATAPATH, ENABLE, FIREWALL, GROUP, INGRESS, KEYS, NETWORK, PEERS, PREFIX,

@@ -4,6 +4,7 @@
 //! `src/main.rs`) and the tests use; everything else is `pub(crate)`.
 #![warn(unreachable_pub)]
 pub mod bench;
+pub mod choice;
 pub mod compose;
 pub mod datapath;
 pub mod docker;

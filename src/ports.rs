@@ -452,7 +452,7 @@ mod tests {
             host_port,
             container_addr: "172.17.0.2".parse().unwrap(),
             container_port: 80,
-            origin: crate::datapath::Origin::Manual,
+            origin: crate::choice::Origin::Manual,
             bypasses_firewall,
             created_unix_secs: 0,
             inbound: Default::default(),

@@ -24,7 +24,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::datapath::Kind;
+use crate::choice::Kind;
 
 /// One way for the pair's traffic to travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]

@@ -12,7 +12,8 @@ use super::{
     measure::{in_netns, run_to_end},
 };
 use crate::{
-    datapath::{Capacity, Datapath, Kind, LinkRecord, LinkRequest, Origin},
+    choice::{Kind, Origin},
+    datapath::{Capacity, Datapath, LinkRecord, LinkRequest},
     endpoint::Endpoint,
     family::Families,
     netlink,

@@ -13,9 +13,10 @@ use super::{
 use crate::cli::DoctorArgs;
 use crate::docker::userland_proxy::UserlandProxy;
 use crate::{
+    choice::{Kind, Origin},
     datapath::{
-        Capacity, ConnectionTables, Datapath, Kind, LinkRecord, Origin, TC_SINCE, TablePressure,
-        XDP_SINCE, kernel_has,
+        Capacity, ConnectionTables, Datapath, LinkRecord, TC_SINCE, TablePressure, XDP_SINCE,
+        kernel_has,
     },
     docker::BridgeNetwork,
     family::Families,

@@ -2,19 +2,18 @@
 //! from the NIC into it, and back to Docker's path (issue 24).
 use std::{path::Path, process::ExitCode};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use crate::{
+    choice::Origin,
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan, Origin},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan},
     docker::{Container, Docker, PublishedPort},
-    firewall::Ruleset,
+    engine::ports::{Ingress, NotExposed, SEVERAL_NETWORKS, plan_container},
+    firewall::{self, Ruleset},
     netlink::{self, Interface},
     netns::NetnsPath,
-    ports::{
-        ArrivingMarks, container_prefixes, describe, endpoint_of, host_addresses, mappings, named,
-        nics, published_port,
-    },
+    ports::{describe, endpoint_of},
 };
 
 struct Found {
@@ -42,15 +41,15 @@ async fn find(reference: &str) -> Result<Found> {
 
 /// The container's published ports on `nic_names` (the default route's if empty) as fast-path
 /// entries, refused with the rule named where one could drop or change their packets on
-/// Docker's path (unless `bypass_firewall`). Changes nothing.
+/// Docker's path (unless `bypass_firewall`): the watch's planner, for this one container. Changes
+/// nothing.
 pub(super) fn prepare(
     reference: &str,
     nic_names: &[String],
     bypass_firewall: bool,
     host: &[Interface],
 ) -> Result<ExposurePlan> {
-    let addrs = host_addresses()?;
-    let nics = nics(nic_names, host, &addrs)?;
+    let ingress = Ingress::of_host(host, Some(nic_names))?;
     let found = super::runtime()?.block_on(find(reference))?;
     let name = found.container.view.name.clone();
     let mesh = found
@@ -73,56 +72,46 @@ pub(super) fn prepare(
              and expose it again"
         );
     }
-    let mappings = mappings(&found.published, &nics, |ip| {
-        endpoint_of(&found.container, ip, host).map_err(anyhow::Error::msg)
-    })?;
-    if mappings.is_empty() {
-        let on: Vec<&str> = nics.iter().map(|n| n.name.as_str()).collect();
-        bail!(
-            "none of {name}'s published ports is bound to an address of {} with an address of \
-             the container's family; name the NIC that holds the port's address with --nic",
-            on.join(", ")
-        );
-    }
-    let endpoint = mappings[0].1.clone();
-    if mappings
-        .iter()
-        .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
-    {
-        bail!(
-            "{name}'s published ports lead to more than one of its networks; dxdp exposes a \
-             container on one network"
-        );
-    }
-    if !bypass_firewall {
-        let rules = Ruleset::read()?;
-        let outside = container_prefixes(host, &addrs);
-        let marks = ArrivingMarks::default();
-        for (m, e) in &mappings {
-            let port = published_port(m, e, &outside, &marks);
-            if let Some(rule) = named(&rules.published_port_blockers(&port)) {
-                bail!(
-                    "cannot expose {name} port {}: a rule may drop or change its packets on \
-                     Docker's path, and the fast path would skip it: {rule}; expose with \
-                     --bypass-firewall to skip such rules on purpose",
-                    describe(m)
-                );
-            }
+    let endpoint_for = |ip| endpoint_of(&found.container, ip, host).map_err(anyhow::Error::msg);
+    // The rules are read once, and only when the mappings are there to be judged.
+    let mut read: Option<Ruleset> = None;
+    let rules = (!bypass_firewall).then_some(|port: &firewall::PublishedPort<'_>| {
+        let rules = match &read {
+            Some(rules) => rules,
+            None => read.insert(Ruleset::read()?),
+        };
+        Ok(rules.published_port_blockers(port))
+    });
+    let planned = plan_container(
+        &name,
+        &found.published,
+        &ingress,
+        host,
+        Origin::Manual,
+        endpoint_for,
+        rules,
+    )?;
+    match planned {
+        Ok(plan) => Ok(plan),
+        Err(NotExposed::NotOnTheNics) => {
+            let on: Vec<&str> = ingress.nics.iter().map(|n| n.name.as_str()).collect();
+            bail!(
+                "none of {name}'s published ports is bound to an address of {} with an address \
+                 of the container's family; name the NIC that holds the port's address with --nic",
+                on.join(", ")
+            )
+        }
+        Err(NotExposed::SeveralNetworks) => bail!("{name}'s {SEVERAL_NETWORKS}"),
+        Err(NotExposed::Rule { port, rule, .. }) => bail!(
+            "cannot expose {name} port {}: a rule may drop or change its packets on Docker's \
+             path, and the fast path would skip it: {rule}; expose with --bypass-firewall to \
+             skip such rules on purpose",
+            describe(&port)
+        ),
+        Err(NotExposed::NoGatewayMac { bridge, .. }) => {
+            bail!("bridge {bridge} has no MAC address")
         }
     }
-    let gateway_mac = host
-        .iter()
-        .find(|i| i.index == endpoint.bridge_ifindex)
-        .and_then(|i| i.mac)
-        .with_context(|| format!("bridge {} has no MAC address", endpoint.bridge_name))?;
-    Ok(ExposurePlan {
-        container: name,
-        endpoint,
-        gateway_mac,
-        ports: mappings.into_iter().map(|(m, _)| m).collect(),
-        origin: Origin::Manual,
-        bypass_firewall,
-    })
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitCode> {

@@ -4,8 +4,9 @@ use anyhow::Result;
 
 use super::resolve::{Pair, resolve_placed_pair};
 use crate::{
+    choice::Origin,
     cli::LinkArgs,
-    datapath::{Capacity, Datapath, Installed, LinkRequest, Origin},
+    datapath::{Capacity, Datapath, Installed, LinkRequest},
     family::Families,
     firewall, netlink,
     netns::NetnsPath,

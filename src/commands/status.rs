@@ -11,9 +11,10 @@ use serde::Serialize;
 use tabwriter::TabWriter;
 
 use crate::{
+    choice::Kind,
     cli::StatusArgs,
     datapath::{
-        Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
+        Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, LinkRecord,
         TableFill, TablePressure,
     },
     family::Families,

@@ -10,10 +10,8 @@ mod remote;
 mod state;
 
 use std::{
-    fmt,
     fs::File,
     path::Path,
-    str::FromStr,
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -25,7 +23,7 @@ use dxdp_common::{
 use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
-pub use choice::{Choice, TC_SINCE, XDP_SINCE, has as kernel_has};
+pub use choice::{TC_SINCE, XDP_SINCE, has as kernel_has};
 pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use ports::{
     ConnectionTables, ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping,
@@ -33,23 +31,19 @@ pub use ports::{
 };
 pub use state::Capacity;
 
-use crate::{endpoint::Endpoint, family::Families, netlink::Interface};
+use crate::{
+    choice::{Kind, Origin},
+    endpoint::Endpoint,
+    family::Families,
+    netlink::Interface,
+};
 
 /// The eBPF object built from `ebpf/programs` by build.rs.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dxdp-ebpf"));
 
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/dxdp";
 
-/// How a link's frames bypass the bridge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// TCX ingress + `bpf_redirect_peer`: keeps GSO and checksum offload.
-    Tc,
-    /// Native XDP + devmap redirect: needs GRO on and tx checksum offload off in the containers.
-    Xdp,
-}
-
+/// How the pinned maps spell a link's datapath: the codes the eBPF programs read.
 impl Kind {
     pub(crate) const fn code(self) -> u8 {
         match self {
@@ -67,35 +61,7 @@ impl Kind {
     }
 }
 
-impl fmt::Display for Kind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Tc => "tc",
-            Kind::Xdp => "xdp",
-        })
-    }
-}
-
-impl FromStr for Kind {
-    type Err = anyhow::Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "tc" => Ok(Kind::Tc),
-            "xdp" => Ok(Kind::Xdp),
-            _ => bail!("unknown datapath {s:?}; use tc or xdp"),
-        }
-    }
-}
-
-/// Who made a link: `watch` leaves links made by hand alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Origin {
-    Manual,
-    Watch,
-}
-
+/// How the pinned maps spell who made a link.
 impl Origin {
     const fn code(self) -> u8 {
         match self {

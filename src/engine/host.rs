@@ -133,16 +133,7 @@ impl Host for RealHost {
                 sandbox.name
             );
         }
-        let addrs = crate::ports::host_addresses()?;
-        Ok(Ingress {
-            nics: if find_nics {
-                crate::ports::nics(&self.ingress_nics, host, &addrs)?
-            } else {
-                vec![]
-            },
-            outside: crate::ports::container_prefixes(host, &addrs),
-            marks: crate::ports::ArrivingMarks::default(),
-        })
+        Ingress::of_host(host, find_nics.then_some(&self.ingress_nics))
     }
 
     fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {

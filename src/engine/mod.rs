@@ -32,6 +32,7 @@ pub mod links;
 pub mod notices;
 mod pass;
 pub mod ports;
+mod shared;
 mod sites;
 pub mod soon;
 mod which;

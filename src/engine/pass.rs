@@ -1,27 +1,29 @@
 //! The blocking half of a pass: from the links the plan calls for to the pinned tables, on a
 //! thread that may enter namespaces and wait for the kernel.
 //!
-//! What every kind of fast path shares in a pass is [`Shared`]: the host's interfaces as read
-//! at its start, the endpoints found (held between passes), and the firewall rules, read at
-//! most once a pass and only when something needs a verdict. Links are the first kind
+//! What every kind of fast path shares in a pass is [`Shared`] ([`super::shared`]): the host's
+//! interfaces, the endpoints found, and the firewall rules, read at most once a pass. Links are
+//! the first kind
 //! ([`plan_links`] resolves and judges them, then [`super::links::apply`] takes their table
 //! there). A second kind (published ports from the NIC) adds its own planner over the same
 //! `Shared` and its own table, in [`run`], so that it is reconciled in the same pass, with the
 //! same caches and the same rule: a path a rule covers is refused, or removed if it exists.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tracing::{debug, trace, warn};
 
 use super::{
     Which,
-    endpoints::{EndpointCache, Find},
+    endpoints::EndpointCache,
     host::Host,
     links::{self, LinkStore, LinkTable, Resolved, Scope, Wanted},
     ports::{self, PortStore},
+    shared::{Phases, Shared},
 };
 use crate::{
-    datapath::{LinkRecord, Origin},
+    choice::Origin,
+    datapath::LinkRecord,
     docker::Container,
     endpoint::Endpoint,
     firewall::{self, RulesetCache},
@@ -71,36 +73,6 @@ pub(super) struct Applied {
     pub(super) exposures_removed_by_rules: usize,
 }
 
-/// What the kinds of fast path share in one pass.
-pub(super) struct Shared<'p> {
-    pub(super) host: &'p [Interface],
-    endpoints: &'p mut EndpointCache,
-    rules: &'p mut RulesetCache,
-    rules_read: bool,
-    find: &'p Find<'p>,
-}
-
-impl Shared<'_> {
-    /// The endpoint of `container` on `network_id`: held, or found now.
-    pub(super) fn endpoint(&mut self, container: &Container, network_id: &str) -> Result<Endpoint> {
-        self.endpoints
-            .get(container, network_id, self.host, self.find)
-    }
-
-    /// The rules, brought up to date once a pass, when something needs them: read again only
-    /// when the generation moved. Rules that cannot be read fail the pass, which then changes
-    /// nothing.
-    pub(super) fn rules(&mut self) -> Result<&mut RulesetCache> {
-        if !self.rules_read {
-            self.rules
-                .refresh()
-                .context("cannot read the host's firewall rules")?;
-            self.rules_read = true;
-        }
-        Ok(self.rules)
-    }
-}
-
 /// Takes every kind's table to what `links` call for, within what `which` is about.
 pub(super) fn run<H: Host>(
     held: &mut Held<H>,
@@ -129,13 +101,7 @@ pub(super) fn run<H: Host>(
         .collect();
     held.endpoints.prefetch(&pairs, &interfaces, &find);
     phases.mark("prefetch");
-    let mut shared = Shared {
-        host: &interfaces,
-        endpoints: &mut held.endpoints,
-        rules: &mut held.rules,
-        rules_read: false,
-        find: &find,
-    };
+    let mut shared = Shared::new(&interfaces, &mut held.endpoints, &mut held.rules, &find);
     let plan = plan_links(&mut shared, &by_id, links)?;
     phases.mark("endpoints and firewall");
     let scope = match which {
@@ -212,7 +178,7 @@ pub(super) fn run<H: Host>(
         None => {}
     }
     trace!(
-        reads = shared.rules.reads(),
+        reads = shared.rule_reads(),
         "firewall rules read in full so far"
     );
     held.links = Some(host.unlock_links(table));
@@ -462,36 +428,6 @@ fn attaches_new(table: &impl LinkStore, wanted: &[Wanted<Resolved>], scope: &Sco
         .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
         .flat_map(|w| [(w.kind, w.low_ifindex), (w.kind, w.high_ifindex)])
         .any(|(kind, ifindex)| !table.attachment_pinned(kind, ifindex))
-}
-
-/// How long each step of a pass took, logged at trace level (`DXDP_LOG=dxdp=trace`).
-struct Phases {
-    last: std::time::Instant,
-    took: Vec<(&'static str, u128)>,
-}
-
-impl Phases {
-    fn start() -> Self {
-        Self {
-            last: std::time::Instant::now(),
-            took: Vec::new(),
-        }
-    }
-
-    fn mark(&mut self, phase: &'static str) {
-        let now = std::time::Instant::now();
-        self.took.push((phase, (now - self.last).as_micros()));
-        self.last = now;
-    }
-
-    fn log(&self) {
-        let steps: Vec<String> = self
-            .took
-            .iter()
-            .map(|(phase, us)| format!("{phase} {:.1} ms", *us as f64 / 1000.0))
-            .collect();
-        trace!(steps = %steps.join(", "), "reconcile steps");
-    }
 }
 
 fn permission_denied(err: &anyhow::Error) -> bool {

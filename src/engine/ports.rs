@@ -4,18 +4,22 @@
 //! `dxdp.firewall=bypass`, and taken to the pinned table within the pass's scope. Exposures made
 //! by hand (`dxdp expose`) are the operator's, as hand-made links are, but held to the rules as
 //! firmly: a rule that appears later takes them away (unless made with `--bypass-firewall`).
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use anyhow::Result;
 use tracing::{info, warn};
 
-use super::{Which, links::Scope, pass::Shared};
+use super::{Which, links::Scope, shared::Shared};
 use crate::{
-    datapath::{ExistingConnections, ExposedPort, Exposure, Origin, PortMapping},
-    docker::Container,
+    choice::Origin,
+    datapath::{ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping},
+    docker::{Container, PublishedPort},
     endpoint::Endpoint,
-    labels,
-    netlink::MacAddr,
+    firewall, labels,
+    netlink::Interface,
     ports::{self, Nic},
 };
 
@@ -34,22 +38,30 @@ pub struct Ingress {
     /// container's ports, or a port exposed by hand).
     pub marks: ports::ArrivingMarks,
     /// The host's container networks ([`ports::container_prefixes`]).
-    pub outside: Vec<(std::net::IpAddr, u8)>,
+    pub outside: Vec<(IpAddr, u8)>,
 }
 
-/// One container's ports as the labels want them.
-pub(super) struct WantedPorts {
-    container: String,
-    endpoint: Endpoint,
-    gateway_mac: MacAddr,
-    ports: Vec<PortMapping>,
-    bypass_firewall: bool,
+impl Ingress {
+    /// The host as it is now: the NICs `nic_names` names (the default route's if it names none),
+    /// or none when `None` (a pass that only checks exposures made by hand); its container
+    /// networks; the marks, asked when first needed.
+    pub fn of_host(host: &[Interface], nic_names: Option<&[String]>) -> Result<Self> {
+        let addrs = ports::host_addresses()?;
+        Ok(Self {
+            nics: match nic_names {
+                Some(names) => ports::nics(names, host, &addrs)?,
+                None => vec![],
+            },
+            outside: ports::container_prefixes(host, &addrs),
+            marks: ports::ArrivingMarks::default(),
+        })
+    }
 }
 
 /// The exposures a pass wants, by host veth, and the refusals, by container name.
 #[derive(Default)]
 pub(super) struct PortPlan {
-    pub(super) wanted: BTreeMap<u32, WantedPorts>,
+    pub(super) wanted: BTreeMap<u32, ExposurePlan>,
     pub(super) refused: BTreeMap<String, String>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
     pub(super) refused_by_rules: BTreeSet<u32>,
@@ -76,68 +88,148 @@ pub(super) fn plan(
                 Err(err) => warn!(container = %name, "cannot expose: {err:#}"),
             }
         }
-        let mappings = ports::mappings(&c.ports, &ingress.nics, |host_ip| {
+        let endpoint_for = |host_ip| {
             Ok(found
                 .iter()
                 .find(|e| e.addrs.iter().any(|a| ports::routable_of(a, host_ip)))
                 .cloned())
-        })?;
-        let Some((_, endpoint)) = mappings.first() else {
-            continue;
         };
-        let endpoint = endpoint.clone();
-        if mappings
-            .iter()
-            .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
-        {
-            plan.refused.insert(
-                name.clone(),
-                "its published ports lead to more than one of its networks; dxdp exposes a \
-                 container on one network"
-                    .to_owned(),
-            );
-            continue;
-        }
-        plan.veths.insert(c.view.id.clone(), endpoint.host_ifindex);
-        let bypass_firewall = labels::bypasses_firewall(&c.view.labels);
-        if !bypass_firewall {
-            let rules = shared.rules()?;
-            let refusal = mappings.iter().find_map(|(m, e)| {
-                let port = ports::published_port(m, e, &ingress.outside, &ingress.marks);
-                ports::named(&rules.published_port_blockers(&port).ok()?)
-                    .map(|rule| format!("port {}: {rule}", ports::describe(m)))
-            });
-            if let Some(refusal) = refusal {
-                plan.refused_by_rules.insert(endpoint.host_ifindex);
+        let host = shared.host;
+        // The rules are read once a pass, and only when a container is held to them.
+        let rules = (!labels::bypasses_firewall(&c.view.labels)).then_some(
+            |port: &firewall::PublishedPort<'_>| {
+                Ok(shared
+                    .rules()?
+                    .published_port_blockers(port)
+                    .unwrap_or_default())
+            },
+        );
+        let planned = plan_container(
+            name,
+            &c.ports,
+            ingress,
+            host,
+            Origin::Watch,
+            endpoint_for,
+            rules,
+        )?;
+        match planned {
+            Ok(wanted) => {
+                let veth = wanted.endpoint.host_ifindex;
+                plan.veths.insert(c.view.id.clone(), veth);
+                plan.wanted.insert(veth, wanted);
+            }
+            Err(NotExposed::NotOnTheNics) => {}
+            Err(NotExposed::SeveralNetworks) => {
+                plan.refused
+                    .insert(name.clone(), format!("its {SEVERAL_NETWORKS}"));
+            }
+            Err(NotExposed::Rule { veth, port, rule }) => {
+                plan.veths.insert(c.view.id.clone(), veth);
+                plan.refused_by_rules.insert(veth);
                 plan.refused.insert(
                     name.clone(),
                     format!(
-                        "{refusal}; label it dxdp.firewall=bypass to skip such rules on purpose"
+                        "port {}: {rule}; label it dxdp.firewall=bypass to skip such rules on \
+                         purpose",
+                        ports::describe(&port)
                     ),
                 );
-                continue;
+            }
+            Err(NotExposed::NoGatewayMac { veth, .. }) => {
+                plan.veths.insert(c.view.id.clone(), veth);
             }
         }
-        let Some(gateway_mac) = shared
-            .host
-            .iter()
-            .find(|i| i.index == endpoint.bridge_ifindex)
-            .and_then(|i| i.mac)
-        else {
-            continue;
-        };
-        plan.wanted.insert(
-            endpoint.host_ifindex,
-            WantedPorts {
-                container: name.clone(),
-                endpoint,
-                gateway_mac,
-                ports: mappings.into_iter().map(|(m, _)| m).collect(),
-                bypass_firewall,
-            },
-        );
     }
     Ok(plan)
+}
+
+/// Why one container's published ports are not exposed. The watch logs it once and tells how
+/// a label gets round a rule; `dxdp expose` fails with it and tells how an option does.
+#[derive(Debug)]
+pub enum NotExposed {
+    /// None of its published ports is bound to an address of the NICs, with an address of the
+    /// container's family.
+    NotOnTheNics,
+    /// Its published ports lead to more than one of its networks ([`SEVERAL_NETWORKS`]).
+    SeveralNetworks,
+    /// A rule may drop or change the packets of `port` on Docker's path, and the fast path
+    /// would skip it: `rule` names every such rule. `veth` is the container's host veth.
+    Rule {
+        veth: u32,
+        port: PortMapping,
+        rule: String,
+    },
+    /// The bridge of the container's network (`bridge`), whose MAC its frames carry as source,
+    /// has none. `veth` is the container's host veth.
+    NoGatewayMac { veth: u32, bridge: String },
+}
+
+/// [`NotExposed::SeveralNetworks`] in words, after "its" or "NAME's".
+pub const SEVERAL_NETWORKS: &str = "published ports lead to more than one of its networks; dxdp exposes a container on one \
+     network";
+
+/// One container's `published` ports as fast-path entries on `ingress`'s NICs, held to the
+/// firewall unless `rules` is `None`: the planner of the watch, for each labeled container, and
+/// of `dxdp expose`, for the one it names. `endpoint_for` finds the container's endpoint with
+/// an address of a host address's family; `rules` names the rules that may keep a port on
+/// Docker's path, reading them when first asked. `host` is the host's interfaces, where the
+/// bridge's MAC is found. An error is one of finding out; a refusal is [`NotExposed`].
+pub fn plan_container<R>(
+    name: &str,
+    published: &[PublishedPort],
+    ingress: &Ingress,
+    host: &[Interface],
+    origin: Origin,
+    endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
+    rules: Option<R>,
+) -> Result<Result<ExposurePlan, NotExposed>>
+where
+    R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
+{
+    let mappings = ports::mappings(published, &ingress.nics, endpoint_for)?;
+    let Some((_, endpoint)) = mappings.first() else {
+        return Ok(Err(NotExposed::NotOnTheNics));
+    };
+    let endpoint = endpoint.clone();
+    if mappings
+        .iter()
+        .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
+    {
+        return Ok(Err(NotExposed::SeveralNetworks));
+    }
+    let veth = endpoint.host_ifindex;
+    let bypass_firewall = rules.is_none();
+    if let Some(mut rules) = rules {
+        for (m, e) in &mappings {
+            let port = ports::published_port(m, e, &ingress.outside, &ingress.marks);
+            if let Some(rule) = ports::named(&rules(&port)?) {
+                return Ok(Err(NotExposed::Rule {
+                    veth,
+                    port: m.clone(),
+                    rule,
+                }));
+            }
+        }
+    }
+    let Some(gateway_mac) = host
+        .iter()
+        .find(|i| i.index == endpoint.bridge_ifindex)
+        .and_then(|i| i.mac)
+    else {
+        return Ok(Err(NotExposed::NoGatewayMac {
+            veth,
+            bridge: endpoint.bridge_name.clone(),
+        }));
+    };
+    Ok(Ok(ExposurePlan {
+        container: name.to_owned(),
+        endpoint,
+        gateway_mac,
+        ports: mappings.into_iter().map(|(m, _)| m).collect(),
+        origin,
+        bypass_firewall,
+    }))
 }
 
 /// What the engine holds between passes about this kind: each labeled container's veth (so
@@ -264,15 +356,7 @@ pub(super) fn apply(
             Some((_, present)) if *present == keys => continue,
             _ => {}
         }
-        let exposure = Exposure {
-            container: &w.container,
-            endpoint: &w.endpoint,
-            gateway_mac: w.gateway_mac,
-            ports: &w.ports,
-            origin: Origin::Watch,
-            bypass_firewall: w.bypass_firewall,
-        };
-        match table.expose(&exposure) {
+        match table.expose(&w.exposure()) {
             Ok(_) => {
                 info!(container = %w.container, ports = w.ports.len(), "published ports exposed");
                 done.exposed += 1;
@@ -289,5 +373,179 @@ fn key(m: &PortMapping) -> PortMapping {
     PortMapping {
         nic: String::new(),
         ..m.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::{netlink::MacAddr, netns::NetnsPath, ports::ArrivingMarks};
+
+    const NIC: u32 = 2;
+    const BRIDGE: u32 = 3;
+    const BRIDGE_MAC: MacAddr = [2, 0, 0, 0, 0, 3];
+
+    /// The rules of a container that bypasses them: never asked.
+    type NoRules = fn(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>;
+
+    fn ingress() -> Ingress {
+        Ingress {
+            nics: vec![Nic {
+                index: NIC,
+                name: "nic0".to_owned(),
+                addrs: vec![IpAddr::from([192, 0, 2, 1]), "2001:db8::1".parse().unwrap()],
+            }],
+            marks: ArrivingMarks::known([(NIC, Some(0))]),
+            outside: vec![],
+        }
+    }
+
+    fn host(bridge_mac: Option<MacAddr>) -> Vec<Interface> {
+        vec![Interface {
+            index: BRIDGE,
+            name: "br0".to_owned(),
+            mac: bridge_mac,
+            ..Interface::default()
+        }]
+    }
+
+    /// The container's endpoint behind host veth `veth`, with `addr`.
+    fn endpoint(veth: u32, addr: IpAddr) -> Endpoint {
+        Endpoint {
+            label: "web".to_owned(),
+            netns: NetnsPath::of_pid(1),
+            netns_ino: 1,
+            ifname: "eth0".to_owned(),
+            ifindex: 2,
+            mac: [2, 0, 0, 0, 0, 9],
+            host_ifname: format!("veth{veth}"),
+            host_ifindex: veth,
+            bridge_ifindex: BRIDGE,
+            bridge_name: "br0".to_owned(),
+            addrs: vec![addr],
+        }
+    }
+
+    /// Container port 80 published on `host_port` of every address of `host_ip`'s family.
+    fn published(host_ip: &str, host_port: u16) -> PublishedPort {
+        PublishedPort {
+            container: "web".to_owned(),
+            id: "abc".to_owned(),
+            host_ip: host_ip.parse().unwrap(),
+            host_port,
+            container_port: 80,
+            udp: false,
+        }
+    }
+
+    /// The endpoint on veth 21 for IPv4 and on veth 22 for IPv6.
+    fn two_networks(host_ip: IpAddr) -> Result<Option<Endpoint>> {
+        Ok(Some(if host_ip.is_ipv4() {
+            endpoint(21, IpAddr::from([172, 18, 0, 2]))
+        } else {
+            endpoint(22, "fd00::2".parse().unwrap())
+        }))
+    }
+
+    /// `web`'s ports as `origin`'s planner sees them on a host whose bridge has `bridge_mac`.
+    fn plan_web<R>(
+        published: &[PublishedPort],
+        bridge_mac: Option<MacAddr>,
+        origin: Origin,
+        endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
+        rules: Option<R>,
+    ) -> Result<ExposurePlan, NotExposed>
+    where
+        R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
+    {
+        let host = host(bridge_mac);
+        plan_container(
+            "web",
+            published,
+            &ingress(),
+            &host,
+            origin,
+            endpoint_for,
+            rules,
+        )
+        .expect("nothing to find out that can fail")
+    }
+
+    #[test]
+    fn a_containers_ports_on_the_nics_are_planned_with_its_bridges_mac() {
+        let both = [published("0.0.0.0", 8080), published("::", 8080)];
+        let planned = plan_web(
+            &both,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            two_networks,
+            None::<NoRules>,
+        );
+        // Both families lead to two networks: refused, whoever asks.
+        assert!(matches!(planned, Err(NotExposed::SeveralNetworks)));
+
+        let v4 = [published("0.0.0.0", 8080)];
+        let plan = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Watch,
+            two_networks,
+            None::<NoRules>,
+        )
+        .expect("planned");
+        assert_eq!(plan.container, "web");
+        assert_eq!(plan.endpoint.host_ifindex, 21);
+        assert_eq!(plan.gateway_mac, BRIDGE_MAC);
+        assert_eq!(plan.origin, Origin::Watch);
+        assert!(plan.bypass_firewall, "no rules were asked for");
+        // 0.0.0.0: the NIC's one IPv4 address.
+        let hosts: Vec<IpAddr> = plan.ports.iter().map(|m| m.host_addr).collect();
+        assert_eq!(hosts, [IpAddr::from([192, 0, 2, 1])]);
+    }
+
+    #[test]
+    fn a_refusal_says_why_and_the_rules_are_read_only_for_ports_on_one_network() {
+        let asked = Cell::new(0);
+        let dropping = |_: &firewall::PublishedPort<'_>| {
+            asked.set(asked.get() + 1);
+            Ok(vec![firewall::Blocker {
+                table: "filter".to_owned(),
+                chain: "FORWARD".to_owned(),
+                rule: "drop".to_owned(),
+            }])
+        };
+        let v4 = [published("0.0.0.0", 8080)];
+        let none_found = |_| Ok(None);
+        let planned = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            none_found,
+            Some(dropping),
+        );
+        assert!(matches!(planned, Err(NotExposed::NotOnTheNics)));
+        assert_eq!(asked.get(), 0);
+
+        let planned = plan_web(
+            &v4,
+            Some(BRIDGE_MAC),
+            Origin::Manual,
+            two_networks,
+            Some(dropping),
+        );
+        let Err(NotExposed::Rule { veth, port, rule }) = planned else {
+            panic!("refused by the rule: {planned:?}");
+        };
+        assert_eq!((veth, port.host_port), (21, 8080));
+        assert_eq!(rule, "[filter chain FORWARD: drop]");
+        assert_eq!(asked.get(), 1);
+
+        let planned = plan_web(&v4, None, Origin::Manual, two_networks, None::<NoRules>);
+        assert!(matches!(
+            planned,
+            Err(NotExposed::NoGatewayMac { veth: 21, ref bridge }) if bridge == "br0"
+        ));
     }
 }

@@ -3,8 +3,11 @@
 use std::fmt::{Display, Write as _};
 
 use super::{counters::WatchCounters, scrape::PinnedState};
-use crate::datapath::{ConnectionTables, ExposedPort, InterfaceCounters, Kind, TableFill, Traffic};
 use crate::rules::{FIREWALL_REASON, REASONS};
+use crate::{
+    choice::Kind,
+    datapath::{ConnectionTables, ExposedPort, InterfaceCounters, TableFill, Traffic},
+};
 
 /// Renders the exposition text, family by family in a fixed order.
 pub(super) fn render(state: &PinnedState, watch: WatchCounters) -> String {
@@ -377,7 +380,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::datapath::{Capacity, LinkRecord, Origin};
+    use crate::{
+        choice::Origin,
+        datapath::{Capacity, LinkRecord},
+    };
 
     /// A fixed state and loop, with something in every family.
     fn fixed() -> (PinnedState, WatchCounters) {

@@ -3,8 +3,9 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::datapath::{
-    Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, Kind, LinkRecord,
+use crate::{
+    choice::Kind,
+    datapath::{Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, LinkRecord},
 };
 
 /// The pinned state at scrape time.

@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use crate::datapath::Choice;
+use crate::choice::Choice;
 use crate::labels::{self, OptIn, Policy};
 use crate::rules::{
     self, Refusal, Side, Unusable,

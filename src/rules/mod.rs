@@ -15,7 +15,7 @@ mod refusal;
 
 pub(crate) use refusal::{FIREWALL_REASON, REASONS, Refusal, Unusable};
 
-use crate::datapath::Choice;
+use crate::choice::Choice;
 
 /// What one end's labels say about the pair.
 #[derive(Debug, Clone, Copy)]

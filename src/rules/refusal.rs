@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::keys::ICC_OPTION;
-use crate::datapath::Choice;
+use crate::choice::Choice;
 
 /// Why a network cannot carry a link, as far as its driver and options tell.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,10 +8,10 @@ use aya_ebpf::{
     },
     programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, Opening, PROTO_UDP, PortKey, PortTarget};
+use dxdp_common::ingress::{Flow, FlowKey, Opening, PortKey, PortTarget};
 
 use crate::{
-    headers::{PACKET_HOST, words},
+    headers::{PACKET_HOST, PROTO_UDP, words},
     maps::{FLOWS, OPENING, PORTS, UDP_FLOWS},
 };
 

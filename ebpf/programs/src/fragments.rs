@@ -12,13 +12,13 @@
 //! kernel sends a datagram's fragments in order, the first first (`ip_do_fragment`,
 //! `ip6_fragment`); a fragment that finds no record takes the stack, as before.
 use aya_ebpf::{bindings::TC_ACT_UNSPEC, programs::TcContext};
-use dxdp_common::ingress::{FlowKey, FragmentKey, PROTO_TCP, PROTO_UDP, PortKey};
+use dxdp_common::ingress::{FlowKey, FragmentKey, PortKey};
 
 use crate::{
     flows::{known_flow, out_of_nic},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_FRAGMENT, IPV6_FRAGMENT_HLEN, IPV6_HLEN,
-        ethertype, fits_mtu, v4_mapped,
+        PROTO_TCP, PROTO_UDP, TCP_CSUM_OFF, UDP_CSUM_OFF, ethertype, fits_mtu, v4_mapped,
     },
     maps::{PORTS, REPLY_FRAGMENTS},
     rewrite::{self, Sums},
@@ -26,8 +26,6 @@ use crate::{
 
 /// The ports, which the first fragment's layer-4 header starts with.
 const PORTS_LEN: usize = 4;
-const TCP_CSUM_OFF: usize = 16;
-const UDP_CSUM_OFF: usize = 6;
 
 /// One fragment of a TCP or UDP datagram.
 struct Fragment {

@@ -1,24 +1,45 @@
-//! The header layouts every program reads, in one place: sizes, EtherTypes, protocol numbers,
-//! and the two ways addresses are held (v4-mapped bytes, the kernel's network-order words).
+//! The header layouts every program reads, in one place: sizes, offsets, EtherTypes, protocol
+//! numbers, the checks the host's stack makes of an IP header, and the two ways addresses are
+//! held (v4-mapped bytes, the kernel's network-order words). What userspace shares with the
+//! programs (the IP header sizes and checks, TCP's and UDP's numbers) is defined in
+//! `dxdp_common` and handed on from here, so that a program takes all of it from one module.
 use aya_ebpf::{
     bindings::bpf_check_mtu_flags::BPF_MTU_CHK_SEGS,
     helpers::generated::bpf_check_mtu,
     programs::{TcContext, XdpContext},
+};
+pub(crate) use dxdp_common::{
+    ingress::{PROTO_TCP, PROTO_UDP},
+    stack::{
+        IPV4_HLEN, IPV6_HLEN, ipv4_fragment, ipv4_header_checksum_ok, ipv4_header_valid,
+        ipv6_length_valid,
+    },
 };
 
 pub(crate) const ETH_HLEN: usize = 14;
 pub(crate) const ETH_P_IP: u16 = 0x0800;
 pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
 pub(crate) const ETH_P_ARP: u16 = 0x0806;
-/// An IPv4 header without options, and IPv6's fixed header.
-pub(crate) const IPV4_HLEN: usize = 20;
-pub(crate) const IPV6_HLEN: usize = 40;
 /// IPv6's fragment header: its number as a next header, and its length.
 pub(crate) const IPV6_FRAGMENT: u8 = 44;
 pub(crate) const IPV6_FRAGMENT_HLEN: usize = 8;
 pub(crate) const PROTO_ICMP: u8 = 1;
 pub(crate) const PROTO_ICMPV6: u8 = 58;
 pub(crate) const PROTO_SCTP: u8 = 132;
+/// An ICMP or ICMPv6 header: type, code, checksum and four bytes that depend on the type.
+pub(crate) const ICMP_HLEN: usize = 8;
+/// TCP's sequence and acknowledgement numbers, its data offset, its flags byte and its checksum.
+pub(crate) const TCP_SEQ_OFF: usize = 4;
+pub(crate) const TCP_ACK_SEQ_OFF: usize = 8;
+pub(crate) const TCP_DOFF_OFF: usize = 12;
+pub(crate) const TCP_FLAGS_OFF: usize = 13;
+pub(crate) const TCP_CSUM_OFF: usize = 16;
+/// The smallest TCP and UDP headers.
+pub(crate) const TCP_HLEN: u16 = 20;
+pub(crate) const UDP_HLEN: u16 = 8;
+/// UDP's length and checksum.
+pub(crate) const UDP_LEN_OFF: usize = 4;
+pub(crate) const UDP_CSUM_OFF: usize = 6;
 /// `skb->pkt_type` of a frame addressed to the receiving device's own MAC: anything else
 /// (broadcast, multicast, another host's MAC) is not the host's to route.
 pub(crate) const PACKET_HOST: u32 = 0;

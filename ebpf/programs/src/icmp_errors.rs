@@ -24,20 +24,17 @@ use aya_ebpf::{
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::{
-    FlowKey, PROTO_TCP, PROTO_UDP, ipv4_header_checksum_ok, refused_source,
-};
+use dxdp_common::ingress::{FlowKey, refused_source};
 
 use crate::{
     flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
     headers::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6, ethertype,
-        fits_mtu, v4_mapped, words,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6,
+        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_header_checksum_ok, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
 };
 
-const ICMP_HLEN: usize = 8;
 /// What an error quotes of the packet it is about and this reads: the IP header and the ports.
 const QUOTED_L4: usize = 4;
 /// ICMPv4 destination unreachable (fragmentation needed is its code 4) and time exceeded.

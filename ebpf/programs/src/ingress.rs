@@ -20,12 +20,9 @@
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
 use aya_ebpf::{bindings::TC_ACT_UNSPEC, programs::TcContext};
-use dxdp_common::{
-    ingress::{
-        Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, TCP_ACK, TCP_RST, TCP_SYN,
-        refused_source, tcp_flags_valid, udp_length_valid,
-    },
-    stack::{ipv4_header_valid, ipv6_length_valid},
+use dxdp_common::ingress::{
+    Flow, FlowKey, Opening, PortKey, TCP_ACK, TCP_RST, TCP_SYN, refused_source, tcp_flags_valid,
+    udp_length_valid,
 };
 
 use crate::{
@@ -33,7 +30,10 @@ use crate::{
         Known, exposed, for_this_host, into_container, known_flow, now, out_of_nic, routes_back,
     },
     headers::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, ethertype, fits_mtu, v4_mapped,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_TCP, PROTO_UDP,
+        TCP_ACK_SEQ_OFF, TCP_CSUM_OFF, TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF,
+        UDP_CSUM_OFF, UDP_HLEN, UDP_LEN_OFF, ethertype, fits_mtu, ipv4_header_valid,
+        ipv6_length_valid, v4_mapped,
     },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
@@ -41,17 +41,6 @@ use crate::{
 
 /// Source and destination port, and UDP's length and checksum: what is read of layer 4.
 const L4_READ: usize = 8;
-const TCP_CSUM_OFF: usize = 16;
-/// TCP's sequence and acknowledgement numbers, its data offset and its flags byte.
-const TCP_SEQ_OFF: usize = 4;
-const TCP_ACK_SEQ_OFF: usize = 8;
-const TCP_DOFF_OFF: usize = 12;
-const TCP_FLAGS_OFF: usize = 13;
-/// The smallest TCP and UDP headers.
-const TCP_HLEN: u16 = 20;
-const UDP_HLEN: u16 = 8;
-const UDP_LEN_OFF: usize = 4;
-const UDP_CSUM_OFF: usize = 6;
 
 /// A TCP or UDP packet's addresses and ports, and where its headers sit.
 pub(crate) struct Packet {

@@ -1,14 +1,12 @@
 //! Rewriting an address or a port in place, with every checksum that covers it made right: the
 //! IPv4 header's, and the layer-4 one (pseudo-header included) whether it is complete, partial
 //! (offloaded) or, for UDP over IPv4, absent.
+use crate::headers::{PROTO_UDP, words};
 use aya_ebpf::{
     bindings::{BPF_F_MARK_MANGLED_0, BPF_F_PSEUDO_HDR},
     helpers::generated::bpf_csum_diff,
     programs::TcContext,
 };
-use dxdp_common::ingress::PROTO_UDP;
-
-use crate::headers::words;
 
 /// Where the checksums that cover a packet's addresses and ports sit.
 #[derive(Clone, Copy)]

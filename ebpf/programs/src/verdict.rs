@@ -1,16 +1,13 @@
 //! The one decision both datapaths share.
 use dxdp_common::{
-    CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr, TunnelPeerKey,
-    ingress::{PROTO_TCP, PROTO_UDP},
-    is_remote_endpoint,
-    stack::{ipv4_fragment, ipv4_header_valid, ipv6_length_valid},
+    CLOSED_IPV4, CLOSED_IPV6, Counters, LinkKey, MacAddr, TunnelPeerKey, is_remote_endpoint,
 };
 
 use crate::{
     Frame,
     headers::{
         ETH_HLEN, ETH_P_ARP, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_ICMPV6, PROTO_SCTP,
-        v4_mapped,
+        PROTO_TCP, PROTO_UDP, ipv4_fragment, ipv4_header_valid, ipv6_length_valid, v4_mapped,
     },
     maps::{COUNTERS, ENDPOINTS, LINKS, SOURCES, TARGETS, TUNNEL_PEERS},
 };

@@ -4,7 +4,10 @@ use std::{collections::HashMap, net::SocketAddr, time::Duration};
 
 use serde::Serialize;
 
-use crate::datapath::{ExposedPort, InterfaceCounters, Kind, LinkRecord, Traffic};
+use crate::{
+    choice::Kind,
+    datapath::{ExposedPort, InterfaceCounters, LinkRecord, Traffic},
+};
 
 /// One read of the pinned state: cumulative counters, with the veths' current names.
 #[derive(Clone, Debug, Default)]

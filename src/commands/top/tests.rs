@@ -1,7 +1,10 @@
 use super::*;
 use std::time::UNIX_EPOCH;
 
-use crate::datapath::{InterfaceCounters, Kind, LinkRecord, Origin, Traffic};
+use crate::{
+    choice::{Kind, Origin},
+    datapath::{InterfaceCounters, LinkRecord, Traffic},
+};
 
 fn link(low: u32, high: u32, l2h: (u64, u64), h2l: (u64, u64)) -> LinkSnap {
     LinkSnap {

@@ -24,8 +24,9 @@ use tracing::{info, warn};
 
 use super::runtime;
 use crate::{
+    choice::Origin,
     cli::WatchArgs,
-    datapath::{Capacity, Datapath, ExistingConnections, Origin, Unlocked},
+    datapath::{Capacity, Datapath, ExistingConnections, Unlocked},
     docker::Docker,
     engine::{
         Engine, Outcome, RealHost, Which,

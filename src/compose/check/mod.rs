@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use crate::datapath::Choice;
+use crate::choice::Choice;
 use crate::labels::{self, LabelError, OptIn, Policy, shown_value};
 use crate::rules::{
     self, Side,

@@ -6,9 +6,8 @@ use anyhow::Result;
 
 use super::{LinkStore, LinkTable};
 use crate::{
-    datapath::{
-        Datapath, ExistingConnections, ExposedPort, Exposure, Kind, LinkRecord, LinkRequest, Origin,
-    },
+    choice::{Kind, Origin},
+    datapath::{Datapath, ExistingConnections, ExposedPort, Exposure, LinkRecord, LinkRequest},
     endpoint::Endpoint,
     engine::PortStore,
     family::Families,

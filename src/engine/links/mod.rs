@@ -25,7 +25,8 @@ use std::{collections::BTreeSet, net::IpAddr};
 use anyhow::Result;
 
 use crate::{
-    datapath::{Kind, LinkRecord, Origin},
+    choice::{Kind, Origin},
+    datapath::LinkRecord,
     endpoint::Endpoint,
     family::Families,
     netlink::Interface,

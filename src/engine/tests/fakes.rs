@@ -10,7 +10,8 @@ use std::{
 use anyhow::{Result, anyhow, bail};
 
 use crate::{
-    datapath::{ExistingConnections, ExposedPort, Exposure, Kind, LinkRecord, Origin, Traffic},
+    choice::{Kind, Origin},
+    datapath::{ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
     docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
     endpoint::Endpoint,
     engine::{

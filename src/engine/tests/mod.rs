@@ -390,7 +390,7 @@ fn exposed_by_hand(world: &mut World, bypass_firewall: bool) {
         host_port: 8080,
         container_addr: std::net::IpAddr::from([10, 0, 0, 21]),
         container_port: 80,
-        origin: crate::datapath::Origin::Manual,
+        origin: crate::choice::Origin::Manual,
         bypasses_firewall: bypass_firewall,
         created_unix_secs: 0,
         inbound: Default::default(),
