@@ -425,6 +425,7 @@ mod tests {
             bridge_ifindex: BRIDGE,
             bridge_name: "br0".to_owned(),
             addrs: vec![addr],
+            tunnel_ifindex: None,
         }
     }
 
