@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    DOCKER, DXDP, Run, Status, World, can_run, docker_ok, link_between, quietly, require_docker,
-    run_for, try_run, wait_until,
+    DOCKER, DXDP, Run, Status, World, can_run, docker_ok, free_port, link_between, missing_tools,
+    quietly, require_docker, run_for, scrape_metrics, try_run, wait_until,
 };
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -394,6 +394,54 @@ fn in_sandbox(sandbox: &str, argv: &[&str]) -> Run {
     run_for(&full, Duration::from_secs(20))
 }
 
+/// The packets `/metrics` at `addr` counts over the link from `a` to `b` on `net`, in the
+/// overlay sandbox `sandbox` (the series labeled `sandbox`); `None` without such a series.
+fn overlay_link_packets(addr: &str, (a, b): (&str, &str), net: &str, sandbox: &str) -> Option<f64> {
+    let prefix = format!(
+        "dxdp_link_redirected_packets_total{{from=\"{a}\",to=\"{b}\",network=\"{net}\",datapath="
+    );
+    let suffix = format!(",sandbox=\"{sandbox}\"}}");
+    scrape_metrics(addr)?
+        .into_iter()
+        .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .map(|(_, packets)| packets)
+}
+
+/// `/metrics` at `addr` passes `promtool check metrics` (when promtool is installed).
+#[track_caller]
+fn assert_promtool_accepts(addr: &str) {
+    use std::io::{Read, Write};
+    if !missing_tools(&["promtool"]).is_empty() {
+        eprintln!("promtool is not installed: the exposition is not linted");
+        return;
+    }
+    let mut conn = std::net::TcpStream::connect(addr).expect("/metrics answers");
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(conn, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("a body");
+    let mut lint = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}\n{body}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+}
+
 /// An iptables rule in a sandbox, deleted on drop.
 struct SandboxRule {
     sandbox: String,
@@ -472,6 +520,17 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         );
 
         assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+        // `doctor` checks the sandbox's datapath from inside it: the link's programs attached.
+        let doctor = world.dxdp.run(&["doctor"]);
+        assert!(
+            doctor.stdout.contains(&format!(
+                "[ ok ] overlay sandbox {sandbox} (network {net}, pinned at"
+            )) && doctor.stdout.contains("): 1 link(s), 2 managed veth(s)")
+                && !doctor
+                    .stdout
+                    .contains(&format!("in overlay sandbox {sandbox}:")),
+            "doctor on the overlay link: {doctor}"
+        );
         // `top` shows the sandbox's link, its veths named with the sandbox.
         let top = dxdp_ok(
             &world.dxdp,
@@ -534,6 +593,15 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         gone.stdout.contains("GONE") && gone.stdout.contains(&sandbox),
         "a gone sandbox's link: {gone}"
     );
+    // `doctor` reports the state left behind, with the way out.
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains(&format!("[warn] overlay sandbox {sandbox} is gone"))
+            && doctor.stdout.contains("fix: dxdp cleanup removes it"),
+        "doctor on a gone sandbox's state: {doctor}"
+    );
     let out = dxdp_ok(&world.dxdp, &["unlink", &a, &c]);
     assert!(out.contains("which is gone"), "{out}");
     let left: Vec<_> = std::fs::read_dir(&sites)
@@ -573,7 +641,8 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
         "-l",
         group.as_str(),
     ];
-    let mut watch = world.watch(&["--resync", "1"]);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut watch = world.watch(&["--resync", "1", "--metrics", &metrics]);
     let a = world.run("a", &labeled, &["sleep", "600"]);
     let b = world.run("b", &labeled, &["sleep", "600"]);
     let c = world.run("c", &["--network", net.as_str()], &["sleep", "600"]);
@@ -591,6 +660,34 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
         watch.log_text()
     );
     assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+
+    // `/metrics` serves the sandbox's link, labeled with the sandbox, its counters moving with
+    // the pair's traffic, and the exposition passes promtool.
+    // Both directions are series of their own: `a` to `b` is one.
+    let before = overlay_link_packets(&metrics, (&a, &b), &net, &sandbox).unwrap_or_else(|| {
+        panic!(
+            "no series of the overlay link in /metrics: {:#?}",
+            scrape_metrics(&metrics)
+        )
+    });
+    assert!(before >= 3.0, "the overlay link's series counts {before}");
+    let ping = docker(&[
+        "exec", &a, "ping", "-c", "5", "-i", "0.2", "-W", "1", "-w", "5", &ip_b,
+    ])
+    .expect("ping ran");
+    assert!(ping.success(), "{ping}");
+    let after = overlay_link_packets(&metrics, (&a, &b), &net, &sandbox).unwrap_or(0.0);
+    assert!(
+        after >= before + 5.0,
+        "the overlay link's counter did not move with 5 pings: {before} then {after}"
+    );
+    let scraped = scrape_metrics(&metrics).unwrap_or_default();
+    assert_eq!(
+        scraped.get("dxdp_overlay_sandboxes{state=\"live\"}"),
+        Some(&1.0),
+        "{scraped:#?}"
+    );
+    assert_promtool_accepts(&metrics);
 
     // A rule in the sandbox: the next resync takes the link away and says why.
     let rule = SandboxRule::insert(
