@@ -858,6 +858,94 @@ fn watch_links_a_services_tasks_by_its_deploy_labels() {
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// `docker service update --label-add` reaches the service's running tasks at once: the watch
+/// follows the manager's service events, so the tasks are linked within seconds (its resync, 60
+/// s, and full refresh, every tenth, are far off), and `--label-rm` takes the link away as fast.
+#[test]
+fn a_service_label_change_reaches_its_running_tasks_within_seconds() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let mut world = World::shared();
+    let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let mut watch = world.watch(&["--resync", "60"]);
+    let service = Service::create(
+        &format!("{}-upd", world.prefix),
+        &[
+            "--network",
+            net.as_str(),
+            "--endpoint-mode",
+            "dnsrr",
+            "--no-resolve-image",
+            "--replicas",
+            "2",
+        ],
+        &["sleep", "600"],
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || service.tasks().len() == 2),
+        "the service's tasks did not start within 60 s"
+    );
+    let tasks = service.tasks();
+    let linked = |world: &World| {
+        link_between(&world.dxdp.status(), &tasks[0], &tasks[1])
+            .is_some_and(|l| l.sandbox.is_some() && l.origin == "watch")
+    };
+    // Let the watch see the tasks start: unlabeled, they are not linked.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!linked(&world), "linked before any label");
+
+    let group = format!("dxdp.group={}", world.prefix);
+    docker_ok(&[
+        "service",
+        "update",
+        "--detach",
+        "--label-add",
+        "dxdp.enable=true",
+        "--label-add",
+        &group,
+        &service.name,
+    ]);
+    let started = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(10), || linked(&world)),
+        "the tasks {tasks:?} were not linked within 10 s of the service's --label-add: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    eprintln!("linked {:?} after --label-add", started.elapsed());
+    assert_eq!(
+        service.tasks(),
+        tasks,
+        "the label change restarted the tasks"
+    );
+
+    docker_ok(&[
+        "service",
+        "update",
+        "--detach",
+        "--label-rm",
+        "dxdp.enable",
+        &service.name,
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(10), || world
+            .dxdp
+            .status()
+            .links
+            .is_empty()),
+        "the link outlived the service's --label-rm by 10 s: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    assert!(watch.alive(), "the watch died: {}", watch.log_text());
+    drop(service);
+    drop(watch);
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// A Swarm task's port published with `mode=host` is Docker's DNAT on the task's bridge, which
 /// `dxdp expose` takes from the NIC like any container's (iperf3 from outside rides it), while a
 /// port published through the routing mesh is refused in one line saying why.
