@@ -6,13 +6,13 @@
 //! keeps). A dockerd that is in a swarm already is someone else's: the test does not run there
 //! (it fails under CI=true, as any test that cannot run). Everything is undone by guards, in
 //! reverse order, also when an assertion fails: the stack, the containers and the network, the
-//! pin directory, the shared bpffs mount, the swarm.
+//! pin directory, the mounts made shared (bpffs, the one holding /run), the swarm.
 
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    DOCKER, DXDP, Run, Status, World, can_run, docker_ok, free_port, link_between, missing_tools,
-    quietly, require_docker, run_for, scrape_metrics, try_run, wait_until,
+    DOCKER, DXDP, Run, SharedMount, Status, World, can_run, docker_ok, free_port, link_between,
+    missing_tools, quietly, require_docker, run_for, scrape_metrics, try_run, wait_until,
 };
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -116,36 +116,6 @@ impl Drop for Swarm {
     fn drop(&mut self) {
         if let Err(e) = self.leave() {
             eprintln!("cleanup: {e}");
-        }
-    }
-}
-
-/// `mount --make-shared /sys/fs/bpf` when it is not (the stack's `rslave` bind needs it, as
-/// the README says); made private again on drop.
-struct SharedBpffs {
-    changed: bool,
-}
-
-impl SharedBpffs {
-    #[track_caller]
-    fn ensure() -> Self {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-        let line = mountinfo
-            .lines()
-            .find(|l| l.split_whitespace().nth(4) == Some(BPFFS))
-            .expect("bpffs in mountinfo");
-        if line.contains(" shared:") {
-            return Self { changed: false };
-        }
-        run_for(&["mount", "--make-shared", BPFFS], Duration::from_secs(20)).assert_success();
-        Self { changed: true }
-    }
-}
-
-impl Drop for SharedBpffs {
-    fn drop(&mut self) {
-        if self.changed {
-            quietly(&["mount", "--make-private", BPFFS]);
         }
     }
 }
@@ -259,9 +229,11 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     )
     .assert_success();
 
-    // Dropped in reverse: stack, world (containers, network, pin directory), bpffs, swarm.
+    // Dropped in reverse: stack, world (containers, networks, pin directory), the mounts made
+    // shared for the stack's rslave binds (the README says so), swarm.
     let mut swarm = Swarm::init();
-    let bpffs = SharedBpffs::ensure();
+    let bpffs = SharedMount::ensure(BPFFS);
+    let run_dir = SharedMount::ensure("/var/run");
     let mut world = World::shared();
     let pin_dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
     let stack = Stack::deploy(&format!("{}-stack", world.prefix), &pin_dir);
@@ -285,14 +257,15 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     let a = world.run("a", &labels, &[]);
     let b = world.run("b", &labels, &[]);
     // The watch makes the pin directory when it first needs it: until then, no status.
-    let status = || -> Option<Status> {
+    let status = |world: &World| -> Option<Status> {
         let run = world.dxdp.run(&["status", "--json"]);
         run.success()
             .then(|| serde_json::from_str(&run.stdout).ok())
             .flatten()
     };
     let linked = wait_until(Duration::from_secs(30), || {
-        status().is_some_and(|s| link_between(&s, &a, &b).is_some_and(|l| l.origin == "watch"))
+        status(&world)
+            .is_some_and(|s| link_between(&s, &a, &b).is_some_and(|l| l.origin == "watch"))
     });
     assert!(
         linked,
@@ -306,9 +279,30 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
         (net.as_str(), "tc")
     );
 
+    // An overlay network made after the stack's task started: its sandbox, an nsfs mount
+    // dockerd makes under /var/run/docker/netns now, reaches the task through the rslave bind
+    // of /var/run, and the stack's watch links a labeled pair on it inside the sandbox.
+    let ov = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let on_ov = ["--network", &ov, "-l", "dxdp.enable=true", "-l", &group];
+    let c = world.run("c", &on_ov, &[]);
+    let d = world.run("d", &on_ov, &[]);
+    let linked = wait_until(Duration::from_secs(30), || {
+        status(&world).is_some_and(|s| {
+            link_between(&s, &c, &d).is_some_and(|l| l.origin == "watch" && l.sandbox.is_some())
+        })
+    });
+    assert!(
+        linked,
+        "no watch link between {c} and {d} in the sandbox of {ov} within 30 s (is the stack's \
+         /var/run bind rslave?): {:#?}\n{}",
+        world.dxdp.status(),
+        stack.diagnostics()
+    );
+
     // Undone in order, then checked: the host's dockerd is as the test found it.
     drop(stack);
     drop(world);
+    drop(run_dir);
     drop(bpffs);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(swarm_state(), "inactive");
