@@ -43,6 +43,20 @@ pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/dxdp";
 
+/// A managed veth's attachment, as [`Datapath::attachments`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attachment {
+    /// dxdp's program is attached and its attachment pinned.
+    Attached,
+    /// The veth is gone (its container stopped); its entries remain until a pass or command
+    /// collects them.
+    VethGone,
+    /// dxdp's program is not attached: the veth's frames take the bridge.
+    Detached,
+    /// Attached, but its pin is gone: nothing of dxdp's would ever detach it.
+    Unpinned,
+}
+
 /// How the pinned maps spell a link's datapath: the codes the eBPF programs read.
 impl Kind {
     pub(crate) const fn code(self) -> u8 {
@@ -622,6 +636,30 @@ impl Datapath {
                     out.push((iface.name.clone(), description));
                 }
             }
+        }
+        Ok(out)
+    }
+
+    /// How each managed veth's attachment stands, asked of the kernel in the calling thread's
+    /// namespace (`doctor`'s consistency check): the state a process killed mid-way, a veth
+    /// destroyed under a link, or another tool's detach leaves.
+    pub fn attachments(&mut self, host: &[Interface]) -> Result<Vec<(u32, Attachment)>> {
+        let managed = self.interfaces()?;
+        let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
+        let mut out = Vec::new();
+        for (ifindex, kind) in managed {
+            let state = match host.iter().find(|i| i.index == ifindex) {
+                None => Attachment::VethGone,
+                Some(iface) => match (
+                    programs.attached(kind, &iface.name, Some(iface))?,
+                    self.pins.link(kind, ifindex).exists(),
+                ) {
+                    (true, true) => Attachment::Attached,
+                    (true, false) => Attachment::Unpinned,
+                    (false, _) => Attachment::Detached,
+                },
+            };
+            out.push((ifindex, state));
         }
         Ok(out)
     }

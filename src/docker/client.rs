@@ -200,10 +200,15 @@ impl Docker {
         Ok(())
     }
 
-    /// Container and network events from `since` (unix seconds) on: they are all that can
-    /// change a link.
+    /// Container and network events from `since` (unix seconds) on, and Swarm service events
+    /// (a manager's: a service's labels changed reach its running tasks): they are all that can
+    /// change a link. Podman has no services.
     pub fn events_since(&self, since: u64) -> impl Stream<Item = Result<Event>> + use<> {
-        let filters = HashMap::from([("type", vec!["container", "network"])]);
+        let mut types = vec!["container", "network"];
+        if !self.is_podman() {
+            types.push("service");
+        }
+        let filters = HashMap::from([("type", types)]);
         let options = EventsOptionsBuilder::new()
             .since(&since.to_string())
             .filters(&filters)
@@ -456,7 +461,7 @@ pub struct BridgeNetwork {
 }
 
 /// The label Swarm puts on a task's container: the id of the service it belongs to.
-const SWARM_SERVICE_ID: &str = "com.docker.swarm.service.id";
+pub(crate) const SWARM_SERVICE_ID: &str = "com.docker.swarm.service.id";
 
 impl Docker {
     /// Adds the `dxdp.*` labels of a Swarm task's service (a stack file's `deploy.labels`,
@@ -547,6 +552,9 @@ pub struct Event {
     pub container: Option<String>,
     /// The network, for network events.
     pub network: Option<String>,
+    /// The Swarm service's id, for service events (`update`: its spec, labels included,
+    /// changed).
+    pub service: Option<String>,
 }
 
 /// From `Type`, `Action` and `Actor`: API 1.52 drops the old `status`, `id` and `from` fields,
@@ -554,8 +562,8 @@ pub struct Event {
 fn event_of(event: bollard::models::EventMessage) -> Event {
     use bollard::models::EventMessageTypeEnum as Type;
     let actor = event.actor.unwrap_or_default();
-    let (container, network) = match event.typ {
-        Some(Type::CONTAINER) => (actor.id, None),
+    let (container, network, service) = match event.typ {
+        Some(Type::CONTAINER) => (actor.id, None, None),
         Some(Type::NETWORK) => (
             actor
                 .attributes
@@ -563,13 +571,16 @@ fn event_of(event: bollard::models::EventMessage) -> Event {
                 .remove("container")
                 .filter(|id| !id.is_empty()),
             actor.id,
+            None,
         ),
-        _ => (None, None),
+        Some(Type::SERVICE) => (None, None, actor.id.filter(|id| !id.is_empty())),
+        _ => (None, None, None),
     };
     Event {
         action: event.action.unwrap_or_default(),
         container,
         network,
+        service,
     }
 }
 
@@ -823,6 +834,28 @@ mod tests {
                 action: "start".to_owned(),
                 container: Some("6a971f4056db".to_owned()),
                 network: None,
+                service: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_service_update_is_about_its_service() {
+        // As Engine 28 sends it on a manager after `docker service update --label-add`.
+        let event = serde_json::from_str(
+            r#"{"Type": "service", "Action": "update",
+                "Actor": {"ID": "qqxh7f1pd1neffvl5oibv86zl",
+                          "Attributes": {"name": "web"}},
+                "scope": "swarm", "time": 1764755000, "timeNano": 1764755000123456789}"#,
+        )
+        .expect("service event parses");
+        assert_eq!(
+            event_of(event),
+            Event {
+                action: "update".to_owned(),
+                container: None,
+                network: None,
+                service: Some("qqxh7f1pd1neffvl5oibv86zl".to_owned()),
             }
         );
     }
@@ -842,6 +875,7 @@ mod tests {
                 action: "connect".to_owned(),
                 container: Some("6a971f4056db".to_owned()),
                 network: Some("53d14924c787".to_owned()),
+                service: None,
             }
         );
     }

@@ -149,6 +149,21 @@ impl Inventory {
         self.containers.values().map(|held| &held.container)
     }
 
+    /// The running tasks of the Swarm service `service` (by id) held, by container id.
+    pub fn tasks_of(&self, service: &str) -> BTreeSet<String> {
+        self.containers
+            .iter()
+            .filter(|(_, held)| {
+                held.container
+                    .view
+                    .labels
+                    .get(super::client::SWARM_SERVICE_ID)
+                    .is_some_and(|id| id == service)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Container inspects made so far.
     pub fn inspections(&self) -> u64 {
         self.inspections

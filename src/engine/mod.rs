@@ -117,9 +117,16 @@ impl<H: Host> Engine<H> {
         self.reconcile(source, Which::All).await
     }
 
-    /// The pass an event calls for, if any: one about the container it names, or a whole one.
-    /// A removed network is forgotten at once.
+    /// The pass an event calls for, if any: one about the container it names, or a whole one;
+    /// for a Swarm service's update, one about its running tasks here (their inspects read the
+    /// service's labels again), none if it has none. A removed network is forgotten at once.
     pub fn scope_of(&mut self, event: &Event) -> Option<Which> {
+        if event.service.is_some() {
+            let service = which::updates_service(event)?;
+            let tasks = self.inventory.tasks_of(service);
+            debug!(service, tasks = tasks.len(), "docker service update");
+            return (!tasks.is_empty()).then_some(Which::Containers(tasks));
+        }
         if !which::is_relevant(event) {
             return None;
         }

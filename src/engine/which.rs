@@ -64,6 +64,14 @@ pub(super) fn is_relevant(event: &Event) -> bool {
     RELEVANT.contains(&verb(&event.action))
 }
 
+/// The service a Swarm service's `update` is about: its labels may have changed, which its
+/// running tasks' links depend on. (Its tasks' starts and stops are container events.)
+pub(super) fn updates_service(event: &Event) -> Option<&str> {
+    (verb(&event.action) == "update")
+        .then_some(event.service.as_deref())
+        .flatten()
+}
+
 /// Whether the event says a network was removed.
 pub(super) fn removes_network(event: &Event) -> bool {
     verb(&event.action) == "destroy" && event.container.is_none() && event.network.is_some()
@@ -83,6 +91,7 @@ mod tests {
             action: action.to_owned(),
             container: container.map(str::to_owned),
             network: network.map(str::to_owned),
+            service: None,
         }
     }
 
@@ -111,6 +120,13 @@ mod tests {
             None
         )));
         assert!(removes_network(&event("destroy", None, Some("n"))));
+        let service = |action: &str| Event {
+            service: Some("svc".to_owned()),
+            ..event(action, None, None)
+        };
+        assert_eq!(updates_service(&service("update")), Some("svc"));
+        assert_eq!(updates_service(&service("remove")), None);
+        assert_eq!(updates_service(&event("update", Some("a"), None)), None);
         assert!(!removes_network(&event("destroy", Some("a"), None)));
     }
 }

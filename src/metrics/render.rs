@@ -2,11 +2,14 @@
 //! one per family of metrics, so that the format is unit-tested.
 use std::fmt::{Display, Write as _};
 
-use super::{counters::WatchCounters, scrape::PinnedState};
+use super::{
+    counters::WatchCounters,
+    scrape::{InterfaceState, PinnedState},
+};
 use crate::rules::{FIREWALL_REASON, REASONS};
 use crate::{
     choice::Kind,
-    datapath::{ConnectionTables, ExposedPort, InterfaceCounters, TableFill, Traffic},
+    datapath::{ConnectionTables, ExposedPort, InterfaceCounters, LinkRecord, TableFill, Traffic},
 };
 
 /// Renders the exposition text, family by family in a fixed order.
@@ -28,16 +31,44 @@ pub(super) fn render(state: &PinnedState, watch: WatchCounters) -> String {
         watch.last_success_unix,
     );
     render_maps(&mut out, state);
+    render_sandboxes(&mut out, state);
     render_build_info(&mut out);
     out
 }
 
+/// A pinned datapath's links and veths, with the labels its samples add.
+struct Datapath<'s> {
+    /// Nothing for the host's (its series as they always were), `,sandbox="…"` for an overlay
+    /// sandbox's: its ifindexes are its own, and its links' counters live in its own maps.
+    labels: String,
+    links: &'s [LinkRecord],
+    interfaces: &'s [InterfaceState],
+}
+
+/// The host's datapath, then each live overlay sandbox's.
+fn datapaths(state: &PinnedState) -> Vec<Datapath<'_>> {
+    let host = Datapath {
+        labels: String::new(),
+        links: &state.links,
+        interfaces: &state.interfaces,
+    };
+    let sites = state.sites.iter().map(|site| Datapath {
+        labels: format!(",sandbox=\"{}\"", escape(&site.sandbox)),
+        links: &site.links,
+        interfaces: &site.interfaces,
+    });
+    std::iter::once(host).chain(sites).collect()
+}
+
 /// The links installed, by datapath, and what each carried per direction.
 fn render_links(out: &mut String, state: &PinnedState) {
+    let datapaths = datapaths(state);
     header(out, "dxdp_links", "gauge", "Links installed, by datapath.");
-    for kind in [Kind::Tc, Kind::Xdp] {
-        let n = state.links.iter().filter(|l| l.datapath == kind).count();
-        let _ = writeln!(out, "dxdp_links{{datapath=\"{kind}\"}} {n}");
+    for dp in &datapaths {
+        for kind in [Kind::Tc, Kind::Xdp] {
+            let n = dp.links.iter().filter(|l| l.datapath == kind).count();
+            let _ = writeln!(out, "dxdp_links{{datapath=\"{kind}\"{}}} {n}", dp.labels);
+        }
     }
 
     type PickTraffic = fn(&Traffic) -> u64;
@@ -55,20 +86,23 @@ fn render_links(out: &mut String, state: &PinnedState) {
     ];
     for (metric, help, pick) in per_link {
         header(out, metric, "counter", help);
-        for l in &state.links {
-            for (from, to, traffic) in [
-                (&l.low_name, &l.high_name, &l.low_to_high),
-                (&l.high_name, &l.low_name, &l.high_to_low),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "{metric}{{from=\"{}\",to=\"{}\",network=\"{}\",datapath=\"{}\"}} {}",
-                    escape(from),
-                    escape(to),
-                    escape(&l.network),
-                    l.datapath,
-                    pick(traffic)
-                );
+        for dp in &datapaths {
+            for l in dp.links {
+                for (from, to, traffic) in [
+                    (&l.low_name, &l.high_name, &l.low_to_high),
+                    (&l.high_name, &l.low_name, &l.high_to_low),
+                ] {
+                    let _ = writeln!(
+                        out,
+                        "{metric}{{from=\"{}\",to=\"{}\",network=\"{}\",datapath=\"{}\"{}}} {}",
+                        escape(from),
+                        escape(to),
+                        escape(&l.network),
+                        l.datapath,
+                        dp.labels,
+                        pick(traffic)
+                    );
+                }
             }
         }
     }
@@ -110,15 +144,19 @@ fn render_interfaces(out: &mut String, state: &PinnedState) {
             |c| c.spoofed_packets,
         ),
     ];
+    let datapaths = datapaths(state);
     for (metric, help, pick) in per_interface {
         header(out, metric, "counter", help);
-        for (ifindex, ifname, kind, counters) in &state.interfaces {
-            let _ = writeln!(
-                out,
-                "{metric}{{ifindex=\"{ifindex}\",interface=\"{}\",datapath=\"{kind}\"}} {}",
-                escape(ifname),
-                pick(counters)
-            );
+        for dp in &datapaths {
+            for (ifindex, ifname, kind, counters) in dp.interfaces {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{ifindex=\"{ifindex}\",interface=\"{}\",datapath=\"{kind}\"{}}} {}",
+                    escape(ifname),
+                    dp.labels,
+                    pick(counters)
+                );
+            }
         }
     }
 }
@@ -221,31 +259,56 @@ fn render_refusals(out: &mut String, watch: &WatchCounters) {
     );
 }
 
-/// How many entries the pinned maps hold at most, and how many are in use.
+/// How many entries the pinned maps hold at most, and how many are in use: the host's, and
+/// each overlay sandbox's (maps of their own, of the same capacity).
 fn render_maps(out: &mut String, state: &PinnedState) {
+    let datapaths = datapaths(state);
     header(
         out,
         "dxdp_map_capacity",
         "gauge",
         "Entries the pinned maps hold at most (--max-links, --max-endpoints).",
     );
-    per_map(
-        out,
-        "dxdp_map_capacity",
-        state.capacity.max_links as usize,
-        state.capacity.max_endpoints as usize,
-    );
+    for dp in &datapaths {
+        per_map(
+            out,
+            "dxdp_map_capacity",
+            &dp.labels,
+            state.capacity.max_links as usize,
+            state.capacity.max_endpoints as usize,
+        );
+    }
     header(
         out,
         "dxdp_map_entries",
         "gauge",
         "Entries in use in the pinned maps: links, and managed veths (endpoints).",
     );
-    per_map(
+    for dp in &datapaths {
+        per_map(
+            out,
+            "dxdp_map_entries",
+            &dp.labels,
+            dp.links.len(),
+            dp.interfaces.len(),
+        );
+    }
+}
+
+/// The overlay networks' sandboxes with pinned state here: live ones (their links are the
+/// series labeled `sandbox`), and gone ones whose state is left behind.
+fn render_sandboxes(out: &mut String, state: &PinnedState) {
+    header(
         out,
-        "dxdp_map_entries",
-        state.links.len(),
-        state.interfaces.len(),
+        "dxdp_overlay_sandboxes",
+        "gauge",
+        "Overlay network sandboxes with pinned dxdp state on this node: live, or gone (their state stays until the watch's next resync, dxdp link or unlink, or dxdp cleanup).",
+    );
+    let _ = writeln!(
+        out,
+        "dxdp_overlay_sandboxes{{state=\"live\"}} {}\ndxdp_overlay_sandboxes{{state=\"gone\"}} {}",
+        state.sites.len(),
+        state.gone_sites
     );
 }
 
@@ -353,10 +416,10 @@ fn render_exposed(out: &mut String, exposed: &[ExposedPort]) {
     }
 }
 
-/// The `links` and `endpoints` samples of a per-map metric.
-fn per_map(out: &mut String, name: &str, links: usize, endpoints: usize) {
-    let _ = writeln!(out, "{name}{{map=\"links\"}} {links}");
-    let _ = writeln!(out, "{name}{{map=\"endpoints\"}} {endpoints}");
+/// The `links` and `endpoints` samples of a per-map metric, with `labels` added.
+fn per_map(out: &mut String, name: &str, labels: &str, links: usize, endpoints: usize) {
+    let _ = writeln!(out, "{name}{{map=\"links\"{labels}}} {links}");
+    let _ = writeln!(out, "{name}{{map=\"endpoints\"{labels}}} {endpoints}");
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -380,10 +443,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::{
-        choice::Origin,
-        datapath::{Capacity, LinkRecord},
-    };
+    use crate::{choice::Origin, datapath::Capacity, metrics::scrape::SiteState};
 
     /// A fixed state and loop, with something in every family.
     fn fixed() -> (PinnedState, WatchCounters) {
@@ -448,6 +508,45 @@ mod tests {
                 },
                 ..Default::default()
             }),
+            // An overlay network's sandbox whose ifindexes collide with the host's, and one
+            // gone sandbox.
+            sites: vec![SiteState {
+                sandbox: "1-qqxh7f1pd1".into(),
+                links: vec![LinkRecord {
+                    low_ifindex: 3,
+                    high_ifindex: 5,
+                    low_name: "api.1.x7k2".into(),
+                    high_name: "db.1.p3q9".into(),
+                    network: "backend".into(),
+                    datapath: Kind::Xdp,
+                    origin: Origin::Watch,
+                    bypasses_firewall: false,
+                    families: crate::family::Families::ALL,
+                    created_unix_secs: 0,
+                    low_to_high: Traffic {
+                        packets: 11,
+                        bytes: 1100,
+                    },
+                    high_to_low: Traffic {
+                        packets: 9,
+                        bytes: 900,
+                    },
+                }],
+                interfaces: vec![
+                    (
+                        3,
+                        "veth0".into(),
+                        Kind::Xdp,
+                        InterfaceCounters {
+                            redirected_packets: 11,
+                            redirected_bytes: 1100,
+                            ..Default::default()
+                        },
+                    ),
+                    (5, "veth1".into(), Kind::Xdp, InterfaceCounters::default()),
+                ],
+            }],
+            gone_sites: 1,
         };
         let watch = WatchCounters {
             reconciles: 2,

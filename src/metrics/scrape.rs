@@ -1,22 +1,39 @@
-//! What the datapath's pinned maps hold at scrape time.
+//! What the datapath's pinned maps hold at scrape time: the host's, and each live overlay
+//! sandbox's (read from inside the sandbox, whose ifindexes are its own).
 use std::path::Path;
 
 use anyhow::Result;
+use tracing::debug;
 
 use crate::{
     choice::Kind,
     datapath::{Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, LinkRecord},
 };
 
+/// A managed veth: its ifindex, name, datapath and counters.
+pub(crate) type InterfaceState = (u32, String, Kind, InterfaceCounters);
+
 /// The pinned state at scrape time.
 pub(crate) struct PinnedState {
     pub(crate) links: Vec<LinkRecord>,
     /// Published ports taken from the NIC (`dxdp expose`, the `dxdp.ingress` label).
     pub(crate) exposed: Vec<ExposedPort>,
-    pub(crate) interfaces: Vec<(u32, String, Kind, InterfaceCounters)>,
+    pub(crate) interfaces: Vec<InterfaceState>,
     pub(crate) capacity: Capacity,
     /// How full the connection tables of exposed ports are; `None` without a pin directory.
     pub(crate) connections: Option<ConnectionTables>,
+    /// The links of each live overlay sandbox, by sandbox name.
+    pub(crate) sites: Vec<SiteState>,
+    /// Overlay sandboxes whose pinned state remains though they are gone.
+    pub(crate) gone_sites: usize,
+}
+
+/// An overlay network's sandbox: its links and managed veths.
+pub(crate) struct SiteState {
+    /// `1-<network id prefix>`.
+    pub(crate) sandbox: String,
+    pub(crate) links: Vec<LinkRecord>,
+    pub(crate) interfaces: Vec<InterfaceState>,
 }
 
 pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedState> {
@@ -27,13 +44,54 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
             interfaces: vec![],
             capacity,
             connections: None,
+            sites: vec![],
+            gone_sites: 0,
         });
     }
-    let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;
+    let (links, interfaces) = links_and_interfaces(&mut datapath)?;
+    let exposed = datapath.exposed()?;
+    let connections = Some(datapath.connection_tables()?);
+    drop(datapath);
+    let (mut sites, mut gone_sites) = (Vec::new(), 0);
+    for site in crate::overlay::sites(pin_dir) {
+        let Some(sandbox) = &site.sandbox else {
+            gone_sites += 1;
+            continue;
+        };
+        let read = sandbox.run(|| {
+            let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+            links_and_interfaces(&mut datapath)
+        });
+        match read {
+            Ok((links, interfaces)) => sites.push(SiteState {
+                sandbox: site.name,
+                links,
+                interfaces,
+            }),
+            // The sandbox went between the listing and the read: the next scrape counts it
+            // gone.
+            Err(e) => debug!(sandbox = %site.name, "metrics: {e:#}"),
+        }
+    }
+    Ok(PinnedState {
+        links,
+        exposed,
+        interfaces,
+        capacity,
+        connections,
+        sites,
+        gone_sites,
+    })
+}
+
+/// A datapath's links and managed veths, the veths named as the calling thread's namespace
+/// names them.
+fn links_and_interfaces(datapath: &mut Datapath) -> Result<(Vec<LinkRecord>, Vec<InterfaceState>)> {
+    let here = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {
-        let name = host
+        let name = here
             .iter()
             .find(|i| i.index == ifindex)
             .map(|i| i.name.clone())
@@ -42,11 +100,5 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
         interfaces.push((ifindex, name, kind, counters));
     }
     interfaces.sort_by_key(|i| i.0);
-    Ok(PinnedState {
-        links: datapath.links()?,
-        exposed: datapath.exposed()?,
-        interfaces,
-        capacity,
-        connections: Some(datapath.connection_tables()?),
-    })
+    Ok((datapath.links()?, interfaces))
 }

@@ -7,12 +7,13 @@ use std::{
     io::{Read, Write},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::Duration,
 };
 
 use crate::support::{
-    Background, World, can_run, free_port, missing_tools, require_docker, run, wait_until,
+    Background, World, assert_promtool_accepts, can_run, free_port, missing_tools, require_docker,
+    run, wait_until,
 };
 
 fn monitoring_dir() -> PathBuf {
@@ -127,25 +128,7 @@ fn a_real_prometheus_scrapes_the_watch_and_sees_a_per_link_rate() {
         exposition.contains("dxdp_connections{table=\"established\"} 0\n"),
         "{scrape}"
     );
-    let mut lint = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    lint.stdin
-        .take()
-        .unwrap()
-        .write_all(exposition.as_bytes())
-        .unwrap();
-    let lint = lint.wait_with_output().unwrap();
-    assert!(
-        lint.status.success(),
-        "promtool check metrics: {}{}\n{exposition}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
-    );
+    assert_promtool_accepts(&exposition);
 
     // A Prometheus server of our own, scraping every second, with the shipped rules loaded.
     let scratch = tempdir(&world.prefix);

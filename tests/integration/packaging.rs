@@ -382,6 +382,25 @@ fn compose_and_stack_files_parse() {
         return;
     }
     let compose = compose_command();
+    for file in [
+        "packaging/container/docker-compose.yml",
+        "packaging/swarm/dxdp-stack.yml",
+    ] {
+        let path = Path::new(REPO).join(file);
+        let mut argv: Vec<&str> = compose.iter().map(String::as_str).collect();
+        argv.extend(["-f", path.to_str().unwrap(), "config"]);
+        let config = must(&argv);
+        // Both binds rslave: a bpffs, and the overlay sandboxes' nsfs mounts under
+        // /var/run/docker/netns, mounted on the host later show up inside.
+        for target in ["/sys/fs/bpf", "/var/run"] {
+            let bind = volume_of(&config, target)
+                .unwrap_or_else(|| panic!("{file}: no volume at {target} in:\n{config}"));
+            assert!(
+                bind.contains("propagation: rslave"),
+                "{file}: the bind of {target} is not rslave:\n{bind}"
+            );
+        }
+    }
     for (file, expected) in [
         (
             "packaging/container/docker-compose.yml",
@@ -410,6 +429,27 @@ fn compose_and_stack_files_parse() {
     }
 }
 
+/// The entry of `docker compose config`'s `volumes:` whose `target:` is `target`: its lines from
+/// `- type:` to the next entry or the end of the list.
+fn volume_of<'c>(config: &'c str, target: &str) -> Option<String> {
+    let lines: Vec<&'c str> = config.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == format!("target: {target}"))?;
+    let start = (0..=at)
+        .rev()
+        .find(|i| lines[*i].trim_start().starts_with("- type:"))?;
+    let indent = lines[start].len() - lines[start].trim_start().len();
+    let end = (start + 1..lines.len())
+        .find(|i| {
+            let l = lines[*i];
+            let depth = l.len() - l.trim_start().len();
+            depth < indent || (depth == indent && l.trim_start().starts_with('-'))
+        })
+        .unwrap_or(lines.len());
+    Some(lines[start..end].join("\n"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // The container image
 
@@ -432,7 +472,7 @@ const RUN_OPTIONS: &[&str] = &[
     "-v",
     "/sys/fs/bpf:/sys/fs/bpf:rslave",
     "-v",
-    "/var/run:/var/run:ro",
+    "/var/run:/var/run:ro,rslave",
 ];
 
 /// Why dockerd or the test image cannot be used, if they cannot: builds dxdp-test:local when it is
@@ -517,6 +557,9 @@ fn container_image_watch_links_labeled_containers() {
             quietly(&["mount", "--make-private", BPFFS])
         });
     }
+    // The same for the rslave bind of /var/run: the mount holding /run.
+    let run_dir = crate::support::SharedMount::ensure("/var/run");
+    undo.push("shared /run", move || drop(run_dir));
     {
         let pin_dir = pin_dir.clone();
         undo.push("pin directory", move || {

@@ -6,13 +6,14 @@
 //! keeps). A dockerd that is in a swarm already is someone else's: the test does not run there
 //! (it fails under CI=true, as any test that cannot run). Everything is undone by guards, in
 //! reverse order, also when an assertion fails: the stack, the containers and the network, the
-//! pin directory, the shared bpffs mount, the swarm.
+//! pin directory, the mounts made shared (bpffs, the one holding /run), the swarm.
 
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    DOCKER, DXDP, Run, Status, World, can_run, docker_ok, link_between, quietly, require_docker,
-    run_for, try_run, wait_until,
+    DOCKER, DXDP, Run, SharedMount, Status, World, assert_promtool_accepts, can_run, docker_ok,
+    free_port, link_between, metrics_text, missing_tools, quietly, require_docker, run_for,
+    scrape_metrics, try_run, wait_until,
 };
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -116,36 +117,6 @@ impl Drop for Swarm {
     fn drop(&mut self) {
         if let Err(e) = self.leave() {
             eprintln!("cleanup: {e}");
-        }
-    }
-}
-
-/// `mount --make-shared /sys/fs/bpf` when it is not (the stack's `rslave` bind needs it, as
-/// the README says); made private again on drop.
-struct SharedBpffs {
-    changed: bool,
-}
-
-impl SharedBpffs {
-    #[track_caller]
-    fn ensure() -> Self {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-        let line = mountinfo
-            .lines()
-            .find(|l| l.split_whitespace().nth(4) == Some(BPFFS))
-            .expect("bpffs in mountinfo");
-        if line.contains(" shared:") {
-            return Self { changed: false };
-        }
-        run_for(&["mount", "--make-shared", BPFFS], Duration::from_secs(20)).assert_success();
-        Self { changed: true }
-    }
-}
-
-impl Drop for SharedBpffs {
-    fn drop(&mut self) {
-        if self.changed {
-            quietly(&["mount", "--make-private", BPFFS]);
         }
     }
 }
@@ -259,9 +230,11 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     )
     .assert_success();
 
-    // Dropped in reverse: stack, world (containers, network, pin directory), bpffs, swarm.
+    // Dropped in reverse: stack, world (containers, networks, pin directory), the mounts made
+    // shared for the stack's rslave binds (the README says so), swarm.
     let mut swarm = Swarm::init();
-    let bpffs = SharedBpffs::ensure();
+    let bpffs = SharedMount::ensure(BPFFS);
+    let run_dir = SharedMount::ensure("/var/run");
     let mut world = World::shared();
     let pin_dir = world.dxdp.pin_dir.to_string_lossy().into_owned();
     let stack = Stack::deploy(&format!("{}-stack", world.prefix), &pin_dir);
@@ -285,14 +258,15 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     let a = world.run("a", &labels, &[]);
     let b = world.run("b", &labels, &[]);
     // The watch makes the pin directory when it first needs it: until then, no status.
-    let status = || -> Option<Status> {
+    let status = |world: &World| -> Option<Status> {
         let run = world.dxdp.run(&["status", "--json"]);
         run.success()
             .then(|| serde_json::from_str(&run.stdout).ok())
             .flatten()
     };
     let linked = wait_until(Duration::from_secs(30), || {
-        status().is_some_and(|s| link_between(&s, &a, &b).is_some_and(|l| l.origin == "watch"))
+        status(&world)
+            .is_some_and(|s| link_between(&s, &a, &b).is_some_and(|l| l.origin == "watch"))
     });
     assert!(
         linked,
@@ -306,9 +280,30 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
         (net.as_str(), "tc")
     );
 
+    // An overlay network made after the stack's task started: its sandbox, an nsfs mount
+    // dockerd makes under /var/run/docker/netns now, reaches the task through the rslave bind
+    // of /var/run, and the stack's watch links a labeled pair on it inside the sandbox.
+    let ov = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let on_ov = ["--network", &ov, "-l", "dxdp.enable=true", "-l", &group];
+    let c = world.run("c", &on_ov, &[]);
+    let d = world.run("d", &on_ov, &[]);
+    let linked = wait_until(Duration::from_secs(30), || {
+        status(&world).is_some_and(|s| {
+            link_between(&s, &c, &d).is_some_and(|l| l.origin == "watch" && l.sandbox.is_some())
+        })
+    });
+    assert!(
+        linked,
+        "no watch link between {c} and {d} in the sandbox of {ov} within 30 s (is the stack's \
+         /var/run bind rslave?): {:#?}\n{}",
+        world.dxdp.status(),
+        stack.diagnostics()
+    );
+
     // Undone in order, then checked: the host's dockerd is as the test found it.
     drop(stack);
     drop(world);
+    drop(run_dir);
     drop(bpffs);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(swarm_state(), "inactive");
@@ -394,6 +389,19 @@ fn in_sandbox(sandbox: &str, argv: &[&str]) -> Run {
     run_for(&full, Duration::from_secs(20))
 }
 
+/// The packets `/metrics` at `addr` counts over the link from `a` to `b` on `net`, in the
+/// overlay sandbox `sandbox` (the series labeled `sandbox`); `None` without such a series.
+fn overlay_link_packets(addr: &str, (a, b): (&str, &str), net: &str, sandbox: &str) -> Option<f64> {
+    let prefix = format!(
+        "dxdp_link_redirected_packets_total{{from=\"{a}\",to=\"{b}\",network=\"{net}\",datapath="
+    );
+    let suffix = format!(",sandbox=\"{sandbox}\"}}");
+    scrape_metrics(addr)?
+        .into_iter()
+        .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .map(|(_, packets)| packets)
+}
+
 /// An iptables rule in a sandbox, deleted on drop.
 struct SandboxRule {
     sandbox: String,
@@ -472,6 +480,17 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         );
 
         assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+        // `doctor` checks the sandbox's datapath from inside it: the link's programs attached.
+        let doctor = world.dxdp.run(&["doctor"]);
+        assert!(
+            doctor.stdout.contains(&format!(
+                "[ ok ] overlay sandbox {sandbox} (network {net}, pinned at"
+            )) && doctor.stdout.contains("): 1 link(s), 2 managed veth(s)")
+                && !doctor
+                    .stdout
+                    .contains(&format!("in overlay sandbox {sandbox}:")),
+            "doctor on the overlay link: {doctor}"
+        );
         // `top` shows the sandbox's link, its veths named with the sandbox.
         let top = dxdp_ok(
             &world.dxdp,
@@ -534,6 +553,15 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
         gone.stdout.contains("GONE") && gone.stdout.contains(&sandbox),
         "a gone sandbox's link: {gone}"
     );
+    // `doctor` reports the state left behind, with the way out.
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains(&format!("[warn] overlay sandbox {sandbox} is gone"))
+            && doctor.stdout.contains("fix: dxdp cleanup removes it"),
+        "doctor on a gone sandbox's state: {doctor}"
+    );
     let out = dxdp_ok(&world.dxdp, &["unlink", &a, &c]);
     assert!(out.contains("which is gone"), "{out}");
     let left: Vec<_> = std::fs::read_dir(&sites)
@@ -573,7 +601,8 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
         "-l",
         group.as_str(),
     ];
-    let mut watch = world.watch(&["--resync", "1"]);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut watch = world.watch(&["--resync", "1", "--metrics", &metrics]);
     let a = world.run("a", &labeled, &["sleep", "600"]);
     let b = world.run("b", &labeled, &["sleep", "600"]);
     let c = world.run("c", &["--network", net.as_str()], &["sleep", "600"]);
@@ -591,6 +620,36 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
         watch.log_text()
     );
     assert_link_carries(&world, (&a, &b), &ip_b, &ip_c);
+
+    // `/metrics` serves the sandbox's link, labeled with the sandbox, its counters moving with
+    // the pair's traffic, and the exposition passes promtool.
+    // Both directions are series of their own: `a` to `b` is one.
+    let before = overlay_link_packets(&metrics, (&a, &b), &net, &sandbox).unwrap_or_else(|| {
+        panic!(
+            "no series of the overlay link in /metrics: {:#?}",
+            scrape_metrics(&metrics)
+        )
+    });
+    assert!(before >= 3.0, "the overlay link's series counts {before}");
+    let ping = docker(&[
+        "exec", &a, "ping", "-c", "5", "-i", "0.2", "-W", "1", "-w", "5", &ip_b,
+    ])
+    .expect("ping ran");
+    assert!(ping.success(), "{ping}");
+    let after = overlay_link_packets(&metrics, (&a, &b), &net, &sandbox).unwrap_or(0.0);
+    assert!(
+        after >= before + 5.0,
+        "the overlay link's counter did not move with 5 pings: {before} then {after}"
+    );
+    let scraped = scrape_metrics(&metrics).unwrap_or_default();
+    assert_eq!(
+        scraped.get("dxdp_overlay_sandboxes{state=\"live\"}"),
+        Some(&1.0),
+        "{scraped:#?}"
+    );
+    if missing_tools(&["promtool"]).is_empty() {
+        assert_promtool_accepts(&metrics_text(&metrics).expect("/metrics answers"));
+    }
 
     // A rule in the sandbox: the next resync takes the link away and says why.
     let rule = SandboxRule::insert(
@@ -673,6 +732,27 @@ impl Service {
         }
     }
 
+    /// Two tasks of `sleep 600` on the overlay network `net` (DNS round robin, no virtual IP),
+    /// named `<prefix>-<suffix>`, with `extra` arguments (labels).
+    #[track_caller]
+    fn pair_on(world: &World, suffix: &str, net: &str, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "--network",
+            net,
+            "--endpoint-mode",
+            "dnsrr",
+            "--no-resolve-image",
+            "--replicas",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        Self::create(
+            &format!("{}-{suffix}", world.prefix),
+            &args,
+            &["sleep", "600"],
+        )
+    }
+
     /// Names of the service's running task containers.
     fn tasks(&self) -> Vec<String> {
         let filter = format!("label=com.docker.swarm.service.name={}", self.name);
@@ -704,23 +784,9 @@ fn watch_links_a_services_tasks_by_its_deploy_labels() {
     let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
     let mut watch = world.watch(&["--resync", "1"]);
     let group = format!("dxdp.group={}", world.prefix);
-    let common = [
-        "--network",
-        net.as_str(),
-        "--endpoint-mode",
-        "dnsrr",
-        "--no-resolve-image",
-        "--replicas",
-        "2",
-    ];
-    let mut labeled_args = common.to_vec();
-    labeled_args.extend(["--label", "dxdp.enable=true", "--label", &group]);
-    let labeled = Service::create(
-        &format!("{}-lab", world.prefix),
-        &labeled_args,
-        &["sleep", "600"],
-    );
-    let plain = Service::create(&format!("{}-pl", world.prefix), &common, &["sleep", "600"]);
+    let labels = ["--label", "dxdp.enable=true", "--label", &group];
+    let labeled = Service::pair_on(&world, "lab", &net, &labels);
+    let plain = Service::pair_on(&world, "pl", &net, &[]);
     let started = wait_until(Duration::from_secs(60), || {
         labeled.tasks().len() == 2 && plain.tasks().len() == 2
     });
@@ -756,6 +822,81 @@ fn watch_links_a_services_tasks_by_its_deploy_labels() {
         "links outlived the service: {:#?}",
         world.dxdp.status()
     );
+    drop(watch);
+    drop(world);
+    swarm.leave().unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `docker service update --label-add` reaches the service's running tasks at once: the watch
+/// follows the manager's service events, so the tasks are linked within seconds (its resync, 60
+/// s, and full refresh, every tenth, are far off), and `--label-rm` takes the link away as fast.
+#[test]
+fn a_service_label_change_reaches_its_running_tasks_within_seconds() {
+    if !require_docker() || !swarm_can_be_made() {
+        return;
+    }
+    let mut swarm = Swarm::init();
+    let mut world = World::shared();
+    let net = world.network("ov", &["--driver", "overlay", "--attachable"]);
+    let mut watch = world.watch(&["--resync", "60"]);
+    let service = Service::pair_on(&world, "upd", &net, &[]);
+    assert!(
+        wait_until(Duration::from_secs(60), || service.tasks().len() == 2),
+        "the service's tasks did not start within 60 s"
+    );
+    let tasks = service.tasks();
+    let linked = |world: &World| {
+        link_between(&world.dxdp.status(), &tasks[0], &tasks[1])
+            .is_some_and(|l| l.sandbox.is_some() && l.origin == "watch")
+    };
+    // Let the watch see the tasks start: unlabeled, they are not linked.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!linked(&world), "linked before any label");
+
+    let group = format!("dxdp.group={}", world.prefix);
+    docker_ok(&[
+        "service",
+        "update",
+        "--detach",
+        "--label-add",
+        "dxdp.enable=true",
+        "--label-add",
+        &group,
+        &service.name,
+    ]);
+    let started = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(10), || linked(&world)),
+        "the tasks {tasks:?} were not linked within 10 s of the service's --label-add: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    eprintln!("linked {:?} after --label-add", started.elapsed());
+    let (mut now, mut before) = (service.tasks(), tasks.clone());
+    now.sort();
+    before.sort();
+    assert_eq!(now, before, "the label change restarted the tasks");
+
+    docker_ok(&[
+        "service",
+        "update",
+        "--detach",
+        "--label-rm",
+        "dxdp.enable",
+        &service.name,
+    ]);
+    assert!(
+        wait_until(Duration::from_secs(10), || world
+            .dxdp
+            .status()
+            .links
+            .is_empty()),
+        "the link outlived the service's --label-rm by 10 s: {:#?}\n{}",
+        world.dxdp.status(),
+        watch.log_text()
+    );
+    assert!(watch.alive(), "the watch died: {}", watch.log_text());
+    drop(service);
     drop(watch);
     drop(world);
     swarm.leave().unwrap_or_else(|e| panic!("{e}"));

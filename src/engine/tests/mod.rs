@@ -277,6 +277,63 @@ fn an_overlay_pair_is_linked_in_its_sandbox_held_to_its_rules_and_forgotten_with
     assert_eq!(rig.shared.world().forgotten, ["ovid"]);
 }
 
+/// `docker service update --label-add` (`--label-rm`) as the watch sees it: a service `update`
+/// event on a manager, about the service, after which its tasks' inspects carry the labels (or
+/// not). The event's pass is about the service's tasks alone; another service's update calls
+/// for none.
+#[test]
+fn a_service_update_calls_for_a_pass_about_its_tasks_which_follows_its_labels() {
+    const SERVICE: &str = "com.docker.swarm.service.id";
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = two_pairs();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    let task = [(SERVICE, "svc-web")];
+    world.start_on_overlay("web1", 21, &task, ("ovid", &sandbox));
+    world.start_on_overlay("web2", 22, &task, ("ovid", &sandbox));
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert!(sandbox.world().pinned().is_empty(), "no dxdp label yet");
+    let update = |service: &str| crate::docker::Event {
+        action: "update".to_owned(),
+        container: None,
+        network: None,
+        service: Some(service.to_owned()),
+    };
+    let set_labels = |rig: &Rig, labels: &[(&str, &str)]| {
+        for c in rig.shared.world().containers.iter_mut() {
+            if c.view.labels.get(SERVICE).map(String::as_str) == Some("svc-web") {
+                c.view.labels = labels
+                    .iter()
+                    .chain(&task)
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect();
+            }
+        }
+    };
+    // --label-add: the tasks' inspects now carry the service's labels.
+    set_labels(&rig, &[(ENABLE, "true"), ("dxdp.group", "web")]);
+    assert_eq!(rig.engine.scope_of(&update("svc-other")), None);
+    let which = rig.engine.scope_of(&update("svc-web"));
+    assert_eq!(
+        which,
+        Some(Which::Containers(
+            ["id-web1".to_owned(), "id-web2".to_owned()].into()
+        ))
+    );
+    rig.shared.world().inspected.clear();
+    rig.pass(which.expect("a pass"));
+    assert_eq!(rig.shared.world().inspected, ["id-web1", "id-web2"]);
+    assert_eq!(sandbox.world().pinned(), ["21-22 Watch"]);
+    assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
+    // --label-rm: the link goes at the next update event.
+    set_labels(&rig, &[]);
+    let which = rig.engine.scope_of(&update("svc-web")).expect("a pass");
+    rig.pass(which);
+    assert!(sandbox.world().pinned().is_empty());
+    assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
+}
+
 const INGRESS: &str = "dxdp.ingress";
 const FIREWALL: &str = "dxdp.firewall";
 

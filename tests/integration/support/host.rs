@@ -118,3 +118,80 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// The mount holding `path` made shared for a test's run when it is neither shared nor a slave
+/// (a host not booted with systemd): Docker refuses an `rslave` bind of a path on a private
+/// mount. Made private again on drop.
+pub struct SharedMount {
+    /// The mount point changed, if one was.
+    changed: Option<String>,
+}
+
+impl SharedMount {
+    #[track_caller]
+    pub fn ensure(path: &str) -> Self {
+        let path = std::fs::canonicalize(path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .to_string_lossy()
+            .into_owned();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let (point, line) = mount_holding(&mountinfo, &path)
+            .unwrap_or_else(|| panic!("no mount holds {path} in:\n{mountinfo}"));
+        if line.contains(" shared:") || line.contains(" master:") {
+            return Self { changed: None };
+        }
+        must(&["mount", "--make-shared", point]);
+        Self {
+            changed: Some(point.to_owned()),
+        }
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        if let Some(point) = &self.changed {
+            super::process::quietly(&["mount", "--make-private", point]);
+        }
+    }
+}
+
+/// The mount point holding `path` (the longest one that is `path` or an ancestor) and its
+/// mountinfo line; the last mounted where several share the point.
+fn mount_holding<'m>(mountinfo: &'m str, path: &str) -> Option<(&'m str, &'m str)> {
+    let holds = |point: &str| {
+        point == "/"
+            || path == point
+            || path
+                .strip_prefix(point)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    mountinfo
+        .lines()
+        .filter_map(|line| Some((line.split_whitespace().nth(4)?, line)))
+        .filter(|(point, _)| holds(point))
+        .fold(
+            None,
+            |best: Option<(&str, &str)>, (point, line)| match best {
+                Some((b, _)) if b.len() > point.len() => best,
+                _ => Some((point, line)),
+            },
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mount_holding;
+
+    #[test]
+    fn the_mount_holding_a_path_is_its_longest_ancestor_mount() {
+        let mountinfo = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                         49 27 254:0 /run/netns /run/netns rw shared:2 - ext4 /dev/vda rw\n\
+                         63 27 0:4 net:[1] /run/docker/netns/x rw - nsfs nsfs rw\n";
+        assert_eq!(mount_holding(mountinfo, "/run").map(|m| m.0), Some("/"));
+        assert_eq!(
+            mount_holding(mountinfo, "/run/netns/a").map(|m| m.0),
+            Some("/run/netns")
+        );
+        assert_eq!(mount_holding(mountinfo, "/runx").map(|m| m.0), Some("/"));
+    }
+}

@@ -156,6 +156,20 @@ impl Drop for Watch {
 /// every sample by its name and labels as printed (`dxdp_reconciles_total`,
 /// `dxdp_map_entries{map="links"}`); `None` if the endpoint does not answer.
 pub fn scrape_metrics(addr: &str) -> Option<std::collections::HashMap<String, f64>> {
+    Some(
+        metrics_text(addr)?
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| {
+                let (key, value) = line.rsplit_once(' ')?;
+                Some((key.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect(),
+    )
+}
+
+/// The text of one scrape of `/metrics` at `addr`; `None` if the endpoint does not answer.
+pub fn metrics_text(addr: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(addr).ok()?;
     conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -164,13 +178,33 @@ pub fn scrape_metrics(addr: &str) -> Option<std::collections::HashMap<String, f6
     let mut response = String::new();
     conn.read_to_string(&mut response).ok()?;
     let (_, body) = response.split_once("\r\n\r\n")?;
-    Some(
-        body.lines()
-            .filter(|line| !line.starts_with('#'))
-            .filter_map(|line| {
-                let (key, value) = line.rsplit_once(' ')?;
-                Some((key.to_owned(), value.trim().parse().ok()?))
-            })
-            .collect(),
-    )
+    Some(body.to_owned())
+}
+
+/// `exposition` passes `promtool check metrics` (Prometheus's lint of the text format).
+#[track_caller]
+pub fn assert_promtool_accepts(exposition: &str) {
+    use std::{
+        io::Write,
+        process::{Command, Stdio},
+    };
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics: {}{}\n{exposition}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
 }
