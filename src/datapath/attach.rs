@@ -154,6 +154,13 @@ impl<'p> Programs<'p> {
         Ok(())
     }
 
+    /// Is our tunnel program attached to the VXLAN device `ifname` right now?
+    pub(super) fn tunnel_attached(&self, ifname: &str) -> Result<bool> {
+        Ok(tcx_ingress(ifname)?
+            .iter()
+            .any(|p| p.id() == self.tunnel_id))
+    }
+
     /// Attaches the tunnel program to the VXLAN device `ifname` unless ours is there already.
     fn attach_tunnel(&mut self, ifindex: u32, ifname: &str, undo: &mut Journal) -> Result<()> {
         let path = self.pins.tunnel_link(ifindex);

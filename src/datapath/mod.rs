@@ -648,6 +648,24 @@ impl Datapath {
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
         let mut out = Vec::new();
         for (ifindex, kind) in managed {
+            if is_remote_endpoint(ifindex) {
+                // A task of another node: the tunnel program on the VXLAN device it comes in by.
+                let rec = state::Maps::new(&mut self.ebpf)?.endpoint(ifindex)?;
+                let tunnel = rec.map_or(0, |r| r.tunnel_ifindex);
+                let state = match host.iter().find(|i| i.index == tunnel) {
+                    None => Attachment::VethGone,
+                    Some(iface) => match (
+                        programs.tunnel_attached(&iface.name)?,
+                        self.pins.tunnel_link(tunnel).exists(),
+                    ) {
+                        (true, true) => Attachment::Attached,
+                        (true, false) => Attachment::Unpinned,
+                        (false, _) => Attachment::Detached,
+                    },
+                };
+                out.push((ifindex, state));
+                continue;
+            }
             let state = match host.iter().find(|i| i.index == ifindex) {
                 None => Attachment::VethGone,
                 Some(iface) => match (
