@@ -126,6 +126,20 @@ fn a_link_across_nodes_skips_the_overlay_bridge_on_both_nodes() {
         );
         assert_eq!(tunnel_pins(node).len(), 1, "{}", node.name);
     }
+    // doctor finds both halves sound: the far end's attachment is the tunnel program on the
+    // VXLAN device, no warning names it.
+    let doctor = dxdp(one, &["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains(&format!("[ ok ] overlay sandbox {sandbox}"))
+            && !doctor
+                .stdout
+                .lines()
+                .any(|l| (l.starts_with("[warn]") || l.starts_with("[FAIL]"))
+                    && l.contains(b.as_str())),
+        "doctor on a link across nodes: {doctor}"
+    );
     // Node 1's bridge keeps sending frames for b to the VXLAN port, though none of b's frames
     // cross it any more to refresh what it learned (a bystander's would be flooded).
     assert!(pinned_on_tunnel(one, &sandbox, &mac_b));
