@@ -21,13 +21,15 @@ pub const NORMALISED: &[Allowance] = &[
 ];
 
 /// Errors the fast path refuses by design: a "packet too big" or "fragmentation needed" from a
-/// source that does not route back through the NIC. Docker's path takes them (IPv6 has no
-/// reverse-path filter; conntrack relates any source's error to the flow).
+/// source that does not route back through the NIC as a unicast address. Docker's path takes
+/// them (IPv6 has no reverse-path filter; with `rp_filter=0` neither has IPv4; conntrack relates
+/// any source's error to the flow).
 pub const OFF_PATH_ERROR: Allowance = Allowance {
     name: "off-path MTU error",
     reason: "stricter by design (issue 38 item 3): an MTU error about a fast-path flow from a \
-             source that does not route back through the NIC (the host's own, another \
-             container's, another interface's address) is refused, so forged errors cannot \
+             source that does not route back through the NIC as a unicast address (the host's \
+             own, another container's, another interface's address, a subnet's broadcast \
+             address) is refused, so forged errors cannot \
              lower a container's path MTU; conntrack, which never saw the flow, cannot relate \
              it either, while Docker's path takes it",
 };
@@ -40,9 +42,11 @@ pub fn exposed(
     fast: &[String],
 ) -> Option<&'static Allowance> {
     let mtu_error = matches!(case.l4, L4::MtuError { .. });
+    // A subnet's broadcast address is no router's: the route back to it is a broadcast
+    // route, not a unicast one through the NIC (the limited broadcast both paths drop).
     let off_path = matches!(
         case.source,
-        Source::HostNic | Source::OtherContainer | Source::NotViaNic
+        Source::HostNic | Source::OtherContainer | Source::NotViaNic | Source::Broadcast(_)
     );
     // Docker's path delivered the error and learned the MTU; the fast path neither.
     if mtu_error && off_path && fast.iter().all(|l| !l.contains("info ")) && fast != docker {
