@@ -76,8 +76,18 @@ pub const LINKS_NORMALISED: &[Allowance] = &[
     Allowance {
         name: "neighbour chatter",
         reason: "ARP, neighbour discovery, MLD and IGMP the namespaces send on their own are \
-                 left out, except in the cases that send ARP or neighbour discovery (those record \
-                 their own family's, not the host's)",
+                 left out, except in the cases that send ARP or neighbour discovery: those \
+                 record their own family's about the case's source or destination address (A \
+                 resolving its gateway, B an earlier case's source are not the case's), never \
+                 the host's (the bridge's or from its ends of the veths: it resolves an earlier \
+                 case's link-local source there to answer \"packet too big\")",
+    },
+    Allowance {
+        name: "other cases' errors",
+        reason: "an ICMP error quoting a TCP or UDP packet of neither the case's source port \
+                 nor its addresses answers an earlier case, late (the host's \"address \
+                 unreachable\" comes seconds after a packet to an address it cannot resolve); the \
+                 case's own frame and answers always carry its port and addresses",
     },
 ];
 

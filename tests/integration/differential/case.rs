@@ -90,6 +90,15 @@ pub enum L4 {
     MtuError { sport: u16 },
 }
 
+impl L4 {
+    /// The client's source port: the case's own, or an edge.
+    pub fn sport(&self) -> u16 {
+        match *self {
+            L4::Tcp { sport, .. } | L4::Udp { sport, .. } | L4::MtuError { sport } => sport,
+        }
+    }
+}
+
 /// The destination port: the published ones or an edge beside them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Port {
