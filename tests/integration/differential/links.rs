@@ -518,10 +518,6 @@ impl Topology for Links {
                 .iter()
                 .filter_map(|a| {
                     let line = link_line(&a.bytes, &own)?;
-                    // A fragment's reassembly timing out, 30 or 60 s after its case.
-                    if line.contains("ICMP error 11/1 ") || line.contains("ICMP error 3/1 ") {
-                        return None;
-                    }
                     // The host's own neighbour traffic, to and from it (the bridge, or its
                     // end of a veth): its entries are not reset between cases, and not the
                     // case's.

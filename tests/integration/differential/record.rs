@@ -22,6 +22,16 @@ pub struct Record {
     pub what: What,
 }
 
+impl Record {
+    /// "Fragment reassembly time exceeded" (ICMP 11/1, ICMPv6 3/1): it comes 30 or 60 s after
+    /// the fragment's case, from whichever stack held the fragment, into some later case's
+    /// window; never its own case's observation.
+    pub fn reassembly_timeout(&self) -> bool {
+        let typ = if self.src.is_ipv6() { 3 } else { 11 };
+        matches!(self.what, What::IcmpError { typ: t, code: 1, .. } if t == typ)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum What {
     Tcp {
@@ -296,7 +306,7 @@ pub fn link_line(frame: &[u8], own: &Own) -> Option<String> {
                 LaxNetSlice::Arp(_) => unreachable!("matched above"),
             };
             if let Some(record) = record(frame) {
-                if own.elsewhere(&record) {
+                if record.reassembly_timeout() || own.elsewhere(&record) {
                     return None;
                 }
                 format!("ttl {ttl} {record}")
