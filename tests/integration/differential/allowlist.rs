@@ -7,7 +7,16 @@ use super::{
     runner::Allowance,
 };
 
-/// Differences the observers do not record at all, by design of the fast path.
+/// What neither topology's observers record: an error that is never its own case's.
+const REASSEMBLY_TIMEOUTS: Allowance = Allowance {
+    name: "reassembly timeouts",
+    reason: "\"fragment reassembly time exceeded\" (ICMP 11/1, ICMPv6 3/1) comes 30 or 60 s \
+             after the fragment's case, from whichever stack held it, into some later case's \
+             window: it is never its own case's observation",
+};
+
+/// Differences the observers do not record at all, by design of the fast path, and what is
+/// never the case's own.
 pub const NORMALISED: &[Allowance] = &[
     Allowance {
         name: "TTL/hop limit",
@@ -18,6 +27,7 @@ pub const NORMALISED: &[Allowance] = &[
         reason: "the fast path writes the bridge's MAC as source as the bridge would; the \
                  client's frames come from the NIC either way",
     },
+    REASSEMBLY_TIMEOUTS,
 ];
 
 /// Errors the fast path refuses by design: a "packet too big" or "fragmentation needed" from a
@@ -29,9 +39,9 @@ pub const OFF_PATH_ERROR: Allowance = Allowance {
     reason: "stricter by design (issue 38 item 3): an MTU error about a fast-path flow from a \
              source that does not route back through the NIC as a unicast address (the host's \
              own, another container's, another interface's address, a subnet's broadcast \
-             address) is refused, so forged errors cannot \
-             lower a container's path MTU; conntrack, which never saw the flow, cannot relate \
-             it either, while Docker's path takes it",
+             address, a martian the stack takes: 0.0.0.0/8, IPv4-mapped) is refused, so forged \
+             errors cannot lower a container's path MTU; conntrack, which never saw the flow, \
+             cannot relate it either, while Docker's path takes it",
 };
 
 /// The allowance that excuses a difference of `observer` on `case`, if any.
@@ -43,10 +53,16 @@ pub fn exposed(
 ) -> Option<&'static Allowance> {
     let mtu_error = matches!(case.l4, L4::MtuError { .. });
     // A subnet's broadcast address is no router's: the route back to it is a broadcast
-    // route, not a unicast one through the NIC (the limited broadcast both paths drop).
+    // route, not a unicast one through the NIC (the limited broadcast both paths drop). Of the
+    // martians, this kernel's stack takes 0.0.0.0/8 and IPv4-mapped IPv6 sources, which this
+    // topology routes to another interface; the fast path refuses every martian.
     let off_path = matches!(
         case.source,
-        Source::HostNic | Source::OtherContainer | Source::NotViaNic | Source::Broadcast(_)
+        Source::HostNic
+            | Source::OtherContainer
+            | Source::NotViaNic
+            | Source::Broadcast(_)
+            | Source::Martian(_)
     );
     // Docker's path delivered the error and learned the MTU; the fast path neither.
     if mtu_error && off_path && fast.iter().all(|l| !l.contains("info ")) && fast != docker {
@@ -67,17 +83,22 @@ pub const LINKS_NORMALISED: &[Allowance] = &[
         reason: "IP ids, TCP sequence numbers and checksums of what the containers' stacks send \
                  in answer differ between any two runs, on either path",
     },
-    Allowance {
-        name: "reassembly timeouts",
-        reason: "\"fragment reassembly time exceeded\" (ICMP 11/1, ICMPv6 3/1) comes 30 or 60 s \
-                 after the fragment's case, from whichever stack held it, into some later \
-                 case's window: it is never its own case's observation",
-    },
+    REASSEMBLY_TIMEOUTS,
     Allowance {
         name: "neighbour chatter",
         reason: "ARP, neighbour discovery, MLD and IGMP the namespaces send on their own are \
-                 left out, except in the cases that send ARP or neighbour discovery (those record \
-                 their own family's, not the host's)",
+                 left out, except in the cases that send ARP or neighbour discovery: those \
+                 record their own family's about the case's source or destination address (A \
+                 resolving its gateway, B an earlier case's source are not the case's), never \
+                 the host's (the bridge's or from its ends of the veths: it resolves an earlier \
+                 case's link-local source there to answer \"packet too big\")",
+    },
+    Allowance {
+        name: "other cases' errors",
+        reason: "an ICMP error quoting a TCP or UDP packet of neither the case's source port \
+                 nor its addresses answers an earlier case, late (the host's \"address \
+                 unreachable\" comes seconds after a packet to an address it cannot resolve); the \
+                 case's own frame and answers always carry its port and addresses",
     },
 ];
 

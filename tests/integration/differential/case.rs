@@ -90,6 +90,15 @@ pub enum L4 {
     MtuError { sport: u16 },
 }
 
+impl L4 {
+    /// The client's source port: the case's own, or an edge.
+    pub fn sport(&self) -> u16 {
+        match *self {
+            L4::Tcp { sport, .. } | L4::Udp { sport, .. } | L4::MtuError { sport } => sport,
+        }
+    }
+}
+
 /// The destination port: the published ones or an edge beside them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Port {
@@ -233,11 +242,9 @@ impl Case {
                 }
             }
             2 => {
-                // Up to a full 1500-byte packet of either family.
-                let largest = match family {
-                    Family::V4 => 1472,
-                    Family::V6 => 1452,
-                };
+                // Up to a full 1500-byte packet of either family, its L3 edge's header bytes
+                // included: the wire (the NIC's MTU) carries nothing larger.
+                let largest = full_udp(family, l3);
                 let payload = [0, 1, 32, 512, largest][rng.below(5) as usize];
                 let length = if rng.below(10) < 8 {
                     UdpLength::Exact
@@ -263,6 +270,22 @@ impl Case {
             l4,
         }
     }
+}
+
+/// The UDP payload that fills a 1500-byte IP packet of `family` with `l3`'s header bytes:
+/// IPv4 options (4 bytes of NOPs), an IPv6 hop-by-hop or fragment header (8).
+fn full_udp(family: Family, l3: L3Edge) -> u16 {
+    let (header, extension) = match family {
+        Family::V4 => (20, if l3 == L3Edge::Options { 4 } else { 0 }),
+        Family::V6 => (
+            40,
+            match l3 {
+                L3Edge::Options | L3Edge::FirstFragment | L3Edge::LaterFragment => 8,
+                _ => 0,
+            },
+        ),
+    };
+    1500 - header - extension - 8
 }
 
 impl fmt::Display for Case {
@@ -404,22 +427,19 @@ impl LinkCase {
         let Message::Oversized { over } = self.message else {
             return self.base;
         };
-        let full = match self.base.family {
-            Family::V4 => 1472,
-            Family::V6 => 1452,
+        // Whole datagrams: a fragment of one is a case of the base generator.
+        let l3 = match self.base.l3 {
+            L3Edge::FirstFragment | L3Edge::LaterFragment => L3Edge::None,
+            edge => edge,
         };
         Case {
             l4: L4::Udp {
                 sport: 30000 + (self.base.index % 30000) as u16,
                 dport: Port::Published,
-                payload: full + over,
+                payload: full_udp(self.base.family, l3) + over,
                 length: UdpLength::Exact,
             },
-            // Whole datagrams: a fragment of one is a case of the base generator.
-            l3: match self.base.l3 {
-                L3Edge::FirstFragment | L3Edge::LaterFragment => L3Edge::None,
-                edge => edge,
-            },
+            l3,
             ..self.base
         }
     }

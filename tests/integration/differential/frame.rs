@@ -409,3 +409,48 @@ pub fn neighbour(case: &Case, target: &Target, advert: bool, lladdr: Option<[u8;
     out.extend_from_slice(&l4);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::{Target, answer, frame};
+    use crate::differential::case::{Case, Family, L2, L4};
+
+    /// Every case's frame is one the wire carries: at most a 1500-byte packet (the NIC's MTU)
+    /// behind an Ethernet header, and a VLAN tag. A packet socket refuses anything larger.
+    #[test]
+    fn every_case_fits_the_wire() {
+        for seed in [39, 4242, 5151] {
+            for index in 0..3000 {
+                let case = Case::generate(seed, index);
+                let (src, dst): (IpAddr, IpAddr) = match case.family {
+                    Family::V4 => (
+                        "10.236.50.2".parse().unwrap(),
+                        "10.236.50.1".parse().unwrap(),
+                    ),
+                    Family::V6 => (
+                        "fd00:236::2".parse().unwrap(),
+                        "fd00:236::1".parse().unwrap(),
+                    ),
+                };
+                let quote = match case.l4 {
+                    L4::MtuError { sport } => answer((dst, 7002), (src, sport), b"dxdp"),
+                    _ => Vec::new(),
+                };
+                let target = Target {
+                    src_mac: [2, 0, 0, 0, 0, 2],
+                    nic_mac: [2, 0, 0, 0, 0, 1],
+                    src,
+                    dst,
+                    tcp_port: 5201,
+                    udp_port: 7002,
+                    quote,
+                };
+                let tag = if case.l2 == L2::Vlan { 4 } else { 0 };
+                let len = frame(&case, &target).len();
+                assert!(len <= 1514 + tag, "case {case}: a {len}-byte frame");
+            }
+        }
+    }
+}

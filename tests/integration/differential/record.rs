@@ -1,7 +1,8 @@
 //! What an observer saw, normalised to what both paths must agree on: addresses, protocol,
 //! ports, payload length, TCP flags, an ICMP error's type, code, MTU and the packet it quotes.
 //! Left out on purpose (see docs/differential.md): MACs, TTL and hop limit, IP ids, checksums,
-//! sequence numbers, and the neighbour discovery, MLD and IGMP chatter of the namespaces.
+//! sequence numbers, and the neighbour discovery, MLD and IGMP chatter of the namespaces; for
+//! the link topology, what is not the case's own ([`Own`]).
 
 use std::{
     fmt,
@@ -19,6 +20,16 @@ pub struct Record {
     pub src: IpAddr,
     pub dst: IpAddr,
     pub what: What,
+}
+
+impl Record {
+    /// "Fragment reassembly time exceeded" (ICMP 11/1, ICMPv6 3/1): it comes 30 or 60 s after
+    /// the fragment's case, from whichever stack held the fragment, into some later case's
+    /// window; never its own case's observation.
+    pub fn reassembly_timeout(&self) -> bool {
+        let typ = if self.src.is_ipv6() { 3 } else { 11 };
+        matches!(self.what, What::IcmpError { typ: t, code: 1, .. } if t == typ)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -210,11 +221,51 @@ impl fmt::Display for Record {
     }
 }
 
+/// What a link case can draw, beside its own frame: the observers of the link topology record
+/// only that, not what the namespaces send on their own or earlier cases' late errors.
+pub struct Own {
+    /// For the cases that send ARP or neighbour discovery: the addresses their message
+    /// resolves or claims (the case's source and destination). ARP and neighbour solicitations
+    /// and advertisements about other addresses are the namespaces' own (A resolving its
+    /// gateway, B an earlier case's source); `None`: no ARP or neighbour discovery at all.
+    pub about: Option<[IpAddr; 2]>,
+    /// The case's own source port and addresses (its source, its destination, A's): an ICMP
+    /// error quoting a TCP or UDP packet of neither this port nor these addresses answers
+    /// another case.
+    pub port: u16,
+    pub addresses: [IpAddr; 3],
+}
+
+impl Own {
+    fn about(&self, addr: IpAddr) -> bool {
+        self.about.is_some_and(|about| about.contains(&addr))
+    }
+
+    /// Whether `record` is an error quoting a packet of another case: ports, and neither the
+    /// case's port nor (both ends) its addresses.
+    fn elsewhere(&self, record: &Record) -> bool {
+        let What::IcmpError {
+            quoted: Some(q), ..
+        } = &record.what
+        else {
+            return false;
+        };
+        let Some((sport, dport)) = q.ports else {
+            return false;
+        };
+        let port = sport == self.port || dport == self.port;
+        let ends = self.addresses.contains(&q.src) || self.addresses.contains(&q.dst);
+        !(port && ends)
+    }
+}
+
 /// The link topology's line for a frame: its MACs, a VLAN tag, the TTL or hop limit and the
-/// record, none of which a link may change, nor anything else a bridge keeps. With
-/// `neighbours`, ARP and neighbour discovery too (for the cases that send them: otherwise it is
-/// the namespaces' own chatter, left out as in [`record`]).
-pub fn link_line(frame: &[u8], neighbours: bool) -> Option<String> {
+/// record, none of which a link may change, nor anything else a bridge keeps. ARP and
+/// neighbour solicitations and advertisements only about what `own` says (for the cases that
+/// send them: otherwise it is the namespaces' own chatter, left out as in [`record`]), and no
+/// error quoting another case's packet. The frame the case sent is always about its own
+/// addresses and port: it is recorded wherever it arrives.
+pub fn link_line(frame: &[u8], own: &Own) -> Option<String> {
     let eth = Ethernet2HeaderSlice::from_slice(frame).ok()?;
     let packet = LaxSlicedPacket::from_ethernet(frame).ok()?;
     let tag = if packet.link_exts.is_empty() {
@@ -225,10 +276,16 @@ pub fn link_line(frame: &[u8], neighbours: bool) -> Option<String> {
     let macs = format!("{} > {}{tag}", mac(&eth.source()), mac(&eth.destination()));
     let body = match packet.net.as_ref()? {
         LaxNetSlice::Arp(arp) => {
-            if !neighbours {
+            let arp = arp.to_packet().try_eth_ipv4().ok()?;
+            // A request resolves its target, a reply claims its sender.
+            let about = if arp.operation == ArpOperation::REPLY {
+                arp.sender_ipv4
+            } else {
+                arp.target_ipv4
+            };
+            if !own.about(IpAddr::V4(Ipv4Addr::from(about))) {
                 return None;
             }
-            let arp = arp.to_packet().try_eth_ipv4().ok()?;
             let op = match arp.operation {
                 ArpOperation::REQUEST => "request".to_owned(),
                 ArpOperation::REPLY => "reply".to_owned(),
@@ -249,9 +306,12 @@ pub fn link_line(frame: &[u8], neighbours: bool) -> Option<String> {
                 LaxNetSlice::Arp(_) => unreachable!("matched above"),
             };
             if let Some(record) = record(frame) {
+                if record.reassembly_timeout() || own.elsewhere(&record) {
+                    return None;
+                }
                 format!("ttl {ttl} {record}")
             } else if let (true, Some(TransportSlice::Icmpv6(icmp))) =
-                (neighbours, &packet.transport)
+                (own.about.is_some(), &packet.transport)
             {
                 let typ = icmp.type_u8();
                 if !(133..=137).contains(&typ) {
@@ -260,6 +320,11 @@ pub fn link_line(frame: &[u8], neighbours: bool) -> Option<String> {
                 let (src, dst) = ends(net)?;
                 let body = icmp.payload();
                 let about = <[u8; 16]>::try_from(body.get(..16)?).ok()?;
+                // A solicitation's or advertisement's target: the address it resolves or
+                // claims (router discovery and redirects are recorded as they are).
+                if matches!(typ, 135 | 136) && !own.about(IpAddr::V6(Ipv6Addr::from(about))) {
+                    return None;
+                }
                 let option = body.get(16..24).map_or("no option".to_owned(), |o| {
                     format!("option {} {}", o[0], mac(&o[2..8]))
                 });
