@@ -689,18 +689,23 @@ impl Datapath {
         let mut purged = 0;
         let mut tunnels = remote::Tunnels::default();
         for (ifindex, _) in maps.managed()? {
-            let alive = if is_remote_endpoint(ifindex) {
-                let rec = maps.endpoint(ifindex)?;
-                rec.is_some_and(|rec| tunnels.still_reaches(host, &rec))
+            // A task of another node lives while its tunnel reaches it; a veth while it exists.
+            let remote = if is_remote_endpoint(ifindex) {
+                Some(maps.endpoint(ifindex)?)
             } else {
-                host.iter().any(|i| i.index == ifindex && i.is_veth())
+                None
+            };
+            let alive = match &remote {
+                Some(rec) => rec
+                    .as_ref()
+                    .is_some_and(|rec| tunnels.still_reaches(host, rec)),
+                None => host.iter().any(|i| i.index == ifindex && i.is_veth()),
             };
             if !alive {
-                let rec = maps.endpoint(ifindex)?;
                 maps.purge_interface(ifindex)?;
                 pins::remove_link_pins(&self.pins, ifindex)?;
-                if let Some(rec) = rec.filter(|_| is_remote_endpoint(ifindex)) {
-                    release_tunnel_peer(&maps, &self.pins, &rec)?;
+                if let Some(Some(rec)) = &remote {
+                    release_tunnel_peer(&maps, &self.pins, rec)?;
                 }
                 purged += 1;
             }

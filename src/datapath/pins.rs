@@ -208,29 +208,8 @@ pub fn on_bpffs(path: &Path) -> bool {
         .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::BPF_FS_MAGIC)
 }
 
-/// Pinned attachments of `ifindex`, by parsing `KIND-IFINDEX` file names.
-pub(super) fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
-    let mut out = Vec::new();
-    let dir = pins.links();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some((kind, ifindex)) = name.split_once('-')
-            && let (Ok(kind), Ok(ifindex)) = (kind.parse::<Kind>(), ifindex.parse::<u32>())
-        {
-            out.push((kind, ifindex, entry.path()));
-        }
-    }
-    Ok(out)
-}
-
-/// Attachments to VXLAN devices, by the device's ifindex.
-pub(super) fn tunnel_link_pins(pins: &Pins) -> Result<Vec<(u32, PathBuf)>> {
+/// The file names and paths in the attachments directory; none when it does not exist yet.
+fn link_pin_entries(pins: &Pins) -> Result<Vec<(String, PathBuf)>> {
     let dir = pins.links();
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -240,15 +219,38 @@ pub(super) fn tunnel_link_pins(pins: &Pins) -> Result<Vec<(u32, PathBuf)>> {
     let mut out = Vec::new();
     for entry in entries {
         let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(ifindex) = name
-            .strip_prefix(TUNNEL_LINK_PREFIX)
-            .and_then(|i| i.parse::<u32>().ok())
-        {
-            out.push((ifindex, entry.path()));
-        }
+        out.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            entry.path(),
+        ));
     }
     Ok(out)
+}
+
+/// Pinned attachments of `ifindex`, by parsing `KIND-IFINDEX` file names.
+pub(super) fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
+    Ok(link_pin_entries(pins)?
+        .into_iter()
+        .filter_map(|(name, path)| {
+            let (kind, ifindex) = name.split_once('-')?;
+            Some((
+                kind.parse::<Kind>().ok()?,
+                ifindex.parse::<u32>().ok()?,
+                path,
+            ))
+        })
+        .collect())
+}
+
+/// Attachments to VXLAN devices, by the device's ifindex.
+pub(super) fn tunnel_link_pins(pins: &Pins) -> Result<Vec<(u32, PathBuf)>> {
+    Ok(link_pin_entries(pins)?
+        .into_iter()
+        .filter_map(|(name, path)| {
+            let ifindex = name.strip_prefix(TUNNEL_LINK_PREFIX)?.parse::<u32>().ok()?;
+            Some((ifindex, path))
+        })
+        .collect())
 }
 
 /// Unpinning the last reference to a bpf_link detaches its program.
