@@ -5,15 +5,13 @@ use std::{path::Path, process::ExitCode};
 use anyhow::{Result, bail};
 
 use crate::{
-    choice::Origin,
     cli::{ExposeArgs, UnexposeArgs},
     datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan},
     docker::{Container, Docker, PublishedPort},
-    engine::ports::{Ingress, NotExposed, SEVERAL_NETWORKS, plan_container},
-    firewall::{self, Ruleset},
+    engine,
     netlink::{self, Interface},
     netns::NetnsPath,
-    ports::{describe, endpoint_of},
+    ports::describe,
 };
 
 struct Found {
@@ -41,77 +39,23 @@ async fn find(reference: &str) -> Result<Found> {
 
 /// The container's published ports on `nic_names` (the default route's if empty) as fast-path
 /// entries, refused with the rule named where one could drop or change their packets on
-/// Docker's path (unless `bypass_firewall`): the watch's planner, for this one container. Changes
-/// nothing.
+/// Docker's path (unless `bypass_firewall`): the watch's planner, for this one container
+/// ([`engine::ports::plan_by_hand`]). Changes nothing.
 pub(super) fn prepare(
     reference: &str,
     nic_names: &[String],
     bypass_firewall: bool,
     host: &[Interface],
 ) -> Result<ExposurePlan> {
-    let ingress = Ingress::of_host(host, Some(nic_names))?;
     let found = super::runtime()?.block_on(find(reference))?;
-    let name = found.container.view.name.clone();
-    let mesh = found
-        .container
-        .view
-        .networks
-        .iter()
-        .find(|n| n.routing_mesh);
-    if let (true, Some(mesh)) = (found.published.is_empty(), mesh) {
-        bail!(
-            "container {name} is on Swarm's routing mesh ({}): its service's ports are \
-             published there, balanced by IPVS to tasks on any node, which a fast path into \
-             this one container would bypass; publish with --publish mode=host,… to expose it",
-            mesh.name
-        );
-    }
-    if found.published.is_empty() {
-        bail!(
-            "container {name} publishes no ports; publish them (docker run -p HOST:CONTAINER) \
-             and expose it again"
-        );
-    }
-    let endpoint_for = |ip| endpoint_of(&found.container, ip, host).map_err(anyhow::Error::msg);
-    // The rules are read once, and only when the mappings are there to be judged.
-    let mut read: Option<Ruleset> = None;
-    let rules = (!bypass_firewall).then_some(|port: &firewall::PublishedPort<'_>| {
-        let rules = match &read {
-            Some(rules) => rules,
-            None => read.insert(Ruleset::read()?),
-        };
-        Ok(rules.published_port_blockers(port))
-    });
-    let planned = plan_container(
-        &name,
+    let plan = engine::ports::plan_by_hand(
+        &found.container,
         &found.published,
-        &ingress,
+        nic_names,
+        bypass_firewall,
         host,
-        Origin::Manual,
-        endpoint_for,
-        rules,
-    )?;
-    match planned {
-        Ok(plan) => Ok(plan),
-        Err(NotExposed::NotOnTheNics) => {
-            let on: Vec<&str> = ingress.nics.iter().map(|n| n.name.as_str()).collect();
-            bail!(
-                "none of {name}'s published ports is bound to an address of {} with an address \
-                 of the container's family; name the NIC that holds the port's address with --nic",
-                on.join(", ")
-            )
-        }
-        Err(NotExposed::SeveralNetworks) => bail!("{name}'s {SEVERAL_NETWORKS}"),
-        Err(NotExposed::Rule { port, rule, .. }) => bail!(
-            "cannot expose {name} port {}: a rule may drop or change its packets on Docker's \
-             path, and the fast path would skip it: {rule}; expose with --bypass-firewall to \
-             skip such rules on purpose",
-            describe(&port)
-        ),
-        Err(NotExposed::NoGatewayMac { bridge, .. }) => {
-            bail!("bridge {bridge} has no MAC address")
-        }
-    }
+    )??;
+    Ok(plan)
 }
 
 pub fn run(pin_dir: &Path, capacity: Capacity, args: ExposeArgs) -> Result<ExitCode> {

@@ -7,7 +7,7 @@ use crate::{
     choice::Origin,
     cli::LinkArgs,
     datapath::{Capacity, Datapath, Installed, LinkRequest},
-    family::Families,
+    engine::links::{self, Open},
     firewall, netlink,
     netns::NetnsPath,
 };
@@ -31,13 +31,16 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: LinkArgs) -> Result<ExitCod
 /// did in one line.
 fn install(pin_dir: &Path, capacity: Capacity, args: &LinkArgs, pair: &Pair) -> Result<String> {
     let Pair { a, b, network } = pair;
-    // A family the rules close stays on the bridge; the link carries the others.
-    let (families, note) = if args.bypass_firewall {
-        (Families::ALL, None)
+    // A family the rules close stays on the bridge; the link carries the others. The watch's
+    // planner judges the pair.
+    let mut read;
+    let rules = if args.bypass_firewall {
+        None
     } else {
-        let verdict = firewall::check(a, b, "link with --bypass-firewall")?;
-        (verdict.open(), verdict.note())
+        read = firewall::read_for_a_pair("link with --bypass-firewall")?;
+        Some(&mut read)
     };
+    let Open { families, note } = links::judge(rules, a, b, Origin::Manual)??;
     let kind = args.datapath.resolve();
     let host = netlink::interfaces(&NetnsPath::host())?;
     let mut datapath = Datapath::open(pin_dir, capacity)?;

@@ -9,7 +9,7 @@
 //! - An event ([`Which::Containers`]) is scoped to the containers it names: they alone are
 //!   inspected, the plan is made over every container held (labels of the others are known),
 //!   and only links with an end on one of their veths, as held before and as found now, are
-//!   installed or removed ([`links::Scope`]). A burst of events makes one pass.
+//!   installed or removed ([`record::Scope`]). A burst of events makes one pass.
 //! - A change of the rules ([`Which::Known`]) walks every link over the containers as last
 //!   seen, without asking the container engine.
 //! - Between passes: the inventory of containers and networks, each container incarnation's
@@ -32,6 +32,7 @@ pub mod links;
 pub mod notices;
 mod pass;
 pub mod ports;
+pub mod record;
 mod shared;
 mod sites;
 pub mod soon;
@@ -56,6 +57,7 @@ use crate::{
     plan::{self, DesiredLink, Diagnostic, Level, OVERLAY_DRIVER},
 };
 use pass::Held;
+use record::Refusal;
 use sites::Sites;
 
 /// The watch's engine over a host (this machine, [`RealHost`], in the product).
@@ -267,18 +269,21 @@ impl<H: Host> Engine<H> {
             .removed_by_firewall(applied.removed_by_rules + on_sites.removed_by_rules);
         self.stats
             .exposures_removed_by_firewall(applied.exposures_removed_by_rules);
-        held.veths.retain(|id, _| running.contains(id));
+        held.links_seen.retain_running(&running);
+        held.ports_seen.retain_running(&running);
         held.endpoints.retain(|id| running.contains(id));
         self.sites.retain_running(&running);
-        // Label problems and firewall refusals are logged together, each once while it holds.
+        // Label problems and every kind's refusals are logged together, each once while it
+        // holds.
         let mut diagnostics = plan.diagnostics;
-        diagnostics.extend(held.refused.values().cloned());
-        diagnostics.extend(self.sites.refused().cloned());
+        let link_refusals = held.links_seen.refusals().chain(self.sites.refused());
+        diagnostics.extend(link_refusals.clone().map(Refusal::diagnostic));
+        diagnostics.extend(held.ports_seen.refusals().map(Refusal::diagnostic));
         report_new(&diagnostics, &mut self.reported);
-        self.stats
-            .firewall_refused(held.refused.len() + self.sites.refused().count());
+        self.stats.firewall_refused(link_refusals.count());
         self.stats.refused(&plan.refused, plan.malformed);
-        self.stats.refused_exposures(held.exposures.refused_now());
+        self.stats
+            .refused_exposures(held.ports_seen.refusals().count());
         give_back_freed_memory();
         Ok(Outcome {
             containers: running.len(),

@@ -8,7 +8,7 @@
 //! there). A second kind (published ports from the NIC) adds its own planner over the same
 //! `Shared` and its own table, in [`run`], so that it is reconciled in the same pass, with the
 //! same caches and the same rule: a path a rule covers is refused, or removed if it exists.
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Result;
 use tracing::{debug, trace, warn};
@@ -19,6 +19,7 @@ use super::{
     host::Host,
     links::{self, LinkStore, LinkTable, Resolved, Scope, Wanted},
     ports::{self, PortStore},
+    record::VethsAndRefusals,
     shared::{Phases, Shared},
 };
 use crate::{
@@ -29,7 +30,7 @@ use crate::{
     firewall::{self, RulesetCache},
     labels,
     netlink::Interface,
-    plan::{DesiredLink, Diagnostic, Level},
+    plan::DesiredLink,
 };
 
 /// What the blocking half keeps between passes: moved into its thread and back.
@@ -37,13 +38,11 @@ pub(super) struct Held<H: Host> {
     pub(super) endpoints: EndpointCache,
     pub(super) rules: RulesetCache,
     pub(super) links: Option<H::Idle>,
-    /// Each container's host veths as last resolved, so that an event about a container that
-    /// died still reaches its links.
-    pub(super) veths: HashMap<String, BTreeSet<u32>>,
-    /// Firewall refusals by (low, high) ifindex pair, as of the last pass that covered them.
-    pub(super) refused: BTreeMap<(u32, u32), Diagnostic>,
-    /// What the last passes saw of the labeled containers' published ports.
-    pub(super) exposures: ports::Seen,
+    /// The linked containers' veths as last resolved, and the pairs the rules refuse, by (low,
+    /// high) ifindex, as of the last pass that covered them.
+    pub(super) links_seen: VethsAndRefusals<(u32, u32)>,
+    /// The labeled containers' veths whose ports were planned, and the refusals, by veth.
+    pub(super) ports_seen: VethsAndRefusals<u32>,
 }
 
 impl<H: Host> Held<H> {
@@ -52,9 +51,8 @@ impl<H: Host> Held<H> {
             endpoints: EndpointCache::default(),
             rules: host.rules(),
             links: None,
-            veths: HashMap::new(),
-            refused: BTreeMap::new(),
-            exposures: ports::Seen::default(),
+            links_seen: VethsAndRefusals::default(),
+            ports_seen: VethsAndRefusals::default(),
         }
     }
 }
@@ -69,7 +67,7 @@ pub(super) struct Applied {
     /// Links a firewall rule took away in this pass, the watch's and hand-made ones.
     pub(super) removed_by_rules: usize,
     /// Exposures made by hand a firewall rule took away in this pass (the watch's own are
-    /// refusals: see [`ports::Seen`]).
+    /// refusals, held in [`Held::ports_seen`]).
     pub(super) exposures_removed_by_rules: usize,
 }
 
@@ -87,12 +85,10 @@ pub(super) fn run<H: Host>(
     let by_id: HashMap<&str, &Container> =
         containers.iter().map(|c| (c.view.id.as_str(), c)).collect();
     // The veths the event's containers had, before this pass finds them again.
-    let mut before = BTreeSet::new();
-    if let Which::Containers(ids) = which {
-        for id in ids {
-            before.extend(held.veths.get(id).into_iter().flatten().copied());
-        }
-    }
+    let before = match which {
+        Which::Containers(ids) => held.links_seen.veths_of(ids),
+        Which::All | Which::Known => BTreeSet::new(),
+    };
     let find = |c: &Container, net: &str, ifs: &[Interface]| host.endpoint_on(c, net, ifs);
     let pairs: Vec<(&Container, &str)> = links
         .iter()
@@ -104,16 +100,7 @@ pub(super) fn run<H: Host>(
     let mut shared = Shared::new(&interfaces, &mut held.endpoints, &mut held.rules, &find);
     let plan = plan_links(&mut shared, &by_id, links)?;
     phases.mark("endpoints and firewall");
-    let scope = match which {
-        Which::All | Which::Known => Scope::Whole,
-        Which::Containers(ids) => {
-            let mut veths = before.clone();
-            for id in ids {
-                veths.extend(plan.veths.get(id).into_iter().flatten().copied());
-            }
-            Scope::Touching(veths)
-        }
-    };
+    let scope = held.links_seen.scope(&plan.seen, which);
     let mut table = host.lock_links(held.links.take(), &interfaces)?;
     phases.mark("lock");
     // Garbage (state of veths that are gone) is collected by every whole pass, and by an
@@ -161,7 +148,7 @@ pub(super) fn run<H: Host>(
     // A sandbox's bridge is no NIC's: published ports are the machine's pass's.
     let exposures = host.exposes_ports().then(|| {
         expose_ports(
-            &mut held.exposures,
+            &mut held.ports_seen,
             &mut shared,
             host,
             containers,
@@ -199,28 +186,13 @@ pub(super) fn run<H: Host>(
     // Fail closed: a rule that appeared after the link was made takes the link away.
     let mut removed_by_rules = hand_made_removed;
     for pair in &applied.removed {
-        if let Some(d) = plan.refused.get(pair) {
-            warn!(container = %d.container, "removed a link: {}", d.message);
+        if let Some(r) = plan.seen.refusal(pair) {
+            warn!(container = %r.container, "removed a link: {}", r.message);
             removed_by_rules += 1;
         }
     }
     // What this pass saw replaces what was held about the same veths and containers.
-    match which {
-        Which::All | Which::Known => {
-            held.refused = plan.refused;
-            held.veths = plan.veths;
-        }
-        Which::Containers(ids) => {
-            held.refused.retain(|&(x, y), _| !scope.covers(x, y));
-            held.refused.extend(plan.refused);
-            for id in ids {
-                held.veths.remove(id);
-            }
-            for (id, veths) in plan.veths {
-                held.veths.entry(id).or_default().extend(veths);
-            }
-        }
-    }
+    held.links_seen.take(plan.seen, which, &scope);
     Ok(Applied {
         links: applied.links,
         unreadable: plan.unreadable,
@@ -234,7 +206,7 @@ pub(super) fn run<H: Host>(
 /// held to the rules too. The host's NICs are asked only when a container wants its ports
 /// exposed; without one, the watch's exposures (if any) go.
 fn expose_ports<H: Host>(
-    seen: &mut ports::Seen,
+    seen: &mut VethsAndRefusals<u32>,
     shared: &mut Shared<'_>,
     host: &H,
     containers: &[Container],
@@ -262,18 +234,18 @@ fn expose_ports<H: Host>(
         Some(ingress) if by_hand => ports::covered_by_hand(shared, &pinned, ingress)?,
         _ => Default::default(),
     };
-    let scope = seen.update(&plan, which);
-    ports::apply(table, &pinned, &plan, &covered, &scope)
+    let scope = seen.scope(&plan.seen, which);
+    let done = ports::apply(table, &pinned, &plan, &covered, &scope);
+    seen.take(plan.seen, which, &scope);
+    done
 }
 
 /// The links a pass wants, resolved and judged.
 struct LinkPlan {
     /// Links whose endpoints were found and that no rule refuses.
     wanted: Vec<Wanted<Resolved>>,
-    /// Pairs a rule refuses, by (low, high) ifindex.
-    refused: BTreeMap<(u32, u32), Diagnostic>,
-    /// Each container's host veths that this pass found.
-    veths: HashMap<String, BTreeSet<u32>>,
+    /// Each container's host veths that this pass found, and the pairs a rule refuses.
+    seen: VethsAndRefusals<(u32, u32)>,
     /// Containers whose endpoint could not be found.
     unreadable: Vec<String>,
 }
@@ -287,8 +259,7 @@ fn plan_links(
 ) -> Result<LinkPlan> {
     let mut plan = LinkPlan {
         wanted: Vec::new(),
-        refused: BTreeMap::new(),
-        veths: HashMap::new(),
+        seen: VethsAndRefusals::default(),
         unreadable: Vec::new(),
     };
     for link in links {
@@ -315,42 +286,25 @@ fn plan_links(
             }
         };
         for (c, ep) in [(a, &ea), (b, &eb)] {
-            plan.veths
-                .entry(c.view.id.clone())
-                .or_default()
-                .insert(ep.host_ifindex);
+            plan.seen.saw(&c.view.id, ep.host_ifindex);
         }
         let (x, y) = (ea.host_ifindex, eb.host_ifindex);
         let bypass = [a, b]
             .iter()
             .all(|c| labels::bypasses_firewall(&c.view.labels));
-        // With the rules bypassed, every family rides the link.
-        let mut families = crate::family::Families::ALL;
-        if !bypass {
-            let verdict = shared.rules()?.between(&ea, &eb)?;
-            families = verdict.open();
-            if let Some(note) = verdict.note() {
-                trace!(a = %a.view.name, b = %b.view.name, "{note}");
+        let rules = if bypass { None } else { Some(shared.rules()?) };
+        let families = match links::judge(rules, &ea, &eb, Origin::Watch)? {
+            Ok(open) => {
+                if let Some(note) = open.note {
+                    trace!(a = %a.view.name, b = %b.view.name, "{note}");
+                }
+                open.families
             }
-            if families.is_empty() {
-                let blockers = verdict.blockers();
-                plan.refused.insert(
-                    (x.min(y), x.max(y)),
-                    Diagnostic {
-                        container: a.view.name.clone(),
-                        level: Level::Warn,
-                        message: firewall::refusal(
-                            &a.view.name,
-                            &b.view.name,
-                            &ea.bridge_name,
-                            &blockers,
-                            "label both containers dxdp.firewall=bypass",
-                        ),
-                    },
-                );
+            Err(refusal) => {
+                plan.seen.refuse((x.min(y), x.max(y)), refusal);
                 continue;
             }
-        }
+        };
         let network = a
             .attachment(&link.network_id)
             .map(|att| att.network.name.clone())

@@ -12,7 +12,10 @@ use std::{
 use anyhow::Result;
 use tracing::{info, warn};
 
-use super::{Which, links::Scope, shared::Shared};
+use super::{
+    record::{Refusal, Scope, VethsAndRefusals},
+    shared::Shared,
+};
 use crate::{
     choice::Origin,
     datapath::{ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping},
@@ -58,15 +61,14 @@ impl Ingress {
     }
 }
 
-/// The exposures a pass wants, by host veth, and the refusals, by container name.
+/// The exposures a pass wants, by host veth; each labeled container's veth, for the scope of an
+/// event's pass, and the refusals, by veth.
 #[derive(Default)]
 pub(super) struct PortPlan {
     pub(super) wanted: BTreeMap<u32, ExposurePlan>,
-    pub(super) refused: BTreeMap<String, String>,
+    pub(super) seen: VethsAndRefusals<u32>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
     pub(super) refused_by_rules: BTreeSet<u32>,
-    /// Each labeled container's veth, for the scope of an event's pass.
-    pub(super) veths: BTreeMap<String, u32>,
 }
 
 /// The labeled containers' published ports on `ingress`'s NICs, judged by the rules.
@@ -113,32 +115,32 @@ pub(super) fn plan(
             endpoint_for,
             rules,
         )?;
-        match planned {
+        let id = &c.view.id;
+        let not = match planned {
             Ok(wanted) => {
                 let veth = wanted.endpoint.host_ifindex;
-                plan.veths.insert(c.view.id.clone(), veth);
+                plan.seen.saw(id, veth);
                 plan.wanted.insert(veth, wanted);
+                continue;
             }
-            Err(NotExposed::NotOnTheNics) => {}
-            Err(NotExposed::SeveralNetworks) => {
-                plan.refused
-                    .insert(name.clone(), format!("its {SEVERAL_NETWORKS}"));
+            Err(not) => not,
+        };
+        if let Some(veth) = not.veth() {
+            plan.seen.saw(id, veth);
+        }
+        match &not {
+            NotExposed::Rule { veth, .. } => {
+                plan.refused_by_rules.insert(*veth);
+                plan.seen
+                    .refuse(*veth, not.refusal(name, Origin::Watch, ingress));
             }
-            Err(NotExposed::Rule { veth, port, rule }) => {
-                plan.veths.insert(c.view.id.clone(), veth);
-                plan.refused_by_rules.insert(veth);
-                plan.refused.insert(
-                    name.clone(),
-                    format!(
-                        "port {}: {rule}; label it dxdp.firewall=bypass to skip such rules on \
-                         purpose",
-                        ports::describe(&port)
-                    ),
-                );
+            NotExposed::SeveralNetworks { veth } => {
+                plan.seen
+                    .refuse(*veth, not.refusal(name, Origin::Watch, ingress));
             }
-            Err(NotExposed::NoGatewayMac { veth, .. }) => {
-                plan.veths.insert(c.view.id.clone(), veth);
-            }
+            // Ports on no NIC are not asked for; a bridge without a MAC is not the label's
+            // business (the next pass finds it again).
+            NotExposed::NotOnTheNics | NotExposed::NoGatewayMac { .. } => {}
         }
     }
     Ok(plan)
@@ -152,7 +154,8 @@ pub enum NotExposed {
     /// container's family.
     NotOnTheNics,
     /// Its published ports lead to more than one of its networks ([`SEVERAL_NETWORKS`]).
-    SeveralNetworks,
+    /// `veth` is the host veth of the first.
+    SeveralNetworks { veth: u32 },
     /// A rule may drop or change the packets of `port` on Docker's path, and the fast path
     /// would skip it: `rule` names every such rule. `veth` is the container's host veth.
     Rule {
@@ -166,8 +169,68 @@ pub enum NotExposed {
 }
 
 /// [`NotExposed::SeveralNetworks`] in words, after "its" or "NAME's".
-pub const SEVERAL_NETWORKS: &str = "published ports lead to more than one of its networks; dxdp exposes a container on one \
+const SEVERAL_NETWORKS: &str = "published ports lead to more than one of its networks; dxdp exposes a container on one \
      network";
+
+impl NotExposed {
+    /// The container's host veth, where one was found.
+    fn veth(&self) -> Option<u32> {
+        match self {
+            NotExposed::NotOnTheNics => None,
+            NotExposed::SeveralNetworks { veth }
+            | NotExposed::Rule { veth, .. }
+            | NotExposed::NoGatewayMac { veth, .. } => Some(*veth),
+        }
+    }
+
+    /// Why container `name`'s ports are not exposed, with the way out `origin`'s asker has (a
+    /// label for the watch, an option for `dxdp expose`). `ingress`'s NICs are those asked.
+    pub fn refusal(&self, name: &str, origin: Origin, ingress: &Ingress) -> Refusal {
+        let nics = || {
+            let on: Vec<&str> = ingress.nics.iter().map(|n| n.name.as_str()).collect();
+            on.join(", ")
+        };
+        let message = match (origin, self) {
+            (Origin::Watch, NotExposed::NotOnTheNics) => format!(
+                "cannot expose its published ports: none is bound to an address of {} with an \
+                 address of the container's family",
+                nics()
+            ),
+            (Origin::Watch, NotExposed::NoGatewayMac { bridge, .. }) => {
+                format!("cannot expose its published ports: bridge {bridge} has no MAC address")
+            }
+            (Origin::Watch, NotExposed::SeveralNetworks { .. }) => {
+                format!("cannot expose its published ports: its {SEVERAL_NETWORKS}")
+            }
+            (Origin::Watch, NotExposed::Rule { port, rule, .. }) => format!(
+                "cannot expose its published ports: port {}: {rule}; label it \
+                 dxdp.firewall=bypass to skip such rules on purpose",
+                ports::describe(port)
+            ),
+            (Origin::Manual, NotExposed::NotOnTheNics) => format!(
+                "none of {name}'s published ports is bound to an address of {} with an address \
+                 of the container's family; name the NIC that holds the port's address with --nic",
+                nics()
+            ),
+            (Origin::Manual, NotExposed::SeveralNetworks { .. }) => {
+                format!("{name}'s {SEVERAL_NETWORKS}")
+            }
+            (Origin::Manual, NotExposed::Rule { port, rule, .. }) => format!(
+                "cannot expose {name} port {}: a rule may drop or change its packets on \
+                 Docker's path, and the fast path would skip it: {rule}; expose with \
+                 --bypass-firewall to skip such rules on purpose",
+                ports::describe(port)
+            ),
+            (Origin::Manual, NotExposed::NoGatewayMac { bridge, .. }) => {
+                format!("bridge {bridge} has no MAC address")
+            }
+        };
+        Refusal {
+            container: name.to_owned(),
+            message,
+        }
+    }
+}
 
 /// One container's `published` ports as fast-path entries on `ingress`'s NICs, held to the
 /// firewall unless `rules` is `None`: the planner of the watch, for each labeled container, and
@@ -196,7 +259,9 @@ where
         .iter()
         .any(|(_, e)| e.host_ifindex != endpoint.host_ifindex)
     {
-        return Ok(Err(NotExposed::SeveralNetworks));
+        return Ok(Err(NotExposed::SeveralNetworks {
+            veth: endpoint.host_ifindex,
+        }));
     }
     let veth = endpoint.host_ifindex;
     let bypass_firewall = rules.is_none();
@@ -232,53 +297,59 @@ where
     }))
 }
 
-/// What the engine holds between passes about this kind: each labeled container's veth (so
-/// that an event about one that died or lost its label still reaches its exposure) and the
-/// refusals as last logged (said once, not at every resync).
-#[derive(Default)]
-pub(super) struct Seen {
-    veths: BTreeMap<String, u32>,
-    refused: BTreeMap<String, String>,
-    /// How many containers the last pass refused (it plans over every container, event or
-    /// not), for the metrics.
-    refused_now: usize,
-}
-
-impl Seen {
-    /// Containers the last pass refused to expose.
-    pub(super) fn refused_now(&self) -> usize {
-        self.refused_now
-    }
-
-    /// Logs the refusals that are new, takes in what `plan` saw, and returns the scope the pass
-    /// may change: everything in a whole pass, else the veths the event's containers have and
-    /// had.
-    pub(super) fn update(&mut self, plan: &PortPlan, which: &Which) -> Scope {
-        self.refused_now = plan.refused.len();
-        for (name, why) in &plan.refused {
-            if self.refused.get(name) != Some(why) {
-                warn!(container = %name, "cannot expose its published ports: {why}");
-            }
+/// The planner of `dxdp expose` for the container it names: the watch's ([`plan_container`])
+/// for this one container, its `published` ports on the NICs `nic_names` names (the default
+/// route's if none), held to the rules unless `bypass_firewall` (read once, when first asked).
+/// A refusal says why, with the option that gets round it where there is one.
+pub fn plan_by_hand(
+    container: &Container,
+    published: &[PublishedPort],
+    nic_names: &[String],
+    bypass_firewall: bool,
+    host: &[Interface],
+) -> Result<Result<ExposurePlan, Refusal>> {
+    let name = &container.view.name;
+    let refused = |message: String| {
+        Ok(Err(Refusal {
+            container: name.clone(),
+            message,
+        }))
+    };
+    if published.is_empty() {
+        if let Some(mesh) = container.view.networks.iter().find(|n| n.routing_mesh) {
+            return refused(format!(
+                "container {name} is on Swarm's routing mesh ({}): its service's ports are \
+                 published there, balanced by IPVS to tasks on any node, which a fast path into \
+                 this one container would bypass; publish with --publish mode=host,… to expose \
+                 it",
+                mesh.name
+            ));
         }
-        match which {
-            Which::All | Which::Known => {
-                self.refused = plan.refused.clone();
-                self.veths = plan.veths.clone();
-                Scope::Whole
-            }
-            Which::Containers(ids) => {
-                self.refused.extend(plan.refused.clone());
-                let mut veths = BTreeSet::new();
-                for id in ids {
-                    veths.extend(self.veths.remove(id));
-                    veths.extend(plan.veths.get(id).copied());
-                }
-                self.veths
-                    .extend(plan.veths.iter().map(|(id, v)| (id.clone(), *v)));
-                Scope::Touching(veths)
-            }
-        }
+        return refused(format!(
+            "container {name} publishes no ports; publish them (docker run -p HOST:CONTAINER) \
+             and expose it again"
+        ));
     }
+    let ingress = Ingress::of_host(host, Some(nic_names))?;
+    let endpoint_for = |ip| ports::endpoint_of(container, ip, host).map_err(anyhow::Error::msg);
+    let mut read: Option<firewall::Ruleset> = None;
+    let rules = (!bypass_firewall).then_some(|port: &firewall::PublishedPort<'_>| {
+        let rules = match &read {
+            Some(rules) => rules,
+            None => read.insert(firewall::Ruleset::read()?),
+        };
+        Ok(rules.published_port_blockers(port))
+    });
+    let planned = plan_container(
+        name,
+        published,
+        &ingress,
+        host,
+        Origin::Manual,
+        endpoint_for,
+        rules,
+    )?;
+    Ok(planned.map_err(|not| not.refusal(name, Origin::Manual, &ingress)))
 }
 
 /// What applying did: exposures made or changed, and removed (of which, made by hand and
@@ -485,7 +556,7 @@ mod tests {
             None::<NoRules>,
         );
         // Both families lead to two networks: refused, whoever asks.
-        assert!(matches!(planned, Err(NotExposed::SeveralNetworks)));
+        assert!(matches!(planned, Err(NotExposed::SeveralNetworks { .. })));
 
         let v4 = [published("0.0.0.0", 8080)];
         let plan = plan_web(

@@ -14,10 +14,11 @@ use super::{
     Which,
     host::Host,
     pass::{self, Held},
+    record::Refusal,
 };
 use crate::{
     docker::Container,
-    plan::{DesiredLink, Diagnostic, NetworkView},
+    plan::{DesiredLink, NetworkView},
 };
 
 /// One overlay network's sandbox and what its passes keep.
@@ -142,23 +143,23 @@ impl<S: Host> Sites<S> {
         let held_there = self.by_network.get(id).is_some_and(|site| {
             site.held
                 .as_ref()
-                .is_some_and(|h| ids.iter().any(|i| h.veths.contains_key(i)))
+                .is_some_and(|h| h.links_seen.holds_any(ids))
         });
         on_network || held_there
     }
 
     /// Firewall refusals of every site, as of their last passes.
-    pub(super) fn refused(&self) -> impl Iterator<Item = &Diagnostic> {
+    pub(super) fn refused(&self) -> impl Iterator<Item = &Refusal> + Clone {
         self.by_network
             .values()
             .filter_map(|s| s.held.as_ref())
-            .flat_map(|h| h.refused.values())
+            .flat_map(|h| h.links_seen.refusals())
     }
 
     /// Forgets what is held about containers no longer running.
     pub(super) fn retain_running(&mut self, running: &BTreeSet<String>) {
         for held in self.by_network.values_mut().filter_map(|s| s.held.as_mut()) {
-            held.veths.retain(|id, _| running.contains(id));
+            held.links_seen.retain_running(running);
             held.endpoints.retain(|id| running.contains(id));
         }
     }

@@ -431,26 +431,42 @@ impl Direction<'_> {
     }
 }
 
-/// Refuses a pair none of whose families the rules leave open, before anything is made: a link
-/// would bypass the rule that may drop or alter their traffic on the bridge. Otherwise returns
-/// the verdict, whose open families the link may carry. `way_out` names the opt-in.
-pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<FamilyVerdict> {
+/// The host's rules, read to check a pair before anything is made; `way_out` names the opt-in
+/// an error offers.
+pub fn read_for_a_pair(way_out: &str) -> anyhow::Result<RulesetCache> {
     use anyhow::Context;
     let mut rules = RulesetCache::default();
     rules.refresh().with_context(|| {
         format!("cannot read the host's firewall rules to check that a link bypasses none; fix that, or {way_out}")
     })?;
+    Ok(rules)
+}
+
+/// The rules' verdict on a pair, whose open families a link may carry; or, when they leave it
+/// none, why it stays on the bridge ([`refusal`]): a link would bypass the rule that may drop or
+/// alter their traffic there. `way_out` names the opt-in.
+pub fn judge(
+    rules: &mut RulesetCache,
+    a: &Endpoint,
+    b: &Endpoint,
+    way_out: &str,
+) -> anyhow::Result<Result<FamilyVerdict, String>> {
     let verdict = rules.between(a, b)?;
     if !verdict.open().is_empty() {
-        return Ok(verdict);
+        return Ok(Ok(verdict));
     }
-    anyhow::bail!(refusal(
+    Ok(Err(refusal(
         &a.label,
         &b.label,
         &a.bridge_name,
         &verdict.blockers(),
-        way_out
-    ))
+        way_out,
+    )))
+}
+
+/// Reads the rules and [`judge`]s a pair before anything is made; a refusal is an error.
+pub fn check(a: &Endpoint, b: &Endpoint, way_out: &str) -> anyhow::Result<FamilyVerdict> {
+    judge(&mut read_for_a_pair(way_out)?, a, b, way_out)?.map_err(anyhow::Error::msg)
 }
 
 /// Why a pair stays on the bridge, with the way out: one line. `blockers` close every family

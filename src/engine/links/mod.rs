@@ -20,18 +20,61 @@
 //!   then changes only links with an end among them, and leaves every other link as it is.
 pub mod live;
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::net::IpAddr;
 
 use anyhow::Result;
 
+use super::record::Refusal;
+pub use super::record::Scope;
 use crate::{
     choice::{Kind, Origin},
     datapath::LinkRecord,
     endpoint::Endpoint,
     family::Families,
+    firewall::{self, RulesetCache},
     netlink::Interface,
 };
 pub use live::{Live, Resolved};
+
+/// What the rules leave a pair of endpoints: the families a link between them may carry, and a
+/// note on those it may not.
+#[derive(Debug)]
+pub struct Open {
+    pub families: Families,
+    pub note: Option<String>,
+}
+
+/// The planner of one link, for the watch (each pair the labels call for) and for `dxdp link`
+/// (the pair it names): holds `a`–`b` to `rules`, or lets every family ride the link when the
+/// rules are bypassed (`None`). A pair whose every family a rule may drop or alter is refused,
+/// with the way out `origin`'s asker has (a label, or an option).
+pub fn judge(
+    rules: Option<&mut RulesetCache>,
+    a: &Endpoint,
+    b: &Endpoint,
+    origin: Origin,
+) -> Result<Result<Open, Refusal>> {
+    let Some(rules) = rules else {
+        return Ok(Ok(Open {
+            families: Families::ALL,
+            note: None,
+        }));
+    };
+    let way_out = match origin {
+        Origin::Watch => "label both containers dxdp.firewall=bypass",
+        Origin::Manual => "link with --bypass-firewall",
+    };
+    Ok(match firewall::judge(rules, a, b, way_out)? {
+        Ok(verdict) => Ok(Open {
+            families: verdict.open(),
+            note: verdict.note(),
+        }),
+        Err(message) => Err(Refusal {
+            container: a.label.clone(),
+            message,
+        }),
+    })
+}
 
 /// A link the labels call for, identified by the host ifindexes of its two endpoints; `link` is
 /// what the table needs to install it.
@@ -63,27 +106,6 @@ impl<L> Wanted<L> {
 
     fn pair(&self) -> (u32, u32) {
         (self.low_ifindex, self.high_ifindex)
-    }
-}
-
-/// Which pinned links a pass looks at and may change.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// Every link (a resync).
-    Whole,
-    /// Only links with an end among these host ifindexes: the veths of the containers an
-    /// event is about, as they were and as they are now.
-    Touching(BTreeSet<u32>),
-}
-
-impl Scope {
-    pub fn covers(&self, low_ifindex: u32, high_ifindex: u32) -> bool {
-        match self {
-            Scope::Whole => true,
-            Scope::Touching(ifindexes) => {
-                ifindexes.contains(&low_ifindex) || ifindexes.contains(&high_ifindex)
-            }
-        }
     }
 }
 

@@ -395,7 +395,12 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
     let mut rig = Rig::new(world);
     rig.pass(Which::All);
     assert!(rig.shared.world().exposures().is_empty());
-    let refused_now = |rig: &Rig| rig.engine.held.as_ref().map(|h| h.exposures.refused_now());
+    let refused_now = |rig: &Rig| {
+        rig.engine
+            .held
+            .as_ref()
+            .map(|h| h.ports_seen.refusals().count())
+    };
     assert_eq!(refused_now(&rig), Some(1), "the metrics count the refusal");
     // The rule goes (a new generation): the next pass exposes.
     {
