@@ -47,6 +47,8 @@ pub(super) struct World {
     pub(super) unexposed: Vec<(u32, ExistingConnections)>,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
+    /// Exposures to fail before one succeeds again.
+    pub(super) failing_exposures: usize,
     /// `iptables-save` text of the rules, and the nf_tables generation.
     pub(super) rules: String,
     pub(super) generation: u32,
@@ -503,6 +505,10 @@ impl PortStore for FakeLinks {
 
     fn expose(&mut self, e: &Exposure<'_>) -> Result<usize> {
         let mut world = self.0.world();
+        if world.failing_exposures > 0 {
+            world.failing_exposures -= 1;
+            bail!("the exposures map is full");
+        }
         let veth = e.endpoint.host_ifindex;
         world.exposed.retain(|p| p.veth_ifindex != veth);
         for m in e.ports {

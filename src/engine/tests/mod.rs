@@ -506,3 +506,126 @@ fn a_rule_that_comes_after_an_exposure_by_hand_takes_it_away_unless_it_bypasses_
     );
     assert_eq!(removed(&rig), 1);
 }
+
+/// web1 (veth 21, port 8080) and web2 (veth 22, port 8081), each labeled to be exposed, and
+/// to bypass the rules (their walk is another test's).
+fn two_exposed() -> World {
+    let mut world = World::new();
+    let asks = [(INGRESS, "true"), (FIREWALL, "bypass")];
+    world.start("web1", 21, &asks);
+    world.publish("web1", 8080);
+    world.start("web2", 22, &asks);
+    world.publish("web2", 8081);
+    world
+}
+
+#[test]
+fn an_event_about_one_container_touches_only_its_exposure_and_a_resync_heals_the_rest() {
+    let mut rig = Rig::new(two_exposed());
+    rig.pass(Which::All);
+    let both = ["21:8080->10.0.0.21:80 Watch", "22:8081->10.0.0.22:80 Watch"];
+    assert_eq!(rig.shared.world().exposures(), both);
+    // Both lost behind the engine's back; an event about web1 puts back its own alone.
+    rig.shared.world().exposed.clear();
+    rig.shared.world().inspected.clear();
+    rig.about(&["web1"]);
+    assert_eq!(rig.shared.world().inspected, ["id-web1"]);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"],
+        "web2 is not web1's business"
+    );
+    // The next resync puts back what the event's pass left alone.
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().exposures(), both);
+    // An event about web2, stopped, takes its exposure and leaves web1's.
+    rig.shared.world().stop("web2");
+    rig.about(&["web2"]);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"]
+    );
+}
+
+#[test]
+fn a_failed_exposure_is_retried_by_the_next_pass() {
+    let mut world = two_exposed();
+    world.failing_exposures = 1;
+    let mut rig = Rig::new(world);
+    assert!(
+        rig.pass(Which::All).is_some(),
+        "one failed exposure does not fail the pass"
+    );
+    assert_eq!(rig.shared.world().exposures().len(), 1);
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch", "22:8081->10.0.0.22:80 Watch"]
+    );
+}
+
+#[test]
+fn rules_that_cannot_be_read_change_no_exposure_and_the_next_pass_recovers() {
+    let mut world = World::new();
+    world.start("web", 21, &[(INGRESS, "true")]);
+    world.publish("web", 8080);
+    world.rules = published_rules("10.0.0.21", "");
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"]
+    );
+    // The rules cannot be read, and the exposure was lost meanwhile: nothing is judged, so
+    // nothing is exposed (nor taken away) until they can be.
+    {
+        let mut world = rig.shared.world();
+        world.rules_unreadable = true;
+        world.generation += 1;
+        world.exposed.clear();
+    }
+    rig.pass(Which::All);
+    assert!(rig.shared.world().exposures().is_empty());
+    rig.shared.world().rules_unreadable = false;
+    rig.pass(Which::All);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["21:8080->10.0.0.21:80 Watch"]
+    );
+    assert_eq!(
+        rig.shared.world().rule_reads,
+        2,
+        "read once a pass when its generation moved, and not again"
+    );
+}
+
+#[test]
+fn a_refusal_is_held_until_a_pass_about_its_container_or_a_whole_one_finds_it_gone() {
+    let mut world = two_exposed();
+    // web3 is held to the rules, and one covers its port.
+    world.start("web3", 23, &[(INGRESS, "true")]);
+    world.publish("web3", 8082);
+    world.rules = "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n\
+                   -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
+                   -A DOCKER ! -i br-test -p tcp -m tcp --dport 8082 -j DNAT --to-destination 10.0.0.23:80\n\
+                   COMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -s 198.51.100.0/24 -j DROP\nCOMMIT\n"
+        .to_owned();
+    let mut rig = Rig::new(world);
+    let refused = |rig: &Rig| {
+        let held = rig.engine.held.as_ref().expect("held between passes");
+        held.ports_seen
+            .refusals()
+            .map(|r| r.container.clone())
+            .collect::<Vec<_>>()
+    };
+    rig.pass(Which::All);
+    assert_eq!(refused(&rig), ["web3"]);
+    assert_eq!(rig.shared.world().exposures().len(), 2);
+    // A pass about another container keeps it.
+    rig.about(&["web1"]);
+    assert_eq!(refused(&rig), ["web3"]);
+    // web3 stops: the pass about it finds no refusal there any more.
+    rig.shared.world().stop("web3");
+    rig.about(&["web3"]);
+    assert!(refused(&rig).is_empty());
+}
