@@ -18,7 +18,7 @@ use crate::{
         Attachment, Capacity, ConnectionTables, Datapath, LinkRecord, TC_SINCE, TablePressure,
         XDP_SINCE, kernel_has,
     },
-    docker::BridgeNetwork,
+    docker::{BridgeNetwork, ConnectError},
     family::Families,
     firewall::{self, Ruleset, RulesetCache},
     netlink::{self, Interface},
@@ -349,12 +349,12 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>, Result<Vec<PortPath>>) {
             docker.publishing_containers().await.ok()
         };
         let ports = published::gather(&docker).await;
-        Ok::<_, anyhow::Error>((docker.describe(), networks, runtime, publishing, ports))
+        Ok::<_, ConnectError>((docker.describe(), networks, runtime, publishing, ports))
     };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(anyhow::Error::from)
+        .map_err(|e| ConnectError::Unreachable(e.into()))
         .and_then(|rt| rt.block_on(probe));
     match result {
         Ok((engine, networks, runtime, publishing, ports)) => {
@@ -370,7 +370,7 @@ fn docker() -> (Vec<Check>, Vec<BridgeNetwork>, Result<Vec<PortPath>>) {
             }
             (checks, networks, ports)
         }
-        Err(e) if e.downcast_ref::<crate::docker::Rootless>().is_some() => (
+        Err(ConnectError::Rootless(e)) => (
             vec![check(
                 Verdict::Fail,
                 format!("{e:#}"),

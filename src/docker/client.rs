@@ -50,9 +50,19 @@ pub struct NetworkAttachment {
     pub endpoint_id: String,
 }
 
+/// Why [`Docker::connect`] failed: the engine runs rootless (refused: its containers have no
+/// host-side veth), or it cannot be reached or asked.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Rootless(#[from] podman::Rootless),
+    #[error(transparent)]
+    Unreachable(#[from] anyhow::Error),
+}
+
 impl Docker {
     /// Connects through DOCKER_HOST or /var/run/docker.sock.
-    pub async fn connect() -> Result<Self> {
+    pub async fn connect() -> Result<Self, ConnectError> {
         let client = bollard::Docker::connect_with_defaults()
             .context("cannot reach dockerd (DOCKER_HOST or /var/run/docker.sock)")?
             .negotiate_version()
@@ -86,7 +96,7 @@ impl Docker {
             } else {
                 "dockerd"
             };
-            bail!(podman::rootless_refusal(name));
+            return Err(podman::rootless_refusal(name).into());
         }
         Ok(Self { client, podman })
     }

@@ -8,7 +8,8 @@ mod podman;
 pub mod userland_proxy;
 
 pub use client::{
-    BridgeNetwork, Container, Docker, Event, NetworkAttachment, NetworkCache, PublishedPort,
+    BridgeNetwork, ConnectError, Container, Docker, Event, NetworkAttachment, NetworkCache,
+    PublishedPort,
 };
 pub use endpoints::endpoint_on;
 pub use inventory::{ContainerSource, Inventory};

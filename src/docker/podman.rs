@@ -51,16 +51,9 @@ pub(super) fn rootless(info: &bollard::models::SystemInfo) -> bool {
 }
 
 /// A rootless engine, refused at connect: its message says why and names the way out.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Rootless(String);
-
-impl std::fmt::Display for Rootless {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Rootless {}
 
 /// Why a rootless engine's containers cannot be linked, and the way out.
 pub(super) fn rootless_refusal(engine: &str) -> Rootless {
