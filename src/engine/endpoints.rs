@@ -3,13 +3,13 @@
 //! Docker endpoint there) and used only while the host veth is still what was found.
 use std::collections::HashMap;
 
-use anyhow::Result;
-
+use super::host::EndpointError;
 use crate::{docker::Container, endpoint::Endpoint, netlink::Interface};
 
 /// How a pass finds an endpoint that is not held: netns inspection on a real host
 /// ([`crate::docker::endpoint_on`]). Called from several threads at once.
-pub(super) type Find<'f> = dyn Fn(&Container, &str, &[Interface]) -> Result<Endpoint> + Sync + 'f;
+pub(super) type Find<'f> =
+    dyn Fn(&Container, &str, &[Interface]) -> Result<Endpoint, EndpointError> + Sync + 'f;
 
 /// The endpoints held, by incarnation.
 #[derive(Default)]
@@ -87,7 +87,7 @@ impl EndpointCache {
         network_id: &str,
         host: &[Interface],
         find: &Find<'_>,
-    ) -> Result<Endpoint> {
+    ) -> Result<Endpoint, EndpointError> {
         if let Some(ep) = self.held(container, network_id, host) {
             return Ok(ep.clone());
         }

@@ -23,6 +23,36 @@ use crate::{
     rcu,
 };
 
+/// Why a container's endpoint was not found: what the pass does next depends on which.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Its namespace may not be entered or read (this process lacks a privilege): it will not
+    /// heal by itself, so the pass says so loudly.
+    #[error(transparent)]
+    Denied(anyhow::Error),
+    /// Not there as the container engine said: a container that just stopped or is still
+    /// starting, or a restart whose events were lost; the next event or resync catches up.
+    #[error(transparent)]
+    Missing(anyhow::Error),
+}
+
+impl EndpointError {
+    /// Sorts an error of the namespace inspection: denied where an I/O error in its chain
+    /// says so, missing otherwise.
+    pub fn of(err: anyhow::Error) -> Self {
+        let denied = err.chain().any(|cause| {
+            cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+        });
+        if denied {
+            Self::Denied(err)
+        } else {
+            Self::Missing(err)
+        }
+    }
+}
+
 pub trait Host: Send + Sync + 'static {
     /// The links table, locked for one pass; the exposed ports are in it too.
     type Links: LinkStore + PortStore;
@@ -36,7 +66,7 @@ pub trait Host: Send + Sync + 'static {
         container: &Container,
         network_id: &str,
         host: &[Interface],
-    ) -> Result<Endpoint>;
+    ) -> Result<Endpoint, EndpointError>;
     /// A cache of the firewall rules, empty.
     fn rules(&self) -> RulesetCache;
     /// The NICs published ports are taken from (looked up only if `find_nics`: a container
@@ -118,8 +148,8 @@ impl Host for RealHost {
         container: &Container,
         network_id: &str,
         host: &[Interface],
-    ) -> Result<Endpoint> {
-        docker::endpoint_on(container, network_id, host)
+    ) -> Result<Endpoint, EndpointError> {
+        docker::endpoint_on(container, network_id, host).map_err(EndpointError::of)
     }
 
     fn rules(&self) -> RulesetCache {

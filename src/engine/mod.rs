@@ -46,7 +46,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Instant};
 use anyhow::{Context, Result};
 use tracing::{debug, info, trace, warn};
 
-pub use host::{Host, RealHost};
+pub use host::{EndpointError, Host, RealHost};
 pub use ports::{Ingress, PortStore};
 pub use which::Which;
 

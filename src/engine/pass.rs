@@ -16,7 +16,7 @@ use tracing::{debug, trace, warn};
 use super::{
     Which,
     endpoints::EndpointCache,
-    host::Host,
+    host::{EndpointError, Host},
     links::{self, LinkStore, LinkTable, Resolved, Scope, Wanted},
     ports::{self, PortStore},
     record::VethsAndRefusals,
@@ -271,7 +271,7 @@ fn plan_links(
             (Ok(ea), Ok(eb)) => (ea, eb),
             // A container that just stopped or is still starting: the next event catches up.
             // A permission problem will not heal by itself: say so loudly.
-            (Err(err), _) | (_, Err(err)) if permission_denied(&err) => {
+            (Err(err @ EndpointError::Denied(_)), _) | (_, Err(err @ EndpointError::Denied(_))) => {
                 warn!(a = %a.view.name, b = %b.view.name, "cannot link: {err:#}");
                 continue;
             }
@@ -382,12 +382,4 @@ fn attaches_new(table: &impl LinkStore, wanted: &[Wanted<Resolved>], scope: &Sco
         .filter(|w| scope.covers(w.low_ifindex, w.high_ifindex))
         .flat_map(|w| [(w.kind, w.low_ifindex), (w.kind, w.high_ifindex)])
         .any(|(kind, ifindex)| !table.attachment_pinned(kind, ifindex))
-}
-
-fn permission_denied(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-    })
 }

@@ -6,7 +6,10 @@
 use anyhow::{Context, Result};
 use tracing::trace;
 
-use super::endpoints::{EndpointCache, Find};
+use super::{
+    endpoints::{EndpointCache, Find},
+    host::EndpointError,
+};
 use crate::{docker::Container, endpoint::Endpoint, firewall::RulesetCache, netlink::Interface};
 
 /// What the kinds of fast path share in one pass.
@@ -37,7 +40,11 @@ impl<'p> Shared<'p> {
     }
 
     /// The endpoint of `container` on `network_id`: held, or found now.
-    pub(super) fn endpoint(&mut self, container: &Container, network_id: &str) -> Result<Endpoint> {
+    pub(super) fn endpoint(
+        &mut self,
+        container: &Container,
+        network_id: &str,
+    ) -> Result<Endpoint, EndpointError> {
         self.endpoints
             .get(container, network_id, self.host, self.find)
     }

@@ -15,7 +15,7 @@ use crate::{
     docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
     endpoint::Endpoint,
     engine::{
-        Host, Ingress, PortStore,
+        EndpointError, Host, Ingress, PortStore,
         links::{LinkStore, LinkTable, Resolved},
     },
     family::Families,
@@ -49,6 +49,8 @@ pub(super) struct World {
     pub(super) failing_installs: usize,
     /// Exposures to fail before one succeeds again.
     pub(super) failing_exposures: usize,
+    /// Containers whose namespace this process may not enter, by name.
+    pub(super) denied: BTreeSet<String>,
     /// `iptables-save` text of the rules, and the nf_tables generation.
     pub(super) rules: String,
     pub(super) generation: u32,
@@ -339,15 +341,22 @@ impl Host for FakeHost {
         container: &Container,
         network_id: &str,
         host: &[Interface],
-    ) -> Result<Endpoint> {
+    ) -> Result<Endpoint, EndpointError> {
         let name = &container.view.name;
         let mut world = self.0.world();
         *world.endpoint_lookups.entry(name.clone()).or_default() += 1;
-        let attachment = container.attachment(network_id)?;
+        if world.denied.contains(name) {
+            return Err(EndpointError::Denied(anyhow!(
+                "cannot enter the namespace of container {name}: permission denied"
+            )));
+        }
+        let attachment = container
+            .attachment(network_id)
+            .map_err(EndpointError::Missing)?;
         let veth = host
             .iter()
             .find(|i| i.name == veth(name))
-            .ok_or_else(|| anyhow!("container {name} has no veth"))?;
+            .ok_or_else(|| EndpointError::Missing(anyhow!("container {name} has no veth")))?;
         Ok(Endpoint {
             label: name.clone(),
             netns: NetnsPath::of_pid(container.pid.unwrap_or_default()),

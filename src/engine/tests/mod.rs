@@ -629,3 +629,23 @@ fn a_refusal_is_held_until_a_pass_about_its_container_or_a_whole_one_finds_it_go
     rig.about(&["web3"]);
     assert!(refused(&rig).is_empty());
 }
+
+#[test]
+fn a_namespace_it_may_not_enter_is_no_reason_to_inspect_the_container_again() {
+    let mut world = two_pairs();
+    world.denied.insert("a".to_owned());
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(rig.pinned(), ["13-14 Watch"]);
+    // Denied will not heal by itself: the next resync does not inspect `a` again...
+    rig.shared.world().inspected.clear();
+    rig.pass(Which::All);
+    assert!(rig.shared.world().inspected.is_empty());
+    // ...where a veth not found yet (a restart whose events were lost) does.
+    rig.shared.world().denied.clear();
+    rig.shared.world().interfaces.retain(|i| i.index != 14);
+    rig.pass(Which::All);
+    rig.shared.world().inspected.clear();
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().inspected, ["id-d"]);
+}
