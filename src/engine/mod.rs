@@ -14,8 +14,9 @@
 //!   seen, without asking the container engine.
 //! - Between passes: the inventory of containers and networks, each container incarnation's
 //!   endpoints (netns inspection, [`endpoints`]), the firewall ruleset (while the nf_tables
-//!   generation stays), and the loaded tables (unlocked, so that other `dxdp` commands run
-//!   meanwhile).
+//!   generation stays), the loaded tables (unlocked, so that other `dxdp` commands run
+//!   meanwhile), and per kind of fast path each container's veths and the refusals in force
+//!   ([`record`]).
 //!
 //! What a cache could get wrong, the checks it is held to rule out: an endpoint is used only
 //! while its host veth still has the same ifindex, name and bridge, for the same container
@@ -56,7 +57,7 @@ use crate::{
     netlink::MacAddr,
     plan::{self, DesiredLink, Diagnostic, Level, OVERLAY_DRIVER},
 };
-use pass::Held;
+use pass::BetweenPasses;
 use record::Refusal;
 use sites::Sites;
 
@@ -66,7 +67,7 @@ pub struct Engine<H: Host = RealHost> {
     stats: Arc<Metrics>,
     inventory: Inventory,
     /// `None` only while a pass's blocking half has it.
-    held: Option<Held<H>>,
+    held: Option<BetweenPasses<H>>,
     /// The overlay networks whose links are made in their sandboxes.
     sites: Sites<H::Sandbox>,
     reported: BTreeSet<Diagnostic>,
@@ -85,7 +86,7 @@ const FRESH_EVERY: u64 = 10;
 
 impl<H: Host> Engine<H> {
     pub fn new(host: H, stats: Arc<Metrics>) -> Self {
-        let held = Held::new(&host);
+        let held = BetweenPasses::new(&host);
         Self {
             host: Arc::new(host),
             stats,
@@ -235,7 +236,10 @@ impl<H: Host> Engine<H> {
         let containers = Arc::new(containers);
         let for_sites = Arc::clone(&containers);
         // Gone only if the last pass's thread panicked: start afresh.
-        let mut held = self.held.take().unwrap_or_else(|| Held::new(&*self.host));
+        let mut held = self
+            .held
+            .take()
+            .unwrap_or_else(|| BetweenPasses::new(&*self.host));
         let host = Arc::clone(&self.host);
         let which_now = which.clone();
         let (held, applied) = tokio::task::spawn_blocking(move || {

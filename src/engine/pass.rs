@@ -8,6 +8,9 @@
 //! there). A second kind (published ports from the NIC) adds its own planner over the same
 //! `Shared` and its own table, in [`run`], so that it is reconciled in the same pass, with the
 //! same caches and the same rule: a path a rule covers is refused, or removed if it exists.
+//! Each kind's planner fills a [`VethsAndRefusals`] ([`super::record`]); the one kept between
+//! passes scopes an event's pass and takes it in, and its refusals are reported with the
+//! others.
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Result;
@@ -34,7 +37,7 @@ use crate::{
 };
 
 /// What the blocking half keeps between passes: moved into its thread and back.
-pub(super) struct Held<H: Host> {
+pub(super) struct BetweenPasses<H: Host> {
     pub(super) endpoints: EndpointCache,
     pub(super) rules: RulesetCache,
     pub(super) links: Option<H::Idle>,
@@ -45,7 +48,7 @@ pub(super) struct Held<H: Host> {
     pub(super) ports_seen: VethsAndRefusals<u32>,
 }
 
-impl<H: Host> Held<H> {
+impl<H: Host> BetweenPasses<H> {
     pub(super) fn new(host: &H) -> Self {
         Self {
             endpoints: EndpointCache::default(),
@@ -67,13 +70,13 @@ pub(super) struct Applied {
     /// Links a firewall rule took away in this pass, the watch's and hand-made ones.
     pub(super) removed_by_rules: usize,
     /// Exposures made by hand a firewall rule took away in this pass (the watch's own are
-    /// refusals, held in [`Held::ports_seen`]).
+    /// refusals, held in [`BetweenPasses::ports_seen`]).
     pub(super) exposures_removed_by_rules: usize,
 }
 
 /// Takes every kind's table to what `links` call for, within what `which` is about.
 pub(super) fn run<H: Host>(
-    held: &mut Held<H>,
+    held: &mut BetweenPasses<H>,
     host: &H,
     containers: &[Container],
     links: &BTreeSet<DesiredLink>,

@@ -6,10 +6,7 @@
 use anyhow::{Context, Result};
 use tracing::trace;
 
-use super::{
-    endpoints::{EndpointCache, Find},
-    host::EndpointError,
-};
+use super::endpoints::{EndpointCache, EndpointError, Find};
 use crate::{docker::Container, endpoint::Endpoint, firewall::RulesetCache, netlink::Interface};
 
 /// What the kinds of fast path share in one pass.

@@ -13,7 +13,7 @@ use tracing::{info, warn};
 use super::{
     Which,
     host::Host,
-    pass::{self, Held},
+    pass::{self, BetweenPasses},
     record::Refusal,
 };
 use crate::{
@@ -25,7 +25,7 @@ use crate::{
 struct Site<S: Host> {
     host: Arc<S>,
     /// `None` only while a pass's blocking half has it.
-    held: Option<Held<S>>,
+    held: Option<BetweenPasses<S>>,
     network: NetworkView,
 }
 
@@ -87,7 +87,7 @@ impl<S: Host> Sites<S> {
                     let Some(sandbox) = host.sandbox(&network) else {
                         continue;
                     };
-                    let held = Held::new(&sandbox);
+                    let held = BetweenPasses::new(&sandbox);
                     slot.insert(Site {
                         host: Arc::new(sandbox),
                         held: Some(held),
@@ -96,7 +96,10 @@ impl<S: Host> Sites<S> {
                 }
             };
             let name = site.network.name.clone();
-            let mut held = site.held.take().unwrap_or_else(|| Held::new(&*site.host));
+            let mut held = site
+                .held
+                .take()
+                .unwrap_or_else(|| BetweenPasses::new(&*site.host));
             let site_host = Arc::clone(&site.host);
             let on_site = Arc::clone(containers);
             let which_now = which.clone();
