@@ -564,18 +564,21 @@ fn a_failed_exposure_is_retried_by_the_next_pass() {
     );
 }
 
-#[test]
-fn rules_that_cannot_be_read_change_no_exposure_and_the_next_pass_recovers() {
+/// `web` (veth 21) labeled to be exposed and held to the rules, publishing port 8080, which
+/// the rules DNAT to it; `extra` adds to their FORWARD chain.
+fn web_held_to_the_rules(extra: &str) -> World {
     let mut world = World::new();
     world.start("web", 21, &[(INGRESS, "true")]);
     world.publish("web", 8080);
-    world.rules = published_rules("10.0.0.21", "");
-    let mut rig = Rig::new(world);
+    world.rules = published_rules("10.0.0.21", extra);
+    world
+}
+
+#[test]
+fn rules_that_cannot_be_read_change_no_exposure_and_the_next_pass_recovers() {
+    let mut rig = Rig::new(web_held_to_the_rules(""));
     rig.pass(Which::All);
-    assert_eq!(
-        rig.shared.world().exposures(),
-        ["21:8080->10.0.0.21:80 Watch"]
-    );
+    assert_eq!(rig.shared.world().exposures().len(), 1);
     // The rules cannot be read, and the exposure was lost meanwhile: nothing is judged, so
     // nothing is exposed (nor taken away) until they can be.
     {
@@ -601,15 +604,10 @@ fn rules_that_cannot_be_read_change_no_exposure_and_the_next_pass_recovers() {
 
 #[test]
 fn a_refusal_is_held_until_a_pass_about_its_container_or_a_whole_one_finds_it_gone() {
-    let mut world = two_exposed();
-    // web3 is held to the rules, and one covers its port.
-    world.start("web3", 23, &[(INGRESS, "true")]);
-    world.publish("web3", 8082);
-    world.rules = "*nat\n:PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n\
-                   -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
-                   -A DOCKER ! -i br-test -p tcp -m tcp --dport 8082 -j DNAT --to-destination 10.0.0.23:80\n\
-                   COMMIT\n*filter\n:FORWARD ACCEPT [0:0]\n-A FORWARD -s 198.51.100.0/24 -j DROP\nCOMMIT\n"
-        .to_owned();
+    // web is held to the rules, and one covers its port; other bypasses them.
+    let mut world = web_held_to_the_rules("-A FORWARD -s 198.51.100.0/24 -j DROP\n");
+    world.start("other", 22, &[(INGRESS, "true"), (FIREWALL, "bypass")]);
+    world.publish("other", 8081);
     let mut rig = Rig::new(world);
     let refused = |rig: &Rig| {
         let held = rig.engine.held.as_ref().expect("held between passes");
@@ -619,14 +617,17 @@ fn a_refusal_is_held_until_a_pass_about_its_container_or_a_whole_one_finds_it_go
             .collect::<Vec<_>>()
     };
     rig.pass(Which::All);
-    assert_eq!(refused(&rig), ["web3"]);
-    assert_eq!(rig.shared.world().exposures().len(), 2);
+    assert_eq!(refused(&rig), ["web"]);
+    assert_eq!(
+        rig.shared.world().exposures(),
+        ["22:8081->10.0.0.22:80 Watch"]
+    );
     // A pass about another container keeps it.
-    rig.about(&["web1"]);
-    assert_eq!(refused(&rig), ["web3"]);
-    // web3 stops: the pass about it finds no refusal there any more.
-    rig.shared.world().stop("web3");
-    rig.about(&["web3"]);
+    rig.about(&["other"]);
+    assert_eq!(refused(&rig), ["web"]);
+    // web stops: the pass about it finds no refusal there any more.
+    rig.shared.world().stop("web");
+    rig.about(&["web"]);
     assert!(refused(&rig).is_empty());
 }
 
