@@ -9,8 +9,9 @@ use tracing::{debug, warn};
 
 pub use super::endpoints::EndpointError;
 use super::{
-    links::{LinkStore, Live},
+    links::LinkStore,
     ports::{Ingress, PortStore},
+    tables::PinnedTables,
 };
 use crate::{
     datapath::{Capacity, Datapath, Unlocked},
@@ -107,7 +108,7 @@ impl RealHost {
 }
 
 impl Host for RealHost {
-    type Links = Live;
+    type Links = PinnedTables;
     type Idle = Unlocked;
 
     fn interfaces(&self) -> Result<Vec<Interface>> {
@@ -137,18 +138,18 @@ impl Host for RealHost {
         Ingress::of_host(host, find_nics.then_some(&self.ingress_nics))
     }
 
-    fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<Live> {
+    fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<PinnedTables> {
         let datapath = match idle {
             Some(unlocked) => unlocked.lock(self.capacity)?,
             None => Datapath::open(&self.pin_dir, self.capacity)?,
         };
-        Ok(Live {
+        Ok(PinnedTables {
             datapath,
             host: host.to_vec(),
         })
     }
 
-    fn unlock_links(&self, links: Live) -> Unlocked {
+    fn unlock_links(&self, links: PinnedTables) -> Unlocked {
         links.datapath.unlock()
     }
 

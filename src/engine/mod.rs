@@ -37,6 +37,7 @@ pub mod record;
 mod shared;
 mod sites;
 pub mod soon;
+pub mod tables;
 mod which;
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The first kind of fast path, links between two containers: given the links the labels call
 //! for and the links pinned now, what to remove, install and complete, and doing it through a
-//! [`LinkTable`]. The engine's pass feeds it ([`live`] holds the real table); the unit tests
-//! feed it a fake table.
+//! [`LinkTable`]. The engine's pass feeds it ([`super::tables`] holds the real table); the unit
+//! tests feed it a fake table.
 //!
 //! Rules:
 //! - Links made by the watch that are no longer wanted (or wanted with another datapath) go;
@@ -18,8 +18,6 @@
 //!   closed IPv6, or went) is updated in place: its counters and attachments stay.
 //! - A pass can be scoped to the veths of the containers an event is about ([`Scope`]): it
 //!   then changes only links with an end among them, and leaves every other link as it is.
-pub mod live;
-
 use std::net::IpAddr;
 
 use anyhow::Result;
@@ -34,7 +32,16 @@ use crate::{
     firewall::{self, RulesetCache},
     netlink::Interface,
 };
-pub use live::{Live, Resolved};
+
+/// Both endpoints of a wanted link, and the name of the network that carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub a: Endpoint,
+    pub b: Endpoint,
+    pub network: String,
+    /// Both containers say `dxdp.firewall=bypass`.
+    pub bypass_firewall: bool,
+}
 
 /// What the rules leave a pair of endpoints: the families a link between them may carry, and a
 /// note on those it may not.

@@ -1,36 +1,29 @@
-//! The real [`LinkTable`]: the pinned datapath of this host, installing links between endpoints
-//! the watch resolved from Docker.
+//! The real tables of every kind of fast path ([`PinnedTables`]): the pinned datapath of this
+//! host, installing links between endpoints the watch resolved from Docker ([`LinkTable`],
+//! [`LinkStore`]) and exposing published ports ([`PortStore`]). The unit tests have fakes.
 use std::net::IpAddr;
 
 use anyhow::Result;
 
-use super::{LinkStore, LinkTable};
+use super::{
+    links::{LinkStore, LinkTable, Resolved},
+    ports::PortStore,
+};
 use crate::{
     choice::{Kind, Origin},
     datapath::{Datapath, ExistingConnections, ExposedPort, Exposure, LinkRecord, LinkRequest},
     endpoint::Endpoint,
-    engine::PortStore,
     family::Families,
     netlink::Interface,
 };
 
-/// Both endpoints of a wanted link, and the name of the network that carries it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Resolved {
-    pub a: Endpoint,
-    pub b: Endpoint,
-    pub network: String,
-    /// Both containers say `dxdp.firewall=bypass`.
-    pub bypass_firewall: bool,
-}
-
 /// The pinned datapath, with the host's interfaces as read at the start of the pass.
-pub struct Live {
+pub struct PinnedTables {
     pub datapath: Datapath,
     pub host: Vec<Interface>,
 }
 
-impl LinkTable for Live {
+impl LinkTable for PinnedTables {
     type Link = Resolved;
 
     fn links(&mut self) -> Result<Vec<LinkRecord>> {
@@ -63,7 +56,7 @@ impl LinkTable for Live {
     }
 }
 
-impl LinkStore for Live {
+impl LinkStore for PinnedTables {
     fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
         self.datapath.collect_garbage(host)
     }
@@ -85,7 +78,7 @@ impl LinkStore for Live {
     }
 }
 
-impl PortStore for Live {
+impl PortStore for PinnedTables {
     fn exposed(&mut self) -> Result<Vec<ExposedPort>> {
         self.datapath.exposed()
     }
