@@ -598,6 +598,15 @@ impl Datapath {
         self.pins.link(kind, ifindex).exists()
     }
 
+    /// Whether the attachment a link's end needs is pinned: its veth's program of `kind`, or for
+    /// a task of another node the tunnel program on the VXLAN device it is reached through.
+    pub fn end_attached(&self, kind: Kind, ep: &Endpoint) -> bool {
+        match ep.tunnel_ifindex {
+            Some(tunnel) => self.pins.tunnel_link(tunnel).exists(),
+            None => self.attachment_pinned(kind, ep.host_ifindex),
+        }
+    }
+
     pub fn counters(&mut self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
         state::Maps::new(&mut self.ebpf)?.counters(ifindex)
     }

@@ -208,6 +208,10 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         }
         let mut resync = tokio::time::interval(Duration::from_secs(args.resync));
         resync.tick().await;
+        // A task of another node that goes makes no event here: its links follow the poll.
+        let mut remote = tokio::time::interval(crate::engine::REMOTE_POLL);
+        remote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        remote.tick().await;
         loop {
             tokio::select! {
                 event = events.next() => match event {
@@ -245,6 +249,12 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                     let which = soon.take(&mut engine);
                     let outcome = engine.reconcile(&docker, which).await;
                     notify.status(&status_line(outcome.as_ref(), &connection));
+                }
+                _ = remote.tick() => {
+                    if let Some(which) = engine.poll_remote(&docker).await {
+                        let outcome = engine.reconcile(&docker, which).await;
+                        notify.status(&status_line(outcome.as_ref(), &connection));
+                    }
                 }
                 _ = resync.tick() => {
                     // A stream can stall silently; a failing ping means reconnect.

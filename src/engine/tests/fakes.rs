@@ -157,6 +157,7 @@ impl World {
         };
         self.containers.push(Container {
             ports: Vec::new(),
+            remote: None,
             view: ContainerView {
                 id: format!("id-{name}"),
                 name: name.to_owned(),
