@@ -441,7 +441,7 @@ mod tests {
             ]
         );
 
-        let xdp = vec![local(
+        let xdp = [local(
             "api.1.a",
             &[
                 ("dxdp.enable", "true"),
