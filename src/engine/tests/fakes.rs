@@ -420,6 +420,19 @@ impl Host for FakeHost {
         world.forgotten.extend(dead.iter().cloned());
         Ok(dead)
     }
+
+    fn pinned_sandboxes(&self) -> Vec<String> {
+        let world = self.0.world();
+        world
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| {
+                let inside = s.world();
+                !inside.gone && !inside.links.is_empty()
+            })
+            .map(|(id, _)| crate::overlay::sandbox_name(id))
+            .collect()
+    }
 }
 
 /// The rules: [`World::rules`] at [`World::generation`], with br_netfilter on.

@@ -277,6 +277,34 @@ fn an_overlay_pair_is_linked_in_its_sandbox_held_to_its_rules_and_forgotten_with
     assert_eq!(rig.shared.world().forgotten, ["ovid"]);
 }
 
+/// A link made by hand in a sandbox whose network the labels call for no link on: a whole pass
+/// still visits the sandbox and holds the link to its rules; an event's pass does not.
+#[test]
+fn a_hand_made_link_in_a_sandbox_without_labeled_links_is_held_to_its_rules() {
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = World::new();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    world.start_on_overlay("e", 21, &[], ("ovid", &sandbox));
+    world.start_on_overlay("f", 22, &[], ("ovid", &sandbox));
+    sandbox.world().link_by_hand(21, 22, false);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(sandbox.world().pinned(), ["21-22 Manual"]);
+    sandbox.world().rules = "*filter\n:FORWARD ACCEPT [0:0]\n\
+                             -A FORWARD -s 10.0.0.21/32 -d 10.0.0.22/32 -j DROP\nCOMMIT\n"
+        .to_owned();
+    sandbox.world().generation += 1;
+    rig.about(&["e"]);
+    assert_eq!(
+        sandbox.world().pinned(),
+        ["21-22 Manual"],
+        "an event's pass"
+    );
+    rig.pass(Which::Known);
+    assert!(sandbox.world().pinned().is_empty(), "a rule in the sandbox");
+}
+
 /// `docker service update --label-add` (`--label-rm`) as the watch sees it: a service `update`
 /// event on a manager, about the service, after which its tasks' inspects carry the labels (or
 /// not). The event's pass is about the service's tasks alone; another service's update calls
