@@ -160,18 +160,18 @@ impl<H: Host> Engine<H> {
     }
 
     /// The pass that the tasks of other nodes call for, if they changed since last asked (a
-    /// far task started, stopped or moved, which makes no event here; its labels changed):
-    /// a whole pass over the containers as last seen. Asks nothing while no labeled container
+    /// far task started, stopped or moved, which makes no event here; its labels changed) or
+    /// the last pass could not find one's endpoint yet: a whole pass over the containers as
+    /// last seen. Asks nothing while no labeled container
     /// of this node is on an overlay network. The watch calls it every [`REMOTE_POLL`].
     pub async fn poll_remote(&mut self, source: &impl ContainerSource) -> Option<Which> {
         let local: Vec<Container> = self.inventory.containers().cloned().collect();
         if !self.remote.worth_polling(&local) {
             return None;
         }
-        self.remote
-            .refresh(source, &local)
-            .await
-            .then_some(Which::Known)
+        let changed = self.remote.refresh(source, &local).await;
+        let retry = std::mem::take(&mut self.remote.retry);
+        (changed || retry).then_some(Which::Known)
     }
 
     /// Forgets every endpoint found, so that the next pass reads every namespace again.
@@ -294,6 +294,7 @@ impl<H: Host> Engine<H> {
         for id in applied.unreadable.iter().chain(&on_sites.unreadable) {
             self.inventory.distrust(id);
         }
+        self.remote.retry = on_sites.unreadable.iter().any(|id| remote::is_remote(id));
         self.stats
             .removed_by_firewall(applied.removed_by_rules + on_sites.removed_by_rules);
         self.stats

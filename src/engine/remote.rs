@@ -52,6 +52,10 @@ pub(super) struct RemoteTasks {
     overlays: BTreeSet<String>,
     /// What a change of makes a pass: each task's id, addresses and labels.
     seen: Vec<Fingerprint>,
+    /// The last pass could not find a task's endpoint (gossip lists the task before its
+    /// neighbour entry is on the VXLAN device): the next poll makes a pass even if nothing
+    /// changed.
+    pub(super) retry: bool,
 }
 
 type Fingerprint = (String, Vec<(String, IpAddr)>, BTreeMap<String, String>);
@@ -228,7 +232,7 @@ fn as_container(
 }
 
 /// Whether a plan's container id is a task of another node's.
-fn is_remote(id: &str) -> bool {
+pub(super) fn is_remote(id: &str) -> bool {
     id.starts_with(ID_PREFIX)
 }
 

@@ -12,7 +12,7 @@ use std::{
 
 use super::{
     across::{handed, mac, pinned_on_tunnel, tunnel_pins},
-    links::{CARRIED, PIN_DIR, cleanup_each, iperf, status, tasks, within_bound},
+    links::{CARRIED, PIN_DIR, cleanup_each, dxdp, iperf, status, tasks, within_bound},
     pings_within, stop_and_check,
 };
 use crate::support::{
@@ -183,6 +183,13 @@ fn the_watch_links_a_labeled_services_tasks_across_nodes_and_drops_the_half_when
     eprintln!(
         "both halves linked by the watches in {:?}",
         linked.elapsed()
+    );
+    // top names the far end as the VXLAN device it is reached through, in the sandbox.
+    let top = dxdp(one, &["top", "--once"]);
+    top.assert_success();
+    assert!(
+        top.stdout.contains(&format!("vxlan0 ({sandbox})")),
+        "top does not name the far end: {top}"
     );
     assert!(pinned_on_tunnel(one, &sandbox, &mac_b));
     assert!(pinned_on_tunnel(two, &sandbox, &mac_a_was));
