@@ -332,7 +332,7 @@ async fn finish(
             .filter(|l| l.origin == Origin::Watch)
             .map(|l| (l.low_ifindex, l.high_ifindex))
             .collect();
-        let removed = datapath.remove_links(&ours)?.len();
+        let mut removed = datapath.remove_links(&ours)?.len();
         let mut exposed: Vec<u32> = datapath
             .exposed()?
             .iter()
@@ -342,6 +342,23 @@ async fn finish(
         exposed.dedup();
         for &veth in &exposed {
             datapath.unexpose(veth, ExistingConnections::Drain)?;
+        }
+        // The watch's links in each live overlay sandbox (same node, and its halves across
+        // nodes), removed from inside it.
+        for site in crate::overlay::sites(&pin_dir) {
+            let Some(sandbox) = site.sandbox else {
+                continue;
+            };
+            removed += sandbox.run(|| {
+                let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+                let ours: Vec<(u32, u32)> = datapath
+                    .links()?
+                    .iter()
+                    .filter(|l| l.origin == Origin::Watch)
+                    .map(|l| (l.low_ifindex, l.high_ifindex))
+                    .collect();
+                Ok(datapath.remove_links(&ours)?.len())
+            })?;
         }
         Ok((removed, exposed.len()))
     })
