@@ -46,6 +46,14 @@ impl Rig {
     fn pinned(&self) -> Vec<String> {
         self.shared.world().pinned()
     }
+
+    /// What the watch's poll of the tasks of other nodes calls for, and that pass if any.
+    fn poll(&mut self) -> Option<Which> {
+        let source = FakeEngine(self.shared.clone());
+        let which = self.runtime.block_on(self.engine.poll_remote(&source))?;
+        self.pass(which.clone());
+        Some(which)
+    }
 }
 
 /// a–b and c–d, each pair asking for a tc link.
@@ -303,6 +311,58 @@ fn a_hand_made_link_in_a_sandbox_without_labeled_links_is_held_to_its_rules() {
     );
     rig.pass(Which::Known);
     assert!(sandbox.world().pinned().is_empty(), "a rule in the sandbox");
+}
+
+/// A labeled task of this node and its service's task on another node (a worker's view: no
+/// service is readable, the far task has this node's task's labels): linked in the sandbox, this
+/// node's half, on tc, once gossip wrote the far task on the VXLAN device (the poll tries again
+/// until then); its half goes at the next poll once the far task is gone, without any event.
+#[test]
+fn a_task_of_another_node_is_linked_in_the_sandbox_and_unlinked_when_gossip_drops_it() {
+    use crate::docker::OverlayTask;
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = World::new();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    let task = [
+        (ENABLE, "true"),
+        ("dxdp.group", "web"),
+        ("com.docker.swarm.service.name", "web"),
+    ];
+    world.start_on_overlay("web.1.a", 21, &task, ("ovid", &sandbox));
+    let far: std::net::IpAddr = [10, 0, 0, 99].into();
+    world.swarm_tasks = vec![
+        OverlayTask {
+            name: "web.1.a".into(),
+            addr: [10, 0, 0, 21].into(),
+            node: None,
+            service: "web".into(),
+        },
+        OverlayTask {
+            name: "web.2.b".into(),
+            addr: far,
+            node: None,
+            service: "web".into(),
+        },
+    ];
+    let mut rig = Rig::new(world);
+    let far_id = dxdp_common::remote_endpoint_id(&[0x02, 0x42, 10, 0, 0, 99]);
+    let half = format!("21-{far_id} Watch");
+    // Gossip has not written the far task yet: no link, and the next poll tries again.
+    rig.pass(Which::All);
+    assert!(sandbox.world().pinned().is_empty());
+    sandbox.world().gossip.insert(far);
+    assert_eq!(rig.poll(), Some(Which::Known), "a retry");
+    assert_eq!(sandbox.world().pinned(), [half.clone()]);
+    assert_eq!(sandbox.world().links[0].datapath, crate::choice::Kind::Tc);
+    assert!(rig.pinned().is_empty(), "nothing on the machine's bridges");
+    // Nothing changed: the poll calls for no pass.
+    assert_eq!(rig.poll(), None);
+    // The far task goes: no event here, the poll sees it and its half goes.
+    rig.shared.world().swarm_tasks.retain(|t| t.addr != far);
+    sandbox.world().gossip.clear();
+    assert_eq!(rig.poll(), Some(Which::Known));
+    assert!(sandbox.world().pinned().is_empty());
 }
 
 /// `docker service update --label-add` (`--label-rm`) as the watch sees it: a service `update`
