@@ -353,7 +353,7 @@ fn a_task_of_another_node_is_linked_in_the_sandbox_and_unlinked_when_gossip_drop
     assert!(sandbox.world().pinned().is_empty());
     sandbox.world().gossip.insert(far);
     assert_eq!(rig.poll(), Some(Which::Known), "a retry");
-    assert_eq!(sandbox.world().pinned(), [half.clone()]);
+    assert_eq!(sandbox.world().pinned(), [half]);
     assert_eq!(sandbox.world().links[0].datapath, crate::choice::Kind::Tc);
     assert!(rig.pinned().is_empty(), "nothing on the machine's bridges");
     // Nothing changed: the poll calls for no pass.
