@@ -9,6 +9,7 @@ pub mod userland_proxy;
 
 pub use client::{
     BridgeNetwork, Container, Docker, Event, NetworkAttachment, NetworkCache, PublishedPort,
+    RemoteTask,
 };
 pub use endpoints::endpoint_on;
 pub use inventory::{ContainerSource, Inventory};

@@ -12,7 +12,9 @@ use anyhow::{Result, anyhow, bail};
 use crate::{
     choice::{Kind, Origin},
     datapath::{ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
-    docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
+    docker::{
+        Container, ContainerSource, NetworkAttachment, NetworkCache, OverlayTask, PublishedPort,
+    },
     endpoint::Endpoint,
     engine::{
         Host, Ingress, PortStore,
@@ -66,6 +68,13 @@ pub(super) struct World {
     pub(super) gone: bool,
     /// Sandboxes whose pinned state [`Host::forget_dead_sandboxes`] removed.
     pub(super) forgotten: Vec<String>,
+    /// The tasks every overlay network knows across the swarm (the engine's world), and the
+    /// labels of each service's tasks where the engine reads services (a manager).
+    pub(super) swarm_tasks: Vec<OverlayTask>,
+    pub(super) service_labels: HashMap<String, HashMap<String, String>>,
+    /// The addresses of tasks of other nodes that gossip wrote on the VXLAN device (a
+    /// sandbox's world).
+    pub(super) gossip: BTreeSet<IpAddr>,
 }
 
 /// The world, shared by the fakes and the test.
@@ -157,6 +166,7 @@ impl World {
         };
         self.containers.push(Container {
             ports: Vec::new(),
+            remote: None,
             view: ContainerView {
                 id: format!("id-{name}"),
                 name: name.to_owned(),
@@ -319,7 +329,23 @@ impl ContainerSource for FakeEngine {
             .map(|id| world.containers.iter().find(|c| &c.view.id == id).cloned())
             .collect())
     }
+
+    async fn overlay_tasks(&self, _: &str) -> Result<Vec<OverlayTask>> {
+        Ok(self.0.world().swarm_tasks.clone())
+    }
+
+    async fn task_labels(&self, service: &str) -> Result<HashMap<String, String>> {
+        let world = self.0.world();
+        world
+            .service_labels
+            .get(service)
+            .cloned()
+            .ok_or_else(|| anyhow!("This node is not a swarm manager"))
+    }
 }
+
+/// The VXLAN device of a sandbox's world, which tasks of other nodes are reached through.
+pub(super) const VXLAN: u32 = 9;
 
 /// The host: interfaces, namespaces, rules and the links table, all from the world.
 pub(super) struct FakeHost(pub(super) Shared);
@@ -341,6 +367,35 @@ impl Host for FakeHost {
         let name = &container.view.name;
         let mut world = self.0.world();
         *world.endpoint_lookups.entry(name.clone()).or_default() += 1;
+        if let Some(remote) = &container.remote {
+            let (_, addr) = remote
+                .addrs
+                .iter()
+                .find(|(n, _)| n == network_id)
+                .ok_or_else(|| anyhow!("task {name} is not on {network_id}"))?;
+            if !world.gossip.contains(addr) {
+                bail!("task {name} ({addr}): no entry on the VXLAN device yet");
+            }
+            let IpAddr::V4(v4) = addr else {
+                bail!("IPv4 only here");
+            };
+            let [a, b, c, d] = v4.octets();
+            let mac = [0x02, 0x42, a, b, c, d];
+            return Ok(Endpoint {
+                label: name.clone(),
+                netns: NetnsPath::host(),
+                netns_ino: 0,
+                ifname: String::new(),
+                ifindex: 0,
+                mac,
+                host_ifname: "vxlan0".to_owned(),
+                host_ifindex: dxdp_common::remote_endpoint_id(&mac),
+                bridge_ifindex: BRIDGE,
+                bridge_name: BRIDGE_NAME.to_owned(),
+                addrs: vec![*addr],
+                tunnel_ifindex: Some(VXLAN),
+            });
+        }
         let attachment = container.attachment(network_id)?;
         let veth = host
             .iter()
@@ -418,6 +473,19 @@ impl Host for FakeHost {
         world.sandboxes.retain(|id, _| !dead.contains(id));
         world.forgotten.extend(dead.iter().cloned());
         Ok(dead)
+    }
+
+    fn pinned_sandboxes(&self) -> Vec<String> {
+        let world = self.0.world();
+        world
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| {
+                let inside = s.world();
+                !inside.gone && !inside.links.is_empty()
+            })
+            .map(|(id, _)| crate::overlay::sandbox_name(id))
+            .collect()
     }
 }
 
