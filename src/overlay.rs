@@ -193,22 +193,14 @@ pub fn remote_endpoint(
         .iter()
         .filter(|i| i.kind.as_deref() == Some("vxlan") && i.master == Some(bridge.bridge_ifindex));
     for tunnel in tunnels {
-        let neighbours = netlink::permanent_neighbours(tunnel.index)?;
-        if let Some((_, mac)) = neighbours.into_iter().find(|(a, _)| *a == addr) {
-            return Ok(Endpoint {
-                label: label.to_owned(),
-                netns: NetnsPath::host(),
-                netns_ino: 0,
-                ifname: String::new(),
-                ifindex: 0,
-                mac,
-                host_ifname: tunnel.name.clone(),
-                host_ifindex: dxdp_common::remote_endpoint_id(&mac),
-                bridge_ifindex: bridge.bridge_ifindex,
-                bridge_name: bridge.bridge_name.clone(),
-                addrs: vec![addr],
-                tunnel_ifindex: Some(tunnel.index),
-            });
+        if let Some(ep) = through(
+            label,
+            addr,
+            tunnel,
+            bridge.bridge_ifindex,
+            &bridge.bridge_name,
+        )? {
+            return Ok(ep);
         }
     }
     bail!(
@@ -217,6 +209,59 @@ pub fn remote_endpoint(
          again",
         bridge.bridge_name
     )
+}
+
+/// [`remote_endpoint`] for the watch, which resolves each end on its own: the task behind any
+/// VXLAN device of this sandbox that hangs on a bridge (an overlay's sandbox has one of each).
+pub fn remote_task_endpoint(
+    label: &str,
+    addr: std::net::IpAddr,
+    here: &[Interface],
+) -> Result<Endpoint> {
+    for tunnel in here.iter().filter(|i| i.kind.as_deref() == Some("vxlan")) {
+        let Some(bridge) = tunnel
+            .master
+            .and_then(|m| here.iter().find(|i| i.index == m))
+        else {
+            continue;
+        };
+        if let Some(ep) = through(label, addr, tunnel, bridge.index, &bridge.name)? {
+            return Ok(ep);
+        }
+    }
+    bail!(
+        "task {label} ({addr}) runs on another node, but no VXLAN device of this sandbox has an \
+         entry for it yet (Swarm's gossip adds it within seconds of the task starting)"
+    )
+}
+
+/// The task at `addr` behind the VXLAN device `tunnel` (on the bridge `bridge_ifindex`), if
+/// gossip put its neighbour entry there.
+fn through(
+    label: &str,
+    addr: std::net::IpAddr,
+    tunnel: &Interface,
+    bridge_ifindex: u32,
+    bridge_name: &str,
+) -> Result<Option<Endpoint>> {
+    let neighbours = netlink::permanent_neighbours(tunnel.index)?;
+    Ok(neighbours
+        .into_iter()
+        .find(|(a, _)| *a == addr)
+        .map(|(_, mac)| Endpoint {
+            label: label.to_owned(),
+            netns: NetnsPath::host(),
+            netns_ino: 0,
+            ifname: String::new(),
+            ifindex: 0,
+            mac,
+            host_ifname: tunnel.name.clone(),
+            host_ifindex: dxdp_common::remote_endpoint_id(&mac),
+            bridge_ifindex,
+            bridge_name: bridge_name.to_owned(),
+            addrs: vec![addr],
+            tunnel_ifindex: Some(tunnel.index),
+        }))
 }
 
 #[cfg(test)]

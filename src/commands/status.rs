@@ -104,6 +104,25 @@ fn veths_here() -> Result<HashMap<u32, String>> {
     netlink::veth_names(&NetnsPath::host())
 }
 
+/// `veths` (the calling thread's namespace's, by ifindex) with each task of another node that
+/// `datapath` reaches named as the VXLAN device it is reached through, while that is there
+/// (gone with its sandbox, where `veths` is empty).
+pub(super) fn with_remote_ends(
+    datapath: &mut Datapath,
+    mut veths: HashMap<u32, String>,
+) -> Result<HashMap<u32, String>> {
+    let remote = datapath.remote_endpoints()?;
+    if !remote.is_empty() && !veths.is_empty() {
+        let here = netlink::interfaces(&NetnsPath::host())?;
+        for (id, tunnel) in remote {
+            if let Some(tunnel) = here.iter().find(|i| i.index == tunnel) {
+                veths.insert(id, tunnel.name.clone());
+            }
+        }
+    }
+    Ok(veths)
+}
+
 /// The links and managed interfaces of one datapath, whose veths are `veths` (none for a
 /// sandbox that is gone, whose links all read GONE): the host's, or the overlay sandbox
 /// `sandbox`'s.
@@ -114,18 +133,7 @@ fn read_links(
     status: &mut Status,
 ) -> Result<()> {
     let sandbox = sandbox.map(str::to_owned);
-    // A task of another node shows as the VXLAN device it is reached through, while that is
-    // there (gone with its sandbox).
-    let remote = datapath.remote_endpoints()?;
-    let mut names = veths.clone();
-    if !remote.is_empty() && !veths.is_empty() {
-        let here = netlink::interfaces(&NetnsPath::host())?;
-        for (id, tunnel) in remote {
-            if let Some(tunnel) = here.iter().find(|i| i.index == tunnel) {
-                names.insert(id, tunnel.name.clone());
-            }
-        }
-    }
+    let names = with_remote_ends(datapath, veths.clone())?;
     let veths = &names;
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {

@@ -598,6 +598,15 @@ impl Datapath {
         self.pins.link(kind, ifindex).exists()
     }
 
+    /// Whether the attachment a link's end needs is pinned: its veth's program of `kind`, or for
+    /// a task of another node the tunnel program on the VXLAN device it is reached through.
+    pub fn end_attached(&self, kind: Kind, ep: &Endpoint) -> bool {
+        match ep.tunnel_ifindex {
+            Some(tunnel) => self.pins.tunnel_link(tunnel).exists(),
+            None => self.attachment_pinned(kind, ep.host_ifindex),
+        }
+    }
+
     pub fn counters(&mut self, ifindex: u32) -> Result<Option<InterfaceCounters>> {
         state::Maps::new(&mut self.ebpf)?.counters(ifindex)
     }
@@ -786,7 +795,17 @@ fn release_tunnel_peer(
 ) -> Result<()> {
     let tunnel = rec.tunnel_ifindex;
     if let Err(err) = crate::netlink::remove_static_bridge_entry(tunnel, &rec.mac) {
-        warn!(tunnel, "{err:#}");
+        // The overlay going (its last local task stopped, the network removed) takes the
+        // device, or its bridge, and the entry with it: nothing is left to remove then.
+        let still_bridged = crate::netlink::interfaces(&crate::netns::NetnsPath::host())
+            .map_or(true, |here| {
+                here.iter().any(|i| i.index == tunnel && i.master.is_some())
+            });
+        if still_bridged {
+            warn!(tunnel, "{err:#}");
+        } else {
+            tracing::debug!(tunnel, "the tunnel left its bridge with the entry: {err:#}");
+        }
     }
     if !maps.tunnel_in_use(tunnel)? {
         pins::remove_if_present(&pins.tunnel_link(tunnel))?;

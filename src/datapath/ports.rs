@@ -758,9 +758,24 @@ mod tests {
         ipv4_header_checksum_ok, refused_source, side_table_size, tcp_flags_valid,
         udp_length_valid,
     };
-    use dxdp_common::stack::{ipv4_fragment, ipv4_header_valid, ipv6_length_valid};
+    use dxdp_common::stack::{fold, ipv4_fragment, ipv4_header_valid, ipv6_length_valid};
 
     // The programs' shared logic is tested here: dxdp-common has no test binary of its own.
+
+    #[test]
+    fn a_folded_sum_carries_every_bit_back() {
+        // The checksum module compares folded sums with 0xffff (right) and with a checksum
+        // field (a pseudo-header's sum): both need every carry folded in.
+        assert_eq!(fold(0x0001_fffe), 0xffff);
+        assert_eq!(fold(0xffff_ffff), 0xffff);
+        assert_eq!(fold(0x0001_0000), 0x0001);
+        assert_eq!(fold(0x0000_1234), 0x1234);
+        // An IPv4 header with its checksum sums to all ones.
+        let header: [u16; 10] = [
+            0x4500, 0x0073, 0x0000, 0x4000, 0x4011, 0xb861, 0xc0a8, 0x0001, 0xc0a8, 0x00c7,
+        ];
+        assert_eq!(fold(header.iter().map(|&w| w as u32).sum()), 0xffff);
+    }
     #[test]
     fn the_stacks_martian_sources_are_refused_and_ordinary_ones_are_not() {
         let refused = |addr: &str| {

@@ -37,6 +37,16 @@ pub struct Container {
     pub attachments: Vec<NetworkAttachment>,
     /// Its published ports (`docker port`), one per binding.
     pub ports: Vec<PublishedPort>,
+    /// Set for a Swarm task of another node, seen on an overlay network this node shares
+    /// ([`crate::docker::OverlayTask`]): no process or veth of its own here.
+    pub remote: Option<RemoteTask>,
+}
+
+/// Where a task of another node is on the overlay networks it shares with this node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemoteTask {
+    /// Its address on each overlay network, by network id.
+    pub addrs: Vec<(String, std::net::IpAddr)>,
 }
 
 #[derive(Clone, Debug)]
@@ -398,6 +408,7 @@ impl Docker {
             network_mode,
             attachments,
             ports,
+            remote: None,
         })
     }
 }
@@ -491,6 +502,30 @@ impl Docker {
                 labels.entry(key).or_insert(value);
             }
         }
+    }
+
+    /// The labels every task of the Swarm service `service` (a name or id) has: its container
+    /// spec's, and its own `dxdp.*` ones where the container spec sets no such key, as
+    /// [`Docker::add_service_labels`] merges them for a task of this node. A manager's answer
+    /// only: a worker cannot read services.
+    pub async fn task_labels(&self, service: &str) -> Result<HashMap<String, String>> {
+        let found = self
+            .client
+            .inspect_service(service, None)
+            .await
+            .with_context(|| format!("cannot inspect service {service}"))?;
+        let spec = found.spec.unwrap_or_default();
+        let mut labels = spec
+            .task_template
+            .and_then(|t| t.container_spec)
+            .and_then(|c| c.labels)
+            .unwrap_or_default();
+        for (key, value) in spec.labels.unwrap_or_default() {
+            if key.starts_with(PREFIX) {
+                labels.entry(key).or_insert(value);
+            }
+        }
+        Ok(labels)
     }
 
     /// Every `bridge` network with the addresses of the containers on it.

@@ -16,6 +16,14 @@ pub fn endpoint_on(
     network_id: &str,
     host: &[Interface],
 ) -> Result<Endpoint> {
+    if let Some(remote) = &container.remote {
+        // A task of another node: reached through the overlay's VXLAN device in this sandbox.
+        let name = &container.view.name;
+        let Some((_, addr)) = remote.addrs.iter().find(|(net, _)| net == network_id) else {
+            bail!("task {name} of another node is not on network {network_id}");
+        };
+        return crate::overlay::remote_task_endpoint(name, *addr, host);
+    }
     if let Some(why) = container.unlinkable() {
         bail!(why);
     }

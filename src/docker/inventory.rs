@@ -30,6 +30,23 @@ pub trait ContainerSource {
         ids: &[String],
         networks: &mut NetworkCache,
     ) -> impl Future<Output = Result<Vec<Option<Container>>>>;
+
+    /// Every task the overlay network `network_id` knows, on every node (Swarm's gossip); none
+    /// for an engine without Swarm.
+    fn overlay_tasks(
+        &self,
+        network_id: &str,
+    ) -> impl Future<Output = Result<Vec<super::OverlayTask>>> {
+        let _ = network_id;
+        async { Ok(Vec::new()) }
+    }
+
+    /// The labels of every task of a Swarm service, where this engine can read services (a
+    /// manager); an error where it cannot.
+    fn task_labels(&self, service: &str) -> impl Future<Output = Result<HashMap<String, String>>> {
+        let service = service.to_owned();
+        async move { anyhow::bail!("no Swarm service {service} here") }
+    }
 }
 
 impl ContainerSource for Docker {
@@ -43,6 +60,14 @@ impl ContainerSource for Docker {
         networks: &mut NetworkCache,
     ) -> Result<Vec<Option<Container>>> {
         Docker::inspect_many(self, ids, networks).await
+    }
+
+    async fn overlay_tasks(&self, network_id: &str) -> Result<Vec<super::OverlayTask>> {
+        Docker::overlay_tasks(self, network_id).await
+    }
+
+    async fn task_labels(&self, service: &str) -> Result<HashMap<String, String>> {
+        Docker::task_labels(self, service).await
     }
 }
 

@@ -9,7 +9,7 @@ pub mod userland_proxy;
 
 pub use client::{
     BridgeNetwork, ConnectError, Container, Docker, Event, NetworkAttachment, NetworkCache,
-    PublishedPort,
+    PublishedPort, RemoteTask,
 };
 pub use endpoints::endpoint_on;
 pub use inventory::{ContainerSource, Inventory};

@@ -18,6 +18,8 @@ pub struct OverlayTask {
     pub addr: IpAddr,
     /// The address of the node it runs on, as gossip gives it.
     pub node: Option<IpAddr>,
+    /// The Swarm service it is a task of (`""` for an attachable container).
+    pub service: String,
 }
 
 impl Docker {
@@ -41,10 +43,10 @@ impl Docker {
 /// readable address are left out.
 fn tasks_of(services: &HashMap<String, serde_json::Value>) -> Vec<OverlayTask> {
     let mut tasks: Vec<OverlayTask> = services
-        .values()
-        .filter_map(|service| service.get("Tasks")?.as_array())
-        .flatten()
-        .filter_map(|task| {
+        .iter()
+        .filter_map(|(name, service)| Some((name, service.get("Tasks")?.as_array()?)))
+        .flat_map(|(service, tasks)| tasks.iter().map(move |task| (service, task)))
+        .filter_map(|(service, task)| {
             let info: bollard::models::NetworkTaskInfo =
                 serde_json::from_value(task.clone()).ok()?;
             Some(OverlayTask {
@@ -55,6 +57,7 @@ fn tasks_of(services: &HashMap<String, serde_json::Value>) -> Vec<OverlayTask> {
                     .as_ref()
                     .and_then(|i| i.get("Host IP"))
                     .and_then(|ip| ip.parse().ok()),
+                service: service.clone(),
             })
         })
         .collect();
@@ -93,16 +96,19 @@ mod tests {
                     name: "c1".into(),
                     addr: ip("10.240.220.2"),
                     node: Some(ip("10.240.0.1")),
+                    service: String::new(),
                 },
                 OverlayTask {
                     name: "c2".into(),
                     addr: ip("10.240.220.4"),
                     node: Some(ip("10.240.0.2")),
+                    service: String::new(),
                 },
                 OverlayTask {
                     name: "web.1.x7k2".into(),
                     addr: ip("10.240.220.7"),
                     node: None,
+                    service: "web".into(),
                 },
             ]
         );

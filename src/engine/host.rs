@@ -70,6 +70,11 @@ pub trait Host: Send + Sync + 'static {
     fn forget_dead_sandboxes(&self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+    /// The names of the live sandboxes with a pinned datapath (links made by hand there too),
+    /// which a whole pass visits even when the labels call for no link on their networks.
+    fn pinned_sandboxes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// This machine: the pinned datapath in `pin_dir`. Or, as the host of an overlay network's links,
@@ -204,5 +209,16 @@ impl Host for RealHost {
             Some(_) => Ok(Vec::new()),
             None => overlay::remove_dead_sites(&self.pin_dir),
         }
+    }
+
+    fn pinned_sandboxes(&self) -> Vec<String> {
+        if self.sandbox.is_some() {
+            return Vec::new();
+        }
+        overlay::sites(&self.pin_dir)
+            .into_iter()
+            .filter(|site| site.sandbox.is_some())
+            .map(|site| site.name)
+            .collect()
     }
 }

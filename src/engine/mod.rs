@@ -34,6 +34,7 @@ pub mod notices;
 mod pass;
 pub mod ports;
 pub mod record;
+mod remote;
 mod shared;
 mod sites;
 pub mod soon;
@@ -50,6 +51,7 @@ use tracing::{debug, info, trace, warn};
 
 pub use host::{EndpointError, Host, RealHost};
 pub use ports::{Ingress, PortStore};
+pub use remote::POLL as REMOTE_POLL;
 pub use which::Which;
 
 use crate::{
@@ -60,6 +62,7 @@ use crate::{
 };
 use pass::BetweenPasses;
 use record::Refusal;
+use remote::RemoteTasks;
 use sites::Sites;
 
 /// The watch's engine over a host (this machine, [`RealHost`], in the product).
@@ -71,6 +74,8 @@ pub struct Engine<H: Host = RealHost> {
     held: Option<BetweenPasses<H>>,
     /// The overlay networks whose links are made in their sandboxes.
     sites: Sites<H::Sandbox>,
+    /// Tasks of other nodes on this node's overlays, for links across nodes.
+    remote: RemoteTasks,
     reported: BTreeSet<Diagnostic>,
     resyncs: u64,
 }
@@ -94,6 +99,7 @@ impl<H: Host> Engine<H> {
             inventory: Inventory::default(),
             held: Some(held),
             sites: Sites::default(),
+            remote: RemoteTasks::default(),
             reported: BTreeSet::new(),
             resyncs: 0,
         }
@@ -157,6 +163,21 @@ impl<H: Host> Engine<H> {
             .collect()
     }
 
+    /// The pass that the tasks of other nodes call for, if they changed since last asked (a
+    /// far task started, stopped or moved, which makes no event here; its labels changed) or
+    /// the last pass could not find one's endpoint yet: a whole pass over the containers as
+    /// last seen. Asks nothing while no labeled container
+    /// of this node is on an overlay network. The watch calls it every [`REMOTE_POLL`].
+    pub async fn poll_remote(&mut self, source: &impl ContainerSource) -> Option<Which> {
+        let local: Vec<Container> = self.inventory.containers().cloned().collect();
+        if !self.remote.worth_polling(&local) {
+            return None;
+        }
+        let changed = self.remote.refresh(source, &local).await;
+        let retry = std::mem::take(&mut self.remote.retry);
+        (changed || retry).then_some(Which::Known)
+    }
+
     /// Forgets every endpoint found, so that the next pass reads every namespace again.
     pub fn forget_all_endpoints(&mut self) {
         if let Some(held) = &mut self.held {
@@ -214,8 +235,15 @@ impl<H: Host> Engine<H> {
             "asked the engine"
         );
         let containers: Vec<Container> = self.inventory.containers().cloned().collect();
+        // Tasks of other nodes: asked again by a whole pass, or when one of this node's labeled
+        // containers is on an overlay not asked about yet; the poll does the rest.
+        if matches!(which, Which::All) || self.remote.stale(&containers) {
+            self.remote.refresh(source, &containers).await;
+        }
         let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
-        let plan = plan::plan(&views);
+        let mut plan = plan::plan(&views);
+        let (across, refused_across) = remote::links(&views, self.remote.tasks());
+        plan.links.extend(across);
         let scoped: BTreeSet<DesiredLink> = match which {
             Which::All | Which::Known => plan.links,
             Which::Containers(ids) => plan
@@ -234,8 +262,11 @@ impl<H: Host> Engine<H> {
         let (on_overlays, links): (BTreeSet<DesiredLink>, BTreeSet<DesiredLink>) = scoped
             .into_iter()
             .partition(|l| overlays.contains(l.network_id.as_str()));
+        // The sites' passes see the tasks of other nodes too, the machine's only its own.
+        let mut on_sites: Vec<Container> = containers.clone();
+        on_sites.extend(self.remote.tasks().iter().cloned());
+        let for_sites = Arc::new(on_sites);
         let containers = Arc::new(containers);
-        let for_sites = Arc::clone(&containers);
         // Gone only if the last pass's thread panicked: start afresh.
         let mut held = self
             .held
@@ -270,6 +301,7 @@ impl<H: Host> Engine<H> {
         for id in applied.unreadable.iter().chain(&on_sites.unreadable) {
             self.inventory.distrust(id);
         }
+        self.remote.retry = on_sites.unreadable.iter().any(|id| remote::is_remote(id));
         self.stats
             .removed_by_firewall(applied.removed_by_rules + on_sites.removed_by_rules);
         self.stats
@@ -281,6 +313,7 @@ impl<H: Host> Engine<H> {
         // Label problems and every kind's refusals are logged together, each once while it
         // holds.
         let mut diagnostics = plan.diagnostics;
+        diagnostics.extend(refused_across);
         let link_refusals = held.links_seen.refusals().chain(self.sites.refused());
         diagnostics.extend(link_refusals.clone().map(Refusal::diagnostic));
         diagnostics.extend(held.ports_seen.refusals().map(Refusal::diagnostic));

@@ -1,7 +1,9 @@
 //! The watch's overlay networks. Each overlay network with links to make on this node is a
 //! site: its sandbox namespace is the host of a pass of its own ([`pass::run`], run inside the
 //! sandbox), with what that pass keeps between passes, as the machine's bridges have theirs.
-//! The plan is made once for every network; a site takes the links on its network.
+//! The plan is made once for every network; a site takes the links on its network. A whole
+//! pass also visits every live sandbox with pinned links, so that links there the labels do not
+//! call for (made by hand) are held to the sandbox's rules and swept as the machine's are.
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
@@ -18,7 +20,8 @@ use super::{
 };
 use crate::{
     docker::Container,
-    plan::{DesiredLink, NetworkView},
+    overlay::sandbox_name,
+    plan::{DesiredLink, NetworkView, OVERLAY_DRIVER},
 };
 
 /// One overlay network's sandbox and what its passes keep.
@@ -68,6 +71,21 @@ impl<S: Host> Sites<S> {
         for link in links {
             if let Some(net) = network_of(containers, &link.network_id) {
                 networks.entry(link.network_id.clone()).or_insert(net);
+            }
+        }
+        // A whole pass also visits the sandboxes holding links the labels do not call for
+        // (made by hand, or by a watch before the labels changed): held to the rules, swept.
+        if which.is_whole() {
+            for name in host.pinned_sandboxes() {
+                if let Some(net) = containers
+                    .iter()
+                    .flat_map(|c| &c.view.networks)
+                    .find(|n| n.driver == OVERLAY_DRIVER && sandbox_name(&n.id) == name)
+                {
+                    networks
+                        .entry(net.id.clone())
+                        .or_insert_with(|| net.clone());
+                }
             }
         }
         let mut done = SitesApplied::default();

@@ -31,8 +31,9 @@ impl LinkTable for PinnedTables {
     }
 
     fn complete(&mut self, record: &LinkRecord, link: &Resolved) -> bool {
-        self.datapath
-            .attachments_pinned(record.datapath, record.low_ifindex, record.high_ifindex)
+        // Each end's own attachment: a veth's program, or a task of another node's tunnel's.
+        self.datapath.end_attached(record.datapath, &link.a)
+            && self.datapath.end_attached(record.datapath, &link.b)
             // A map that cannot be read counts as changed: installing again says why.
             && self.datapath.records(&link.a).unwrap_or(false)
             && self.datapath.records(&link.b).unwrap_or(false)

@@ -6,6 +6,7 @@
 //! Every test makes the same fixed names (`dxt-sw1`…), so the harness runs one swarm at a time.
 
 mod across;
+mod across_watch;
 mod links;
 
 use std::{

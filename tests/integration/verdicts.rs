@@ -34,6 +34,8 @@ use dxdp_common::{
 
 use crate::support::{can_run, library::OBJECT, missing_root_and_bpffs};
 
+mod published;
+
 /// tc: `TC_ACT_UNSPEC` (-1), which TCX reads as "next": the frame goes on to the bridge.
 const TC_ACT_UNSPEC: u32 = -1i32 as u32;
 /// tc: what `bpf_redirect_peer` returns once it has recorded the target.

@@ -342,6 +342,16 @@ pub mod stack {
         header[6] & 0x3f != 0 || header[7] != 0
     }
 
+    /// A ones'-complement sum of 32 bits folded to 16: 0xffff where a checksum is right.
+    #[inline(always)]
+    pub const fn fold(sum: u32) -> u16 {
+        // Two folds carry every bit back: a loop "until no carry is left" would be one the
+        // verifier walks state by state.
+        let sum = (sum & 0xffff) + (sum >> 16);
+        let sum = (sum & 0xffff) + (sum >> 16);
+        sum as u16
+    }
+
     /// Whether an IPv6 payload length of `payload_len` fits the `l3_len` bytes the frame holds.
     #[inline(always)]
     pub const fn ipv6_length_valid(payload_len: u16, l3_len: usize) -> bool {

@@ -27,6 +27,7 @@ use aya_ebpf::{
 use dxdp_common::ingress::{FlowKey, refused_source};
 
 use crate::{
+    checksum,
     flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6,
@@ -69,6 +70,35 @@ struct Quoted {
     forwardable: bool,
 }
 
+impl Quoted {
+    /// What conntrack sums of the error (`checksum`): the ICMP message, as long as the IP
+    /// header says, and for ICMPv6 the pseudo-header of the error's own addresses (its
+    /// destination is the local end's outer address coming in).
+    #[inline(always)]
+    fn message(&self, ctx: &TcContext, icmp: u8) -> checksum::Message {
+        let (uncounted_header, length) = if self.v6 {
+            (
+                IPV6_HLEN,
+                ctx.load::<[u8; 2]>(ETH_HLEN + 4).map(u16::from_be_bytes),
+            )
+        } else {
+            (0, ctx.load::<[u8; 2]>(ETH_HLEN + 2).map(u16::from_be_bytes))
+        };
+        // IPv4's total length counts its header; IPv6's payload length does not.
+        let len = (length.unwrap_or(0) as usize + uncounted_header)
+            .saturating_sub(self.inner - ETH_HLEN - ICMP_HLEN);
+        checksum::Message {
+            v6: self.v6,
+            proto: icmp,
+            src: self.from,
+            dst: self.local.0,
+            at: self.inner - ICMP_HLEN,
+            len,
+            checksum_at: 2,
+        }
+    }
+}
+
 /// An ICMP error arriving on a NIC about a fast-path reply goes to its container; anything
 /// else passes. The error's source must pass the checks a connection's first packet passes
 /// (`ingress::admit`): not one the stack refuses, and one the host routes back out of this
@@ -86,6 +116,7 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     if !q.forwardable
         || !for_this_host(ctx)
         || !routes_back(ctx, q.v6, icmp, (q.local.0, 0), (q.from, 0), nic_ifindex)
+        || !checksum::taken(ctx, &q.message(ctx, icmp))
     {
         return TC_ACT_UNSPEC;
     }

@@ -26,6 +26,7 @@ use dxdp_common::ingress::{
 };
 
 use crate::{
+    checksum,
     flows::{
         Known, exposed, for_this_host, into_container, known_flow, now, out_of_nic, routes_back,
     },
@@ -72,6 +73,8 @@ pub(crate) struct Packet {
     l3: usize,
     l4: usize,
     l4_csum: usize,
+    /// The layer-4 message's length by the IP header.
+    l4_len: usize,
 }
 
 impl Packet {
@@ -87,6 +90,19 @@ impl Packet {
 
     fn port_offset(&self, source: bool) -> usize {
         if source { self.l4 } else { self.l4 + 2 }
+    }
+
+    /// What conntrack sums of the packet (`checksum`).
+    fn message(&self) -> checksum::Message {
+        checksum::Message {
+            v6: self.v6,
+            proto: self.proto,
+            src: self.src,
+            dst: self.dst,
+            at: self.l4,
+            len: self.l4_len,
+            checksum_at: self.l4_csum - self.l4,
+        }
     }
 
     fn sums(&self) -> Sums {
@@ -148,6 +164,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 l3: ETH_HLEN,
                 l4: ETH_HLEN + IPV4_HLEN,
                 l4_csum: ETH_HLEN + IPV4_HLEN + l4_csum,
+                l4_len: payload as usize,
             })
         }
         ETH_P_IPV6 => {
@@ -190,6 +207,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 l3: ETH_HLEN,
                 l4: ETH_HLEN + IPV6_HLEN,
                 l4_csum: ETH_HLEN + IPV6_HLEN + l4_csum,
+                l4_len: payload as usize,
             })
         }
         _ => None,
@@ -274,6 +292,7 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
         && packet.forwardable
         && packet.well_formed
         && for_this_host(ctx)
+        && checksum::taken(ctx, &packet.message())
         && admit(ctx, &packet, key, flow, nic_ifindex);
     if !admitted {
         target.passed_packets += 1;

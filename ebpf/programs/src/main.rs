@@ -7,6 +7,7 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod checksum;
 mod flows;
 mod fragments;
 mod headers;

@@ -1,7 +1,8 @@
-//! The pinned maps. Userspace owns their contents; the programs only read them and count.
+//! The pinned maps, which userspace owns the contents of (the programs only read them and
+//! count), and one scratch map of the programs' own.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuHashMap},
+    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
@@ -87,3 +88,17 @@ pub static PORT_OWNERS: HashMap<u32, PortOwner> = HashMap::pinned(DEFAULT_MAX_PO
 #[map(name = "DXDP_REPLY_FRAGMENTS")]
 pub static REPLY_FRAGMENTS: LruHashMap<FragmentKey, PortKey> =
     LruHashMap::pinned(DEFAULT_MAX_REPLY_FRAGMENTS, 0);
+
+/// Buffers too big for the programs' 512-byte stacks (see `checksum`): each CPU's own, used
+/// within one invocation. Not pinned: nothing outlives the invocation.
+#[map(name = "DXDP_SCRATCH")]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// What `SCRATCH` holds.
+#[repr(C)]
+pub struct Scratch {
+    /// Bytes of a packet being summed.
+    pub(crate) words: [u32; 16],
+    /// An IPv6 pseudo-header (an IPv4 one uses the first three words).
+    pub(crate) pseudo: [u32; 10],
+}

@@ -88,7 +88,12 @@ fn overlay_links(pin_dir: &Path, capacity: Capacity) -> Result<Vec<LinkSnap>> {
         };
         out.extend(sandbox.run(|| {
             let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
-            let veths: HashMap<u32, String> = netlink::veth_names(&NetnsPath::host())?
+            // A task of another node is named as the VXLAN device it is reached through.
+            let here = super::status::with_remote_ends(
+                &mut datapath,
+                netlink::veth_names(&NetnsPath::host())?,
+            )?;
+            let veths: HashMap<u32, String> = here
                 .into_iter()
                 .map(|(index, name)| (index, format!("{name} ({})", sandbox.name)))
                 .collect();

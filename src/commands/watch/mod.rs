@@ -208,6 +208,10 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
         }
         let mut resync = tokio::time::interval(Duration::from_secs(args.resync));
         resync.tick().await;
+        // A task of another node that goes makes no event here: its links follow the poll.
+        let mut remote = tokio::time::interval(crate::engine::REMOTE_POLL);
+        remote.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        remote.tick().await;
         loop {
             tokio::select! {
                 event = events.next() => match event {
@@ -245,6 +249,12 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
                     let which = soon.take(&mut engine);
                     let outcome = engine.reconcile(&docker, which).await;
                     notify.status(&status_line(outcome.as_ref(), &connection));
+                }
+                _ = remote.tick() => {
+                    if let Some(which) = engine.poll_remote(&docker).await {
+                        let outcome = engine.reconcile(&docker, which).await;
+                        notify.status(&status_line(outcome.as_ref(), &connection));
+                    }
                 }
                 _ = resync.tick() => {
                     // A stream can stall silently; a failing ping means reconnect.
@@ -322,7 +332,7 @@ async fn finish(
             .filter(|l| l.origin == Origin::Watch)
             .map(|l| (l.low_ifindex, l.high_ifindex))
             .collect();
-        let removed = datapath.remove_links(&ours)?.len();
+        let mut removed = datapath.remove_links(&ours)?.len();
         let mut exposed: Vec<u32> = datapath
             .exposed()?
             .iter()
@@ -332,6 +342,23 @@ async fn finish(
         exposed.dedup();
         for &veth in &exposed {
             datapath.unexpose(veth, ExistingConnections::Drain)?;
+        }
+        // The watch's links in each live overlay sandbox (same node, and its halves across
+        // nodes), removed from inside it.
+        for site in crate::overlay::sites(&pin_dir) {
+            let Some(sandbox) = site.sandbox else {
+                continue;
+            };
+            removed += sandbox.run(|| {
+                let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
+                let ours: Vec<(u32, u32)> = datapath
+                    .links()?
+                    .iter()
+                    .filter(|l| l.origin == Origin::Watch)
+                    .map(|l| (l.low_ifindex, l.high_ifindex))
+                    .collect();
+                Ok(datapath.remove_links(&ours)?.len())
+            })?;
         }
         Ok((removed, exposed.len()))
     })

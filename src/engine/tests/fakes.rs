@@ -12,7 +12,9 @@ use anyhow::{Result, anyhow, bail};
 use crate::{
     choice::{Kind, Origin},
     datapath::{ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
-    docker::{Container, ContainerSource, NetworkAttachment, NetworkCache, PublishedPort},
+    docker::{
+        Container, ContainerSource, NetworkAttachment, NetworkCache, OverlayTask, PublishedPort,
+    },
     endpoint::Endpoint,
     engine::{
         EndpointError, Host, Ingress, PortStore,
@@ -70,6 +72,13 @@ pub(super) struct World {
     pub(super) gone: bool,
     /// Sandboxes whose pinned state [`Host::forget_dead_sandboxes`] removed.
     pub(super) forgotten: Vec<String>,
+    /// The tasks every overlay network knows across the swarm (the engine's world), and the
+    /// labels of each service's tasks where the engine reads services (a manager).
+    pub(super) swarm_tasks: Vec<OverlayTask>,
+    pub(super) service_labels: HashMap<String, HashMap<String, String>>,
+    /// The addresses of tasks of other nodes that gossip wrote on the VXLAN device (a
+    /// sandbox's world).
+    pub(super) gossip: BTreeSet<IpAddr>,
 }
 
 /// The world, shared by the fakes and the test.
@@ -161,6 +170,7 @@ impl World {
         };
         self.containers.push(Container {
             ports: Vec::new(),
+            remote: None,
             view: ContainerView {
                 id: format!("id-{name}"),
                 name: name.to_owned(),
@@ -323,7 +333,23 @@ impl ContainerSource for FakeEngine {
             .map(|id| world.containers.iter().find(|c| &c.view.id == id).cloned())
             .collect())
     }
+
+    async fn overlay_tasks(&self, _: &str) -> Result<Vec<OverlayTask>> {
+        Ok(self.0.world().swarm_tasks.clone())
+    }
+
+    async fn task_labels(&self, service: &str) -> Result<HashMap<String, String>> {
+        let world = self.0.world();
+        world
+            .service_labels
+            .get(service)
+            .cloned()
+            .ok_or_else(|| anyhow!("This node is not a swarm manager"))
+    }
 }
+
+/// The VXLAN device of a sandbox's world, which tasks of other nodes are reached through.
+pub(super) const VXLAN: u32 = 9;
 
 /// The host: interfaces, namespaces, rules and the links table, all from the world.
 pub(super) struct FakeHost(pub(super) Shared);
@@ -349,6 +375,38 @@ impl Host for FakeHost {
             return Err(EndpointError::Denied(anyhow!(
                 "cannot enter the namespace of container {name}: permission denied"
             )));
+        }
+        let missing = |why: String| EndpointError::Missing(anyhow!(why));
+        if let Some(remote) = &container.remote {
+            let (_, addr) = remote
+                .addrs
+                .iter()
+                .find(|(n, _)| n == network_id)
+                .ok_or_else(|| missing(format!("task {name} is not on {network_id}")))?;
+            if !world.gossip.contains(addr) {
+                return Err(missing(format!(
+                    "task {name} ({addr}): no entry on the VXLAN device yet"
+                )));
+            }
+            let IpAddr::V4(v4) = addr else {
+                return Err(missing("IPv4 only here".to_owned()));
+            };
+            let [a, b, c, d] = v4.octets();
+            let mac = [0x02, 0x42, a, b, c, d];
+            return Ok(Endpoint {
+                label: name.clone(),
+                netns: NetnsPath::host(),
+                netns_ino: 0,
+                ifname: String::new(),
+                ifindex: 0,
+                mac,
+                host_ifname: "vxlan0".to_owned(),
+                host_ifindex: dxdp_common::remote_endpoint_id(&mac),
+                bridge_ifindex: BRIDGE,
+                bridge_name: BRIDGE_NAME.to_owned(),
+                addrs: vec![*addr],
+                tunnel_ifindex: Some(VXLAN),
+            });
         }
         let attachment = container
             .attachment(network_id)
@@ -429,6 +487,19 @@ impl Host for FakeHost {
         world.sandboxes.retain(|id, _| !dead.contains(id));
         world.forgotten.extend(dead.iter().cloned());
         Ok(dead)
+    }
+
+    fn pinned_sandboxes(&self) -> Vec<String> {
+        let world = self.0.world();
+        world
+            .sandboxes
+            .iter()
+            .filter(|(_, s)| {
+                let inside = s.world();
+                !inside.gone && !inside.links.is_empty()
+            })
+            .map(|(id, _)| crate::overlay::sandbox_name(id))
+            .collect()
     }
 }
 

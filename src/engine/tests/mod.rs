@@ -46,6 +46,14 @@ impl Rig {
     fn pinned(&self) -> Vec<String> {
         self.shared.world().pinned()
     }
+
+    /// What the watch's poll of the tasks of other nodes calls for, and that pass if any.
+    fn poll(&mut self) -> Option<Which> {
+        let source = FakeEngine(self.shared.clone());
+        let which = self.runtime.block_on(self.engine.poll_remote(&source))?;
+        self.pass(which.clone());
+        Some(which)
+    }
 }
 
 /// a–b and c–d, each pair asking for a tc link.
@@ -275,6 +283,86 @@ fn an_overlay_pair_is_linked_in_its_sandbox_held_to_its_rules_and_forgotten_with
         .expect("a pass despite the gone sandbox");
     assert_eq!(outcome.links, 2);
     assert_eq!(rig.shared.world().forgotten, ["ovid"]);
+}
+
+/// A link made by hand in a sandbox whose network the labels call for no link on: a whole pass
+/// still visits the sandbox and holds the link to its rules; an event's pass does not.
+#[test]
+fn a_hand_made_link_in_a_sandbox_without_labeled_links_is_held_to_its_rules() {
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = World::new();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    world.start_on_overlay("e", 21, &[], ("ovid", &sandbox));
+    world.start_on_overlay("f", 22, &[], ("ovid", &sandbox));
+    sandbox.world().link_by_hand(21, 22, false);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(sandbox.world().pinned(), ["21-22 Manual"]);
+    sandbox.world().rules = "*filter\n:FORWARD ACCEPT [0:0]\n\
+                             -A FORWARD -s 10.0.0.21/32 -d 10.0.0.22/32 -j DROP\nCOMMIT\n"
+        .to_owned();
+    sandbox.world().generation += 1;
+    rig.about(&["e"]);
+    assert_eq!(
+        sandbox.world().pinned(),
+        ["21-22 Manual"],
+        "an event's pass"
+    );
+    rig.pass(Which::Known);
+    assert!(sandbox.world().pinned().is_empty(), "a rule in the sandbox");
+}
+
+/// A labeled task of this node and its service's task on another node (a worker's view: no
+/// service is readable, the far task has this node's task's labels): linked in the sandbox, this
+/// node's half, on tc, once gossip wrote the far task on the VXLAN device (the poll tries again
+/// until then); its half goes at the next poll once the far task is gone, without any event.
+#[test]
+fn a_task_of_another_node_is_linked_in_the_sandbox_and_unlinked_when_gossip_drops_it() {
+    use crate::docker::OverlayTask;
+    let sandbox = Shared::default();
+    *sandbox.world() = World::sandbox();
+    let mut world = World::new();
+    world.sandboxes.insert("ovid".to_owned(), sandbox.clone());
+    let task = [
+        (ENABLE, "true"),
+        ("dxdp.group", "web"),
+        ("com.docker.swarm.service.name", "web"),
+    ];
+    world.start_on_overlay("web.1.a", 21, &task, ("ovid", &sandbox));
+    let far: std::net::IpAddr = [10, 0, 0, 99].into();
+    world.swarm_tasks = vec![
+        OverlayTask {
+            name: "web.1.a".into(),
+            addr: [10, 0, 0, 21].into(),
+            node: None,
+            service: "web".into(),
+        },
+        OverlayTask {
+            name: "web.2.b".into(),
+            addr: far,
+            node: None,
+            service: "web".into(),
+        },
+    ];
+    let mut rig = Rig::new(world);
+    let far_id = dxdp_common::remote_endpoint_id(&[0x02, 0x42, 10, 0, 0, 99]);
+    let half = format!("21-{far_id} Watch");
+    // Gossip has not written the far task yet: no link, and the next poll tries again.
+    rig.pass(Which::All);
+    assert!(sandbox.world().pinned().is_empty());
+    sandbox.world().gossip.insert(far);
+    assert_eq!(rig.poll(), Some(Which::Known), "a retry");
+    assert_eq!(sandbox.world().pinned(), [half]);
+    assert_eq!(sandbox.world().links[0].datapath, crate::choice::Kind::Tc);
+    assert!(rig.pinned().is_empty(), "nothing on the machine's bridges");
+    // Nothing changed: the poll calls for no pass.
+    assert_eq!(rig.poll(), None);
+    // The far task goes: no event here, the poll sees it and its half goes.
+    rig.shared.world().swarm_tasks.retain(|t| t.addr != far);
+    sandbox.world().gossip.clear();
+    assert_eq!(rig.poll(), Some(Which::Known));
+    assert!(sandbox.world().pinned().is_empty());
 }
 
 /// `docker service update --label-add` (`--label-rm`) as the watch sees it: a service `update`

@@ -49,7 +49,8 @@ pub enum L2 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum L3Edge {
     None,
-    /// IPv4: a header checksum off by one; IPv6 has none, so the layer-4 checksum instead.
+    /// A checksum off by one: IPv4's header checksum in even-numbered cases, its layer-4 one
+    /// (TCP, UDP, ICMP) in odd ones; IPv6 has no header checksum, so always its layer 4's.
     BadChecksum,
     /// The IP length claims 40 bytes more than the frame holds.
     LongerThanFrame,

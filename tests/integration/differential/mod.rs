@@ -102,6 +102,49 @@ fn exposed_ports_match_dockers_path() {
     assert_no_difference(&report);
 }
 
+/// Cases of the long runs that found the fast path's own differences, sent again on every CI
+/// run so that what was fixed stays fixed: (seed, case, what differed).
+const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
+    (5151, 808, "ICMPv6 packet too big with a wrong checksum"),
+    (5151, 1286, "ICMPv6 packet too big with a wrong checksum"),
+    (
+        5151,
+        1565,
+        "IPv6 UDP with a wrong checksum to the published port",
+    ),
+    (
+        5151,
+        1735,
+        "IPv6 UDP with a wrong checksum to the published port",
+    ),
+];
+
+/// The long runs' findings (`FOUND_BY_LONG_RUNS`), each case alone, as its rerun line does.
+#[test]
+fn exposed_ports_match_dockers_path_where_long_runs_found_differences() {
+    if !prerequisites() {
+        return;
+    }
+    let mut topology = exposed::ExposedPorts::new();
+    let mut differences = Vec::new();
+    for &(seed, index, what) in FOUND_BY_LONG_RUNS {
+        let budget = Budget {
+            first: index,
+            cases: 1,
+            time: Duration::from_secs(60),
+        };
+        let report = runner::run(&mut topology, seed, &budget);
+        eprintln!("differential: {report} ({what})");
+        assert_eq!(report.cases, 1, "seed {seed} case {index} did not run");
+        differences.extend(report.differences);
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of the long runs' findings differ again; each is printed above with its rerun command",
+        differences.len()
+    );
+}
+
 /// The long run, by hand (scripts/differential.sh --topology exposed).
 #[test]
 #[ignore = "long: scripts/differential.sh --topology exposed --seed N --minutes M"]

@@ -18,7 +18,7 @@ use crate::support::{SwarmNode, SwarmNodes, link_between, require_swarm_nodes, w
 
 /// The MAC of `container` on `network`, as its node's dockerd reports it.
 #[track_caller]
-fn mac(node: &SwarmNode, container: &str, network: &str) -> String {
+pub(super) fn mac(node: &SwarmNode, container: &str, network: &str) -> String {
     let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").MacAddress}}}}");
     node.docker_ok(&["inspect", "-f", &format, container])
         .trim()
@@ -27,7 +27,7 @@ fn mac(node: &SwarmNode, container: &str, network: &str) -> String {
 
 /// The frames the sandbox veth `veth` has handed its task (its transmit counter).
 #[track_caller]
-fn handed(node: &SwarmNode, sandbox: &str, veth: &str) -> u64 {
+pub(super) fn handed(node: &SwarmNode, sandbox: &str, veth: &str) -> u64 {
     // sysfs shows the namespace it was mounted in: the counter is read through rtnetlink.
     let run = node.in_sandbox(sandbox, &["ip", "-s", "-j", "link", "show", "dev", veth]);
     run.assert_success();
@@ -39,7 +39,7 @@ fn handed(node: &SwarmNode, sandbox: &str, veth: &str) -> u64 {
 
 /// Whether the overlay's bridge on `node` holds `mac` as a static entry on the VXLAN port.
 #[track_caller]
-fn pinned_on_tunnel(node: &SwarmNode, sandbox: &str, mac: &str) -> bool {
+pub(super) fn pinned_on_tunnel(node: &SwarmNode, sandbox: &str, mac: &str) -> bool {
     let run = node.in_sandbox(sandbox, &["bridge", "fdb", "show", "br", "br0"]);
     run.assert_success();
     run.stdout
@@ -50,7 +50,7 @@ fn pinned_on_tunnel(node: &SwarmNode, sandbox: &str, mac: &str) -> bool {
 /// The tunnel program's attachments pinned on `node` (`tunnel-IFINDEX` under each sandbox's
 /// pin directory).
 #[track_caller]
-fn tunnel_pins(node: &SwarmNode) -> Vec<String> {
+pub(super) fn tunnel_pins(node: &SwarmNode) -> Vec<String> {
     let script = format!("ls {PIN_DIR}/overlay/*/links 2>/dev/null | grep '^tunnel-' || true");
     node.exec_ok(&["sh", "-c", &script])
         .lines()
