@@ -326,13 +326,7 @@ async fn finish(
     let pin_dir = pin_dir.to_path_buf();
     let (removed, unexposed) = tokio::task::spawn_blocking(move || -> Result<(usize, usize)> {
         let mut datapath = Datapath::open(&pin_dir, capacity)?;
-        let ours: Vec<(u32, u32)> = datapath
-            .links()?
-            .iter()
-            .filter(|l| l.origin == Origin::Watch)
-            .map(|l| (l.low_ifindex, l.high_ifindex))
-            .collect();
-        let mut removed = datapath.remove_links(&ours)?.len();
+        let mut removed = remove_watch_links(&mut datapath)?;
         let mut exposed: Vec<u32> = datapath
             .exposed()?
             .iter()
@@ -349,16 +343,8 @@ async fn finish(
             let Some(sandbox) = site.sandbox else {
                 continue;
             };
-            removed += sandbox.run(|| {
-                let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
-                let ours: Vec<(u32, u32)> = datapath
-                    .links()?
-                    .iter()
-                    .filter(|l| l.origin == Origin::Watch)
-                    .map(|l| (l.low_ifindex, l.high_ifindex))
-                    .collect();
-                Ok(datapath.remove_links(&ours)?.len())
-            })?;
+            removed += sandbox
+                .run(|| remove_watch_links(&mut Datapath::open(&site.pin_dir, capacity)?))?;
         }
         Ok((removed, exposed.len()))
     })
@@ -376,6 +362,17 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Removes the links the watch made (not hand-made ones) from `datapath`; how many.
+fn remove_watch_links(datapath: &mut Datapath) -> Result<usize> {
+    let ours: Vec<(u32, u32)> = datapath
+        .links()?
+        .iter()
+        .filter(|l| l.origin == Origin::Watch)
+        .map(|l| (l.low_ifindex, l.high_ifindex))
+        .collect();
+    Ok(datapath.remove_links(&ours)?.len())
 }
 
 #[cfg(test)]
