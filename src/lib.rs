@@ -21,6 +21,7 @@ pub mod overlay;
 pub mod plan;
 pub mod ports;
 pub mod rcu;
+pub mod route_mtus;
 mod rules;
 pub mod runtime;
 pub mod sd_notify;

@@ -3,10 +3,12 @@
 mod attach;
 mod choice;
 mod fixups;
+mod icmp_programs;
 pub mod kfunc;
 mod pins;
 mod ports;
 mod remote;
+mod route_table;
 mod state;
 
 use std::{

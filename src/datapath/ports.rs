@@ -24,7 +24,7 @@ use dxdp_common::{
 use tracing::info;
 
 use super::{
-    Datapath, Origin, Traffic, attach, firewall_code, fixed_name, now_unix_secs,
+    Datapath, Origin, Traffic, attach, firewall_code, fixed_name, icmp_programs, now_unix_secs,
     pins::{self, Pins},
     state::{absent_is_none, ignore_absent, missing},
     unfixed_name,
@@ -449,6 +449,8 @@ impl<'p> PortPrograms<'p> {
         };
         let ingress = load(Role::Ingress)?;
         let reply = load(Role::Reply)?;
+        // Before either is attached: what they hand on must be there.
+        icmp_programs::hand_on(ebpf, pins)?;
         Ok(Self {
             pins,
             ingress,
@@ -516,7 +518,8 @@ fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
 /// Replaces the pinned port programs that differ from this binary's (after an upgrade), in
 /// every attachment at once; returns the names of those replaced.
 pub(super) fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<&'static str>> {
-    let mut replaced = Vec::new();
+    // First what the new programs hand on to, so that none finds its slot empty or stale.
+    let mut replaced = icmp_programs::upgrade(ebpf, pins)?;
     for role in [Role::Ingress, Role::Reply] {
         let prog_pin = pins.progs().join(role.program());
         if !prog_pin.exists() {
@@ -597,6 +600,8 @@ impl Datapath {
             name: fixed_name(e.container),
         };
         maps.owners.insert(veth, owner, 0)?;
+        // Before the reply program: none of its replies may leave past a route's MTU.
+        self.mirror_route_mtus()?;
         let mut programs = PortPrograms::open(&mut self.ebpf, &self.pins)?;
         programs.attach(Role::Reply, veth, &e.endpoint.host_ifname)?;
         let nics: BTreeSet<(u32, &str)> = e

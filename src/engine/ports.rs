@@ -32,6 +32,11 @@ pub trait PortStore {
     fn exposed(&mut self) -> Result<Vec<ExposedPort>>;
     fn expose(&mut self, exposure: &Exposure<'_>) -> Result<usize>;
     fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()>;
+    /// Mirrors the host's routes the replies must heed (their MTUs); how many entries changed.
+    /// Tables whose replies take no route (the tests' fakes) have nothing to mirror.
+    fn mirror_route_mtus(&mut self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Where clients come in and which prefixes none is on: what the kind needs of the host.
@@ -433,6 +438,16 @@ pub(super) fn apply(
                 done.exposed += 1;
             }
             Err(err) => warn!(container = %w.container, "cannot expose: {err:#}"),
+        }
+    }
+    // A route's MTU may have changed since the last pass (a route notice, or the resync).
+    if !pinned.is_empty() || done.exposed > 0 {
+        let changed = table.mirror_route_mtus()?;
+        if changed > 0 {
+            info!(
+                changed,
+                "route MTUs mirrored for the published ports' replies"
+            );
         }
     }
     Ok(done)
