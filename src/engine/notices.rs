@@ -343,11 +343,16 @@ mod tests {
         payload.extend_from_slice(&((4 + mac.len()) as u16).to_ne_bytes());
         payload.extend_from_slice(&NDA_LLADDR.to_ne_bytes());
         payload.extend_from_slice(mac);
+        message(RTM_NEWNEIGH, payload)
+    }
+
+    /// A netlink message of `kind` around `payload`, padded to its boundary.
+    fn message(kind: u16, mut payload: Vec<u8>) -> Vec<u8> {
         payload.resize(align(payload.len()), 0);
         let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
             .to_ne_bytes()
             .to_vec();
-        msg.extend_from_slice(&RTM_NEWNEIGH.to_ne_bytes());
+        msg.extend_from_slice(&kind.to_ne_bytes());
         msg.extend_from_slice(&[0; 10]);
         msg.extend_from_slice(&payload);
         msg
@@ -382,14 +387,7 @@ mod tests {
         payload.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         payload.extend_from_slice(&TCA_KIND.to_ne_bytes());
         payload.extend_from_slice(&value);
-        payload.resize(align(payload.len()), 0);
-        let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
-            .to_ne_bytes()
-            .to_vec();
-        msg.extend_from_slice(&kind_of_message.to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(&payload);
-        msg
+        message(kind_of_message, payload)
     }
 
     /// A route message (`RTM_NEWROUTE`, …) with these metrics (kind, value) in `RTA_METRICS`,
@@ -408,13 +406,7 @@ mod tests {
                 payload.extend_from_slice(&value.to_ne_bytes());
             }
         }
-        let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
-            .to_ne_bytes()
-            .to_vec();
-        msg.extend_from_slice(&kind_of_message.to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(&payload);
-        msg
+        message(kind_of_message, payload)
     }
 
     #[test]

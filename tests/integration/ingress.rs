@@ -1829,16 +1829,7 @@ fn replies_too_big_for_a_smaller_nic_mtu_teach_the_container_its_path_mtu() {
     let mut world = World::shared();
     let out = Outside::new(&world);
     must(&["ip", "link", "set", &out.nic, "mtu", "1400"]);
-    must(&[
-        "ip",
-        "-n",
-        &out.ns.name,
-        "link",
-        "set",
-        &out.peer,
-        "mtu",
-        "1400",
-    ]);
+    out.set_peer_mtu(1400);
     big_answers_arrive_as_over_dockers_path(&mut world, &out, "nicmtu", 17130, 7014);
 }
 
@@ -1857,16 +1848,7 @@ fn replies_too_big_for_a_routes_mtu_teach_the_container_its_path_mtu() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    must(&[
-        "ip",
-        "-n",
-        &out.ns.name,
-        "link",
-        "set",
-        &out.peer,
-        "mtu",
-        "1400",
-    ]);
+    out.set_peer_mtu(1400);
     // On the NIC, which takes them with it when the test's guard deletes it.
     let client4 = format!("{}/32", out.client_addr);
     must(&[
