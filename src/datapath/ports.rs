@@ -24,10 +24,10 @@ use dxdp_common::{
 use tracing::info;
 
 use super::{
-    Datapath, Origin, Traffic, attach, firewall_code, fixed_name, now_unix_secs,
+    Datapath, Origin, Traffic, attach,
     pins::{self, Pins},
+    record::{firewall_code, fixed_name, now_unix_secs, unfixed_name},
     state::{absent_is_none, ignore_absent, missing},
-    unfixed_name,
 };
 use crate::{endpoint::Endpoint, netlink::Interface};
 
