@@ -24,8 +24,8 @@ use links::release_tunnel_peer;
 pub use links::{Installed, LinkRequest};
 pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use ports::{
-    ConnectionTables, ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping,
-    TableFill, TablePressure,
+    ConnectionTables, ExistingConnections, ExposedPort, Exposure, PortMapping, TableFill,
+    TablePressure,
 };
 pub use record::{InterfaceCounters, LinkRecord, Traffic};
 pub use state::Capacity;

@@ -55,31 +55,6 @@ pub struct Exposure<'a> {
     pub bypass_firewall: bool,
 }
 
-/// An [`Exposure`] that owns its parts: what `expose` writes for a container, kept to write it
-/// again (`dxdp bench-ingress` switches it on and off round by round).
-#[derive(Clone, Debug)]
-pub struct ExposurePlan {
-    pub container: String,
-    pub endpoint: Endpoint,
-    pub gateway_mac: MacAddr,
-    pub ports: Vec<PortMapping>,
-    pub origin: Origin,
-    pub bypass_firewall: bool,
-}
-
-impl ExposurePlan {
-    pub fn exposure(&self) -> Exposure<'_> {
-        Exposure {
-            container: &self.container,
-            endpoint: &self.endpoint,
-            gateway_mac: self.gateway_mac,
-            ports: &self.ports,
-            origin: self.origin,
-            bypass_firewall: self.bypass_firewall,
-        }
-    }
-}
-
 /// An exposed port as the pinned state records it, with what it carried.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ExposedPort {

@@ -18,12 +18,12 @@ use super::{
 };
 use crate::{
     choice::Origin,
-    datapath::{ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping},
+    datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
     docker::{Container, PublishedPort},
     endpoint::Endpoint,
     firewall, labels,
     netlink::Interface,
-    ports::{self, Nic},
+    ports::{self, ContainerExposure, Nic},
 };
 
 /// What the exposure table must do for the engine; the pinned datapath in the product, a fake
@@ -65,7 +65,7 @@ impl Ingress {
 /// event's pass, and the refusals, by veth.
 #[derive(Default)]
 pub(super) struct PortPlan {
-    pub(super) wanted: BTreeMap<u32, ExposurePlan>,
+    pub(super) wanted: BTreeMap<u32, ContainerExposure>,
     pub(super) seen: VethsAndRefusals<u32>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
     pub(super) refused_by_rules: BTreeSet<u32>,
@@ -246,7 +246,7 @@ pub fn plan_container<R>(
     origin: Origin,
     endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
     rules: Option<R>,
-) -> Result<Result<ExposurePlan, NotExposed>>
+) -> Result<Result<ContainerExposure, NotExposed>>
 where
     R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
 {
@@ -287,7 +287,7 @@ where
             bridge: endpoint.bridge_name.clone(),
         }));
     };
-    Ok(Ok(ExposurePlan {
+    Ok(Ok(ContainerExposure {
         container: name.to_owned(),
         endpoint,
         gateway_mac,
@@ -307,7 +307,7 @@ pub fn plan_by_hand(
     nic_names: &[String],
     bypass_firewall: bool,
     host: &[Interface],
-) -> Result<Result<ExposurePlan, Refusal>> {
+) -> Result<Result<ContainerExposure, Refusal>> {
     let name = &container.view.name;
     let refused = |message: String| {
         Ok(Err(Refusal {
@@ -528,7 +528,7 @@ mod tests {
         origin: Origin,
         endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
         rules: Option<R>,
-    ) -> Result<ExposurePlan, NotExposed>
+    ) -> Result<ContainerExposure, NotExposed>
     where
         R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
     {
