@@ -182,7 +182,7 @@ impl Inventory {
                 held.container
                     .view
                     .labels
-                    .get(super::client::SWARM_SERVICE_ID)
+                    .get(super::networks::SWARM_SERVICE_ID)
                     .is_some_and(|id| id == service)
             })
             .map(|(id, _)| id.clone())
