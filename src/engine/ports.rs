@@ -64,7 +64,7 @@ impl Ingress {
 /// The exposures a pass wants, by host veth; each labeled container's veth, for the scope of an
 /// event's pass, and the refusals, by veth.
 #[derive(Default)]
-pub(super) struct PortPlan {
+pub(super) struct WantedPorts {
     pub(super) wanted: BTreeMap<u32, ContainerExposure>,
     pub(super) seen: VethsAndRefusals<u32>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
@@ -72,12 +72,12 @@ pub(super) struct PortPlan {
 }
 
 /// The labeled containers' published ports on `ingress`'s NICs, judged by the rules.
-pub(super) fn plan(
+pub(super) fn wanted_ports(
     shared: &mut Shared<'_>,
     containers: &[Container],
     ingress: &Ingress,
-) -> Result<PortPlan> {
-    let mut plan = PortPlan::default();
+) -> Result<WantedPorts> {
+    let mut plan = WantedPorts::default();
     for c in containers {
         if !c.view.running || c.ports.is_empty() || !labels::wants_ingress(&c.view.labels) {
             continue;
@@ -385,7 +385,7 @@ pub(super) fn covered_by_hand(
 pub(super) fn apply(
     table: &mut impl PortStore,
     pinned: &[ExposedPort],
-    plan: &PortPlan,
+    plan: &WantedPorts,
     covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {

@@ -110,18 +110,18 @@ fn the_rules_are_read_again_only_when_their_generation_moves() {
     let drop_a_to_b = "*filter\n:FORWARD ACCEPT [0:0]\n\
                        -A FORWARD -s 10.0.0.11/32 -d 10.0.0.12/32 -j DROP\nCOMMIT\n";
     rig.shared.world().rules = drop_a_to_b.to_owned();
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
     // ...and with one, the rules are read again and every verdict re-evaluated: the covered
     // link goes (fail closed), the other stays.
     rig.shared.world().generation += 1;
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert_eq!(rig.shared.world().rule_reads, 2);
     assert_eq!(rig.pinned(), ["13-14 Watch"]);
     // The rule goes: the link comes back.
     rig.shared.world().rules = ACCEPT_ALL.to_owned();
     rig.shared.world().generation += 1;
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert_eq!(rig.pinned(), ["11-12 Watch", "13-14 Watch"]);
 }
 
@@ -130,7 +130,7 @@ fn a_rule_known_by_rules_change_only_does_not_ask_the_container_engine() {
     let mut rig = Rig::new(two_pairs());
     rig.pass(Which::All);
     rig.shared.world().inspected.clear();
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert!(rig.shared.world().inspected.is_empty());
 }
 
@@ -149,7 +149,7 @@ fn a_whole_pass_removes_a_hand_made_link_a_rule_covers_unless_it_bypasses_the_fi
     rig.about(&["x"]);
     assert_eq!(rig.pinned(), ["21-22 Manual", "23-24 Manual"]);
     rig.shared.world().link_reads = 0;
-    let outcome = rig.pass(Which::Known).map(|o| o.links);
+    let outcome = rig.pass(Which::LastSeen).map(|o| o.links);
     assert_eq!(rig.pinned(), ["23-24 Manual"]);
     assert_eq!(outcome, Some(1), "the link taken away is not counted");
     assert_eq!(

@@ -71,7 +71,7 @@ fn a_hand_made_link_in_a_sandbox_without_labeled_links_is_held_to_its_rules() {
         ["21-22 Manual"],
         "an event's pass"
     );
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert!(sandbox.world().pinned().is_empty(), "a rule in the sandbox");
 }
 
@@ -114,7 +114,7 @@ fn a_task_of_another_node_is_linked_in_the_sandbox_and_unlinked_when_gossip_drop
     rig.pass(Which::All);
     assert!(sandbox.world().pinned().is_empty());
     sandbox.world().gossip.insert(far);
-    assert_eq!(rig.poll(), Some(Which::Known), "a retry");
+    assert_eq!(rig.poll(), Some(Which::LastSeen), "a retry");
     assert_eq!(sandbox.world().pinned(), [half]);
     assert_eq!(sandbox.world().links[0].datapath, crate::choice::Kind::Tc);
     assert!(rig.pinned().is_empty(), "nothing on the machine's bridges");
@@ -123,7 +123,7 @@ fn a_task_of_another_node_is_linked_in_the_sandbox_and_unlinked_when_gossip_drop
     // The far task goes: no event here, the poll sees it and its half goes.
     rig.shared.world().swarm_tasks.retain(|t| t.addr != far);
     sandbox.world().gossip.clear();
-    assert_eq!(rig.poll(), Some(Which::Known));
+    assert_eq!(rig.poll(), Some(Which::LastSeen));
     assert!(sandbox.world().pinned().is_empty());
 }
 

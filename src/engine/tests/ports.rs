@@ -75,7 +75,7 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
         world.rules = published_rules("10.0.0.21", "");
         world.generation += 1;
     }
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert_eq!(
         rig.shared.world().exposures(),
         ["21:8080->10.0.0.21:80 Watch"]
@@ -88,7 +88,7 @@ fn a_rule_on_the_port_keeps_it_unexposed_unless_the_container_bypasses_the_firew
         world.rules = published_rules("10.0.0.21", drop_some);
         world.generation += 1;
     }
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert!(rig.shared.world().exposures().is_empty());
     assert_eq!(
         rig.shared.world().unexposed,
@@ -151,7 +151,7 @@ fn a_rule_that_comes_after_an_exposure_by_hand_takes_it_away_unless_it_bypasses_
     // An event's pass does not judge hand-made exposures; the whole pass a rule change brings does.
     rig.about(&["web"]);
     assert_eq!(rig.shared.world().exposures().len(), 1);
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert!(
         rig.shared.world().exposures().is_empty(),
         "fail closed: {:?}",
@@ -166,7 +166,7 @@ fn a_rule_that_comes_after_an_exposure_by_hand_takes_it_away_unless_it_bypasses_
     assert_eq!(removed(&rig), 1);
     // Made with --bypass-firewall: the operator said so, it stays.
     exposed_by_hand(&mut rig.shared.world(), true);
-    rig.pass(Which::Known);
+    rig.pass(Which::LastSeen);
     assert_eq!(
         rig.shared.world().exposures(),
         ["21:8080->10.0.0.21:80 Manual"]
