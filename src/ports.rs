@@ -9,44 +9,14 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use dxdp_common::MacAddr;
-
 use crate::{
-    choice::Origin,
-    datapath::{ExposedPort, Exposure, PortMapping},
+    datapath::{ExposedPort, PortMapping},
     docker::{self, PublishedPort},
     endpoint::Endpoint,
     firewall::{self, Transport},
     netlink::{self, Interface},
     netns::NetnsPath,
 };
-
-/// One container's ports to take from the NIC, as a planner decided them
-/// ([`crate::engine::ports::plan_container`]): the [`Exposure`] the datapath installs, owning its
-/// parts, so that the watch keeps it for its diff and `dxdp bench-ingress` writes it again round
-/// by round.
-#[derive(Clone, Debug)]
-pub struct ContainerExposure {
-    pub container: String,
-    pub endpoint: Endpoint,
-    pub gateway_mac: MacAddr,
-    pub ports: Vec<PortMapping>,
-    pub origin: Origin,
-    pub bypass_firewall: bool,
-}
-
-impl ContainerExposure {
-    pub fn exposure(&self) -> Exposure<'_> {
-        Exposure {
-            container: &self.container,
-            endpoint: &self.endpoint,
-            gateway_mac: self.gateway_mac,
-            ports: &self.ports,
-            origin: self.origin,
-            bypass_firewall: self.bypass_firewall,
-        }
-    }
-}
 
 /// A NIC clients come in on, with its addresses.
 pub struct Nic {

@@ -9,9 +9,9 @@ use crate::{
     datapath::{Capacity, Datapath, ExistingConnections, ExposedPort},
     docker::{Container, Docker, PublishedPort},
     engine,
+    exposure::ContainerExposure,
     netlink::{self, Interface},
     netns::NetnsPath,
-    ports::ContainerExposure,
     ports::describe,
 };
 

@@ -21,9 +21,10 @@ use crate::{
     datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
     docker::{Container, PublishedPort},
     endpoint::Endpoint,
+    exposure::ContainerExposure,
     firewall, labels,
     netlink::Interface,
-    ports::{self, ContainerExposure, Nic},
+    ports::{self, Nic},
 };
 
 /// What the exposure table must do for the engine; the pinned datapath in the product, a fake

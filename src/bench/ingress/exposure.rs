@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use super::Route;
 use crate::{
     datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, PortMapping},
+    exposure::ContainerExposure,
     netlink::Interface,
-    ports::ContainerExposure,
 };
 
 /// The container's exposure while the bench switches it, and putting back what it found: the
