@@ -11,7 +11,7 @@ mod published;
 pub mod userland_proxy;
 
 pub use client::{ConnectError, Container, Docker, NetworkAttachment, RemoteTask};
-pub use endpoints::endpoint_on;
+pub use endpoints::{endpoint_on, find_endpoint};
 pub use events::Event;
 pub use inventory::{ContainerSource, Inventory};
 pub use networks::{BridgeNetwork, NetworkCache};
