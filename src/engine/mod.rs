@@ -241,7 +241,7 @@ impl<H: Host> Engine<H> {
             self.remote.refresh(source, &containers).await;
         }
         let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
-        let mut plan = plan::plan(&views);
+        let mut plan = plan::links_from_labels(&views);
         let (across, refused_across) = remote::links(&views, self.remote.tasks());
         plan.links.extend(across);
         let scoped: BTreeSet<DesiredLink> = match which {

@@ -55,21 +55,21 @@ fn en<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
 }
 
 /// Links as sorted "x-y" name pairs (ids minus the `id-` prefix).
-fn pairs(p: &Plan) -> Vec<String> {
+fn pairs(p: &LinksFromLabels) -> Vec<String> {
     p.links
         .iter()
         .map(|l| format!("{}-{}", &l.a[3..], &l.b[3..]))
         .collect()
 }
 
-fn has(p: &Plan, container: &str, level: Level, needle: &str) -> bool {
+fn has(p: &LinksFromLabels, container: &str, level: Level, needle: &str) -> bool {
     p.diagnostics
         .iter()
         .any(|d| d.container == container && d.level == level && d.message.contains(needle))
 }
 
 #[track_caller]
-fn assert_diag(p: &Plan, container: &str, level: Level, needle: &str) {
+fn assert_diag(p: &LinksFromLabels, container: &str, level: Level, needle: &str) {
     assert!(
         has(p, container, level, needle),
         "no {level:?} diagnostic on {container} containing {needle:?} in {:#?}",
@@ -79,12 +79,12 @@ fn assert_diag(p: &Plan, container: &str, level: Level, needle: &str) {
 
 #[test]
 fn empty_snapshot() {
-    assert_eq!(plan(&[]), Plan::default());
+    assert_eq!(links_from_labels(&[]), LinksFromLabels::default());
 }
 
 #[test]
 fn peers_by_name() {
-    let p = plan(&[c("a", &en(&[(PEERS, "/b")])), c("b", &[]), c("x", &[])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "/b")])), c("b", &[]), c("x", &[])]);
     assert_eq!(pairs(&p), ["a-b"]);
     let link = p.links.first().cloned();
     assert_eq!(
@@ -101,19 +101,19 @@ fn peers_by_name() {
 
 #[test]
 fn link_is_normalised_whoever_asks() {
-    let p = plan(&[c("b", &en(&[(PEERS, "a")])), c("a", &[])]);
+    let p = links_from_labels(&[c("b", &en(&[(PEERS, "a")])), c("a", &[])]);
     assert_eq!(pairs(&p), ["a-b"]);
 }
 
 #[test]
 fn mutual_peers_give_one_link() {
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &en(&[(PEERS, "a")]))]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), c("b", &en(&[(PEERS, "a")]))]);
     assert_eq!(pairs(&p), ["a-b"]);
 }
 
 #[test]
 fn opt_in_missing_asks_for_nothing() {
-    let p = plan(&[c("a", &[(PEERS, "b")]), c("b", &[])]);
+    let p = links_from_labels(&[c("a", &[(PEERS, "b")]), c("b", &[])]);
     assert!(p.links.is_empty());
     assert_diag(
         &p,
@@ -125,7 +125,7 @@ fn opt_in_missing_asks_for_nothing() {
 
 #[test]
 fn unknown_key_excludes_container() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         c("a", &en(&[(PEERS, "b"), ("dxdp.peer", "b")])),
         c("b", &[]),
     ]);
@@ -141,7 +141,7 @@ fn unknown_key_excludes_container() {
 
 #[test]
 fn empty_peer_excludes_container() {
-    let p = plan(&[c("a", &en(&[(PEERS, "b,,c")])), c("b", &[]), c("c", &[])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b,,c")])), c("b", &[]), c("c", &[])]);
     assert!(p.links.is_empty());
     assert_diag(&p, "a", Level::Warn, "empty peer name");
 }
@@ -149,14 +149,14 @@ fn empty_peer_excludes_container() {
 #[test]
 fn oversized_value_excludes_container() {
     let big = "b,".repeat(600);
-    let p = plan(&[c("a", &en(&[(PEERS, &big)])), c("b", &[])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, &big)])), c("b", &[])]);
     assert!(p.links.is_empty());
     assert_diag(&p, "a", Level::Warn, "oversized");
 }
 
 #[test]
 fn bad_datapath_excludes_container() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         c("a", &en(&[(PEERS, "b"), (DATAPATH, "fast")])),
         c("b", &[]),
     ]);
@@ -167,7 +167,7 @@ fn bad_datapath_excludes_container() {
 #[test]
 fn malformed_peer_is_never_linked() {
     // b did not opt in, but its broken labels still exclude it, even from a's request.
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(DATAPATH, "fast")])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(DATAPATH, "fast")])]);
     assert!(p.links.is_empty());
     assert_diag(&p, "b", Level::Warn, "unknown datapath");
     assert_diag(&p, "a", Level::Info, "b has malformed dxdp labels");
@@ -177,7 +177,7 @@ fn malformed_peer_is_never_linked() {
 
 #[test]
 fn malformed_group_member_is_left_out() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         c("a", &en(&[(GROUP, "g")])),
         c("b", &en(&[(GROUP, "g")])),
         c("c", &en(&[(GROUP, "g"), (NETWORK, "bad name")])),
@@ -187,7 +187,7 @@ fn malformed_group_member_is_left_out() {
 
 #[test]
 fn peers_by_compose_service_within_project() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         compose(c("p1-app-1", &en(&[(PEERS, "db")])), "p1", "app"),
         compose(c("p1-db-1", &[]), "p1", "db"),
         compose(c("p1-db-2", &[]), "p1", "db"),
@@ -198,7 +198,7 @@ fn peers_by_compose_service_within_project() {
 
 #[test]
 fn compose_service_not_resolved_across_projects() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         compose(c("p1-app-1", &en(&[(PEERS, "db")])), "p1", "app"),
         compose(c("p2-db-1", &[]), "p2", "db"),
     ]);
@@ -213,7 +213,7 @@ fn compose_service_not_resolved_across_projects() {
 
 #[test]
 fn compose_falls_back_to_container_name_in_any_project() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         compose(c("p1-app-1", &en(&[(PEERS, "p2-db-1")])), "p1", "app"),
         compose(c("p2-db-1", &[]), "p2", "db"),
     ]);
@@ -222,7 +222,7 @@ fn compose_falls_back_to_container_name_in_any_project() {
 
 #[test]
 fn compose_fields_read_from_labels_when_missing() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         c(
             "x1",
             &en(&[
@@ -238,7 +238,7 @@ fn compose_fields_read_from_labels_when_missing() {
 
 #[test]
 fn own_service_links_other_replicas() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         compose(c("w1", &en(&[(PEERS, "web")])), "p", "web"),
         compose(c("w2", &[]), "p", "web"),
         compose(c("w3", &[]), "p", "web"),
@@ -249,7 +249,7 @@ fn own_service_links_other_replicas() {
 
 #[test]
 fn group_mesh_of_four_is_six_links() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         c("a", &en(&[(GROUP, "g")])),
         c("b", &en(&[(GROUP, "g,h")])),
         c("c", &en(&[(GROUP, "g")])),
@@ -260,7 +260,7 @@ fn group_mesh_of_four_is_six_links() {
 
 #[test]
 fn groups_scoped_per_project() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         compose(c("a1", &en(&[(GROUP, "web")])), "a", "s1"),
         compose(c("a2", &en(&[(GROUP, "web")])), "a", "s2"),
         compose(c("b1", &en(&[(GROUP, "web")])), "b", "s1"),
@@ -273,22 +273,22 @@ fn groups_scoped_per_project() {
 
 #[test]
 fn unlabeled_container_linked_only_when_named() {
-    let p = plan(&[c("a", &en(&[(GROUP, "g")])), c("b", &[]), c("c", &[])]);
+    let p = links_from_labels(&[c("a", &en(&[(GROUP, "g")])), c("b", &[]), c("c", &[])]);
     assert!(p.links.is_empty());
     assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
     // Naming it from a container that did not opt in is not enough either.
-    let p = plan(&[c("a", &[(ENABLE, "false"), (PEERS, "b")]), c("b", &[])]);
+    let p = links_from_labels(&[c("a", &[(ENABLE, "false"), (PEERS, "b")]), c("b", &[])]);
     assert!(p.links.is_empty());
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), c("c", &[])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), c("c", &[])]);
     assert_eq!(pairs(&p), ["a-b"]);
 }
 
 #[test]
 fn explicit_enable_false_blocks() {
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(ENABLE, "false")])]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), c("b", &[(ENABLE, "false")])]);
     assert!(p.links.is_empty());
     assert_diag(&p, "a", Level::Info, "b opted out with dxdp.enable=false");
-    let p = plan(&[
+    let p = links_from_labels(&[
         c("a", &en(&[(PEERS, "b")])),
         c("b", &[(ENABLE, "false"), (PEERS, "a")]),
     ]);

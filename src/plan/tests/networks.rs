@@ -5,27 +5,27 @@ use super::*;
 fn stopped_container() {
     let mut b = c("b", &[]);
     b.running = false;
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), b]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), b]);
     assert!(p.links.is_empty());
     assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
 
     let mut a = c("a", &en(&[(PEERS, "b,nowhere"), (GROUP, "g")]));
     a.running = false;
-    let p = plan(&[a, c("b", &[]), c("c", &en(&[(GROUP, "g")]))]);
+    let p = links_from_labels(&[a, c("b", &[]), c("c", &en(&[(GROUP, "g")]))]);
     assert!(p.links.is_empty());
     assert!(p.diagnostics.is_empty(), "{:?}", p.diagnostics);
 }
 
 #[test]
 fn self_link() {
-    let p = plan(&[c("a", &en(&[(PEERS, "a")]))]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "a")]))]);
     assert!(p.links.is_empty());
     assert_diag(&p, "a", Level::Warn, "this container itself");
 }
 
 #[test]
 fn unknown_peer_is_info() {
-    let p = plan(&[c("a", &en(&[(PEERS, "later")]))]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "later")]))]);
     assert!(p.links.is_empty());
     assert_eq!(
             p.diagnostics,
@@ -39,7 +39,7 @@ fn unknown_peer_is_info() {
 
 #[test]
 fn no_shared_network() {
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![bridge("n1")]),
         on(c("b", &[]), vec![bridge("n2")]),
     ]);
@@ -55,14 +55,14 @@ fn no_shared_network() {
 #[test]
 fn macvlan_network() {
     let mv = net("lan", "macvlan", true);
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![mv.clone()]),
         on(c("b", &[]), vec![mv.clone()]),
     ]);
     assert!(p.links.is_empty());
     assert_diag(&p, "a", Level::Warn, "network lan has driver macvlan");
     // With a bridge also shared, the bridge is used and the macvlan is not reported.
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![mv.clone(), bridge("z")]),
         on(c("b", &[]), vec![bridge("z"), mv]),
     ]);
@@ -81,7 +81,7 @@ fn overlay_networks_are_linked_unless_encrypted() {
         ..net("sealed", "overlay", true)
     };
     // The watch's planner links a labeled pair on an overlay as on a bridge.
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![ov.clone()]),
         on(c("b", &[]), vec![ov.clone()]),
     ]);
@@ -102,7 +102,7 @@ fn overlay_networks_are_linked_unless_encrypted() {
     );
     let refused = network_for_link(&a, &b).expect_err("encrypted");
     assert!(refused[0].contains("--opt encrypted"), "{refused:?}");
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![sealed.clone()]),
         on(c("b", &[]), vec![sealed]),
     ]);
@@ -113,7 +113,7 @@ fn overlay_networks_are_linked_unless_encrypted() {
         ..net("ingress", "overlay", true)
     };
     let own = net("web", "overlay", true);
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(
             c("a", &en(&[(PEERS, "b")])),
             vec![mesh.clone(), own.clone()],
@@ -135,7 +135,7 @@ fn overlay_networks_are_linked_unless_encrypted() {
 #[test]
 fn icc_disabled() {
     let closed = net("secure", "bridge", false);
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), vec![closed.clone()]),
         on(c("b", &[]), vec![closed]),
     ]);
@@ -160,7 +160,7 @@ fn first_qualifying_network_by_name() {
     ];
     let mut rev = nets.clone();
     rev.reverse();
-    let p = plan(&[on(c("a", &en(&[(PEERS, "b")])), nets), on(c("b", &[]), rev)]);
+    let p = links_from_labels(&[on(c("a", &en(&[(PEERS, "b")])), nets), on(c("b", &[]), rev)]);
     assert_eq!(p.links.len(), 1);
     assert_eq!(
         p.links.first().map(|l| l.network_id.as_str()),
@@ -171,7 +171,7 @@ fn first_qualifying_network_by_name() {
 #[test]
 fn network_label_narrows() {
     let nets = vec![bridge("front"), bridge("back")];
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(
             c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
             nets.clone(),
@@ -184,7 +184,7 @@ fn network_label_narrows() {
     );
 
     // Set on the named side only, and that side did not opt in: its labels do not count.
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), nets.clone()),
         on(c("b", &[(NETWORK, "front")]), nets.clone()),
     ]);
@@ -194,7 +194,7 @@ fn network_label_narrows() {
     );
 
     // Set on the enabled peer side: it counts.
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(c("a", &en(&[(PEERS, "b")])), nets.clone()),
         on(c("b", &en(&[(NETWORK, "front")])), nets.clone()),
     ]);
@@ -204,7 +204,7 @@ fn network_label_narrows() {
     );
 
     // Narrowed to a network they do not share.
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(
             c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
             vec![bridge("back")],
@@ -221,7 +221,7 @@ fn network_label_narrows() {
 
     // Narrowed to an unusable network: no fallback to another one.
     let lan = net("lan", "ipvlan", true);
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(
             c("a", &en(&[(PEERS, "b"), (NETWORK, "lan")])),
             vec![lan.clone(), bridge("back")],
@@ -235,7 +235,7 @@ fn network_label_narrows() {
 #[test]
 fn conflicting_networks() {
     let nets = vec![bridge("front"), bridge("back")];
-    let p = plan(&[
+    let p = links_from_labels(&[
         on(
             c("a", &en(&[(PEERS, "b"), (NETWORK, "front")])),
             nets.clone(),
@@ -254,7 +254,7 @@ fn conflicting_networks() {
 #[test]
 fn datapath_resolution() {
     let dp = |x: &str, y: &str| {
-        let p = plan(&[
+        let p = links_from_labels(&[
             c("a", &en(&[(PEERS, "b"), (DATAPATH, x)])),
             c("b", &en(&[(DATAPATH, y)])),
         ]);
@@ -278,7 +278,7 @@ fn datapath_resolution() {
 fn duplicate_ids_are_left_out() {
     let mut twin = c("b2", &[]);
     twin.id = "id-b".into();
-    let p = plan(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), twin]);
+    let p = links_from_labels(&[c("a", &en(&[(PEERS, "b")])), c("b", &[]), twin]);
     assert!(p.links.is_empty());
     assert_diag(&p, "b", Level::Warn, "appears more than once");
     assert_diag(&p, "b2", Level::Warn, "appears more than once");
