@@ -11,6 +11,7 @@ pub mod docker;
 pub mod endpoint;
 pub mod engine;
 mod ethtool;
+pub mod exposure;
 pub mod family;
 pub mod firewall;
 pub mod labels;
