@@ -1,3 +1,5 @@
+//! `dxdp cleanup`: everything pinned under the pin directory removed, links and exposures with
+//! their programs, each overlay sandbox's first (its pins live inside the host's directory).
 use std::{path::Path, process::ExitCode};
 
 use anyhow::Result;

@@ -1,3 +1,6 @@
+//! `dxdp link A B`: the two containers' endpoints found (on one bridge, or one overlay's sandbox
+//! on this node or across nodes), the pair judged by the same planner the watch uses
+//! (`engine::links`), and both directions installed, or nothing.
 use std::{path::Path, process::ExitCode};
 
 use anyhow::Result;

@@ -1,3 +1,5 @@
+//! `dxdp unlink A B`: the pair's pinned link removed, both directions, where it was made (the
+//! host's pins or an overlay sandbox's).
 use std::{path::Path, process::ExitCode};
 
 use anyhow::{Result, bail};
