@@ -1,7 +1,9 @@
 //! The only code that talks to the kernel's BPF objects: loading and adopting the pinned maps and
 //! programs, attaching them, and keeping the maps consistent with the links that exist.
 mod attach;
+pub mod btf_layout;
 mod choice;
+mod egress;
 mod fixups;
 pub mod kfunc;
 mod pins;
@@ -24,6 +26,7 @@ use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
 pub use choice::{TC_SINCE, XDP_SINCE, has as kernel_has};
+pub use egress::{EgressPlan, EgressRecord, EgressUnavailable};
 pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use ports::{
     ConnectionTables, ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping,

@@ -463,27 +463,7 @@ impl<'p> PortPrograms<'p> {
             Role::Ingress => &mut self.ingress,
             Role::Reply => &mut self.reply,
         };
-        let id = prog.info()?.id();
-        let attached =
-            || -> Result<bool> { Ok(attach::tcx_ingress(ifname)?.iter().any(|p| p.id() == id)) };
-        if attached()? {
-            if path.exists() {
-                return Ok(false);
-            }
-            if !attach::wait_released(attached)? {
-                bail!(
-                    "{ifname}: dxdp's {} is attached without its pin {}; another process \
-                     holds that attachment",
-                    role.program(),
-                    path.display()
-                );
-            }
-        }
-        let link = attach::attach_tcx_last(prog, ifname)
-            .with_context(|| format!("cannot attach {} to {ifname}", role.program()))?;
-        link.pin(&path)
-            .with_context(|| format!("cannot pin {}", path.display()))?;
-        Ok(true)
+        attach::attach_pinned(prog, role.program(), &path, ifname)
     }
 }
 

@@ -836,3 +836,7 @@ pub mod ct {
         unsafe impl aya::Pod for super::CtProbeValue {}
     }
 }
+
+/// Outbound connections of containers straight to the NIC, conntrack the only NAT table
+/// (issue 36, docs/egress.md).
+pub mod egress;
