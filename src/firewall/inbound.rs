@@ -103,21 +103,8 @@ impl Ruleset {
         let container = [port.container_addr];
         // Nor is a client at a source the fast path refuses (loopback, link-local, multicast…):
         // its packets take Docker's path whatever the rules do to them.
-        let outside: Vec<Net> = port
-            .clients_outside
-            .iter()
-            .chain(&REFUSED_SOURCES)
-            .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
-            .collect();
-        // Under br_netfilter the routed packet's bridge port is known to physdev matches too.
-        let nf = self.bridge_nf.is_some_and(|(v4, v6)| {
-            let (own4, own6) = (self.bridge_switches)(port.bridge);
-            match family {
-                Family::V4 => v4 || own4,
-                Family::V6 => v6 || own6,
-            }
-        });
-        let veth = Some(port.veth).filter(|_| nf);
+        let outside = outside_nets(port.clients_outside);
+        let veth = self.bridge_port_seen(port.bridge, port.veth, family);
         let proto = Some(port.transport.number());
         let arriving = Flow {
             family,
@@ -191,6 +178,37 @@ impl Ruleset {
             }
         }
         found
+    }
+}
+
+/// `prefixes` and the sources the fast paths refuse (loopback, link-local, multicast…), as
+/// networks an unknown address of a flow is not on: packets from or to them take Docker's path
+/// whatever the rules do to them.
+pub(super) fn outside_nets(prefixes: &[(IpAddr, u8)]) -> Vec<Net> {
+    prefixes
+        .iter()
+        .chain(&REFUSED_SOURCES)
+        .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
+        .collect()
+}
+
+impl Ruleset {
+    /// `veth`, the bridge port a packet of `family` routed through `bridge` crosses, where the
+    /// inet chains can know it: under br_netfilter physdev matches see it too.
+    pub(super) fn bridge_port_seen<'a>(
+        &self,
+        bridge: &str,
+        veth: &'a str,
+        family: Family,
+    ) -> Option<&'a str> {
+        let nf = self.bridge_nf.is_some_and(|(v4, v6)| {
+            let (own4, own6) = (self.bridge_switches)(bridge);
+            match family {
+                Family::V4 => v4 || own4,
+                Family::V6 => v6 || own6,
+            }
+        });
+        Some(veth).filter(|_| nf)
     }
 }
 

@@ -15,9 +15,8 @@ use std::net::IpAddr;
 
 use super::{
     Ruleset,
-    addr::{Net, Prefix},
+    inbound::outside_nets,
     model::{Blocker, CtStates, Family, Flow, Hook, Layer},
-    refused::REFUSED_SOURCES,
 };
 
 /// One container's way out through a NIC, as the egress fast path would take it.
@@ -62,21 +61,8 @@ impl Ruleset {
         let host = super::of_family(way.nic_addrs, family);
         // After nat POSTROUTING the source is the NIC's; before it, the container's.
         let either: Vec<IpAddr> = container.iter().chain(&host).copied().collect();
-        let outside: Vec<Net> = way
-            .remotes_outside
-            .iter()
-            .chain(&REFUSED_SOURCES)
-            .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
-            .collect();
-        // Under br_netfilter the routed packet's bridge port is known to physdev matches too.
-        let nf = self.bridge_nf.is_some_and(|(v4, v6)| {
-            let (own4, own6) = (self.bridge_switches)(way.bridge);
-            match family {
-                Family::V4 => v4 || own4,
-                Family::V6 => v6 || own6,
-            }
-        });
-        let veth = Some(way.veth).filter(|_| nf);
+        let outside = outside_nets(way.remotes_outside);
+        let veth = self.bridge_port_seen(way.bridge, way.veth, family);
         let mut found = Vec::new();
         for proto in PROTOCOLS {
             let leaving = Flow {

@@ -343,25 +343,7 @@ fn out(ctx: &TcContext) -> Option<i32> {
         veth.passed_packets += 1;
         return None;
     };
-    let sums = packet.sums();
-    let translated = rewrite::address(
-        ctx,
-        sums,
-        ETH_HLEN + 12,
-        &v4_mapped(&packet.src),
-        &v4_mapped(&carried.addr),
-    )
-    .and_then(|()| {
-        rewrite::port(
-            ctx,
-            sums,
-            packet.l4_csum(),
-            ETH_HLEN + IPV4_HLEN,
-            packet.sport,
-            carried.port,
-        )
-    })
-    .and_then(|()| decrement_ttl(ctx, &packet));
+    let translated = translate(ctx, &packet, Side::Source, &carried);
     if translated.is_err() {
         // Half rewritten (the helpers fail only on memory pressure): not for the stack either.
         return Some(TC_ACT_SHOT);
@@ -446,29 +428,11 @@ fn back(ctx: &TcContext) -> Option<i32> {
     {
         return None;
     }
-    let sums = packet.sums();
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&veth.mac);
     macs[6..].copy_from_slice(&veth.gateway_mac);
-    let translated = rewrite::address(
-        ctx,
-        sums,
-        ETH_HLEN + 16,
-        &v4_mapped(&packet.dst),
-        &v4_mapped(&carried.addr),
-    )
-    .and_then(|()| {
-        rewrite::port(
-            ctx,
-            sums,
-            packet.l4_csum(),
-            ETH_HLEN + IPV4_HLEN + 2,
-            packet.dport,
-            carried.port,
-        )
-    })
-    .and_then(|()| decrement_ttl(ctx, &packet))
-    .and_then(|()| ctx.store(0, &macs, 0));
+    let translated =
+        translate(ctx, &packet, Side::Destination, &carried).and_then(|()| ctx.store(0, &macs, 0));
     if translated.is_err() {
         return Some(TC_ACT_SHOT);
     }
@@ -476,6 +440,40 @@ fn back(ctx: &TcContext) -> Option<i32> {
     veth.in_bytes += ctx.len() as u64;
     // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
     Some(unsafe { bpf_redirect_peer(veth_ifindex, 0) } as i32)
+}
+
+/// Which end of a packet a translation rewrites.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Source,
+    Destination,
+}
+
+/// Rewrites `side` of the packet to `carried`'s address and port, with every checksum that
+/// covers them, and takes one hop off its TTL.
+#[inline(always)]
+fn translate(ctx: &TcContext, packet: &Packet, side: Side, carried: &Carried) -> Result<(), i64> {
+    let sums = packet.sums();
+    let (addr_at, port_at, old_addr, old_port) = match side {
+        Side::Source => (12, 0, &packet.src, packet.sport),
+        Side::Destination => (16, 2, &packet.dst, packet.dport),
+    };
+    rewrite::address(
+        ctx,
+        sums,
+        ETH_HLEN + addr_at,
+        &v4_mapped(old_addr),
+        &v4_mapped(&carried.addr),
+    )?;
+    rewrite::port(
+        ctx,
+        sums,
+        packet.l4_csum(),
+        ETH_HLEN + IPV4_HLEN + port_at,
+        old_port,
+        carried.port,
+    )?;
+    decrement_ttl(ctx, packet)
 }
 
 /// One hop less, as the host's forwarding would leave it, with the IP header's checksum.
