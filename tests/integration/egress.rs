@@ -137,7 +137,7 @@ fn conntrack_to(dport: u16) -> String {
 /// A connection that began on Docker's path keeps going across `egress on` and the fast path
 /// takes it over; uploads and downloads through the masquerade arrive whole (sha256) with the
 /// fast path's counters showing it carried the bulk; conntrack still lists the connections,
-/// masqueraded; `egress off` puts the container back on Docker's path, where a new transfer
+/// masqueraded; a UDP stream comes back over the fast path; `egress off` puts the container back on Docker's path, where a new transfer
 /// works as before.
 #[test]
 fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
@@ -265,6 +265,50 @@ fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
         );
     }
 
+    // UDP: a stream the container asked an outside server for comes back over the fast path
+    // once conntrack has seen the first answer.
+    let followed = Removed(PathBuf::from(format!(
+        "/tmp/dxt-egress-{}-udp",
+        std::process::id()
+    )));
+    let stream = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "udp-stream", "7300", "3"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let follower = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "udp-follow",
+            &server,
+            "7300",
+            &followed.0.display().to_string(),
+            "4",
+        ],
+    ));
+    finish(follower, stream);
+    let datagrams = std::fs::read_to_string(&followed.0)
+        .unwrap_or_default()
+        .lines()
+        .count() as u64;
+    let (_, back_udp, _) = counters(&world, &c).expect("egress enabled");
+    eprintln!(
+        "UDP stream: {datagrams} datagrams arrived, {} bytes back over the fast path",
+        back_udp - back_bytes
+    );
+    assert!(
+        datagrams > 200,
+        "the UDP stream lost datagrams: {datagrams}"
+    );
+    // Each datagram is a frame of at least 42 bytes; all but the first come back this way.
+    assert!(
+        back_udp - back_bytes >= (datagrams - 1) * 42,
+        "the UDP stream should have come back over the fast path: {} bytes",
+        back_udp - back_bytes
+    );
+
     // Off: back on Docker's path, nothing of the fast path left.
     world.dxdp.run(&["egress", "off", &c]).assert_success();
     assert_eq!(counters(&world, &c), None);
@@ -276,6 +320,15 @@ fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
         after.arrived_whole(),
         "Docker's path after `egress off` lost bytes"
     );
+}
+
+/// A file a test's peer writes, removed on drop.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// A DOCKER-USER rule that could drop the container's outbound packets: `egress on` is refused,
