@@ -229,11 +229,18 @@ struct Carried {
 }
 
 /// Looks the packet up; `Some` (the entry's other end: the reply tuple's destination for a
-/// packet of the original direction, the original source for a reply) if conntrack holds its
-/// connection as one the fast path carries, seen in direction `dir`. The entry's timeout is set
-/// as conntrack would have, or cut short by a FIN or RST.
+/// packet of the original direction, the original source for a reply, and what `ours` made
+/// of it) if conntrack holds its connection as one the fast path carries, seen in direction
+/// `dir`, and `ours` takes it (a reply's container is enabled through this NIC). Only then is
+/// the entry's timeout set as conntrack would have, or cut short by a FIN or RST: the entries
+/// of connections the fast path does not carry are conntrack's alone.
 #[inline(always)]
-fn conntrack_says(ctx: &TcContext, packet: &Packet, dir: u8) -> Option<Carried> {
+fn conntrack_says<T>(
+    ctx: &TcContext,
+    packet: &Packet,
+    dir: u8,
+    ours: impl FnOnce(&Carried) -> Option<T>,
+) -> Option<(Carried, T)> {
     let mut tuple = packet.tuple();
     let mut opts = CtOpts::new(packet.proto);
     let ct = conntrack::lookup(ctx.skb.skb, &mut tuple, &mut opts);
@@ -241,18 +248,30 @@ fn conntrack_says(ctx: &TcContext, packet: &Packet, dir: u8) -> Option<Carried> 
         return None;
     }
     // SAFETY: `ct` is the referenced entry from the lookup, released below exactly once.
-    let carried = unsafe { judge(ct, packet, opts.dir == dir, dir) };
+    let judged = unsafe { judge(ct, packet, opts.dir == dir, dir) };
+    let taken = judged.and_then(|(carried, state, timeout)| {
+        let mine = ours(&carried)?;
+        // SAFETY: as above.
+        unsafe { keep_alive(ct, packet, state, timeout) };
+        Some((carried, mine))
+    });
     // SAFETY: as above.
     unsafe { bpf_ct_release(ct) };
-    carried
+    taken
 }
 
-/// [`conntrack_says`] on the entry `ct`, found in the wanted direction if `matched`.
+/// [`conntrack_says`] on the entry `ct`, found in the wanted direction if `matched`: the other
+/// end, and the entry's status and timeout for [`keep_alive`].
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
-unsafe fn judge(ct: *mut NfConn, packet: &Packet, matched: bool, dir: u8) -> Option<Carried> {
+unsafe fn judge(
+    ct: *mut NfConn,
+    packet: &Packet,
+    matched: bool,
+    dir: u8,
+) -> Option<(Carried, u32, u32)> {
     if !matched {
         return None;
     }
@@ -280,8 +299,7 @@ unsafe fn judge(ct: *mut NfConn, packet: &Packet, matched: bool, dir: u8) -> Opt
         let addr = field::<u32>(ct, ip_at)?.to_ne_bytes();
         let port = u16::from_be(field::<u16>(ct, port_at)?);
         let timeout = field::<u32>(ct, DXDP_EGRESS_OFF_TIMEOUT.load())?;
-        keep_alive(ct, packet, state, timeout);
-        Some(Carried { addr, port })
+        Some((Carried { addr, port }, state, timeout))
     }
 }
 
@@ -337,9 +355,9 @@ fn out(ctx: &TcContext) -> Option<i32> {
     let veth = unsafe { &mut *veth };
     let packet = parse(ctx)?;
     let carried = routed_out(ctx, veth, &packet)
-        .then(|| conntrack_says(ctx, &packet, DIR_ORIGINAL))
+        .then(|| conntrack_says(ctx, &packet, DIR_ORIGINAL, |_| Some(())))
         .flatten();
-    let Some(carried) = carried else {
+    let Some((carried, ())) = carried else {
         veth.passed_packets += 1;
         return None;
     };
@@ -405,14 +423,8 @@ fn back(ctx: &TcContext) -> Option<i32> {
     if !packet.well_formed || packet.ttl <= 1 || packet.flags & TCP_SYN != 0 {
         return None;
     }
-    let carried = conntrack_says(ctx, &packet, DIR_REPLY)?;
-    // SAFETY: a map value, copied out at once.
-    let veth_ifindex = *unsafe { ADDRS.get(u32::from_ne_bytes(carried.addr)) }?;
-    let veth = VETHS.get_ptr_mut(veth_ifindex)?;
-    // SAFETY: this CPU's copy of the value, valid for this invocation.
-    let veth = unsafe { &mut *veth };
-    // The container is enabled through this NIC, alive, and conntrack would take the checksum
-    // (on Docker's path a reply it finds invalid never reaches the container).
+    // The container is enabled through this NIC and alive, and conntrack would take the
+    // checksum (on Docker's path a reply it finds invalid never reaches the container).
     let message = checksum::Message {
         v6: false,
         proto: packet.proto,
@@ -422,12 +434,20 @@ fn back(ctx: &TcContext) -> Option<i32> {
         len: packet.l4_len,
         checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,
     };
-    if veth.nic_ifindex != nic_ifindex
-        || LIVE.get(veth_ifindex).is_none()
-        || !checksum::taken(ctx, &message)
-    {
-        return None;
-    }
+    let enabled = |carried: &Carried| {
+        // SAFETY: a map value, copied out at once.
+        let veth_ifindex = *unsafe { ADDRS.get(u32::from_ne_bytes(carried.addr)) }?;
+        // SAFETY: this CPU's copy of the value, read at once.
+        let veth_nic = unsafe { (*VETHS.get_ptr_mut(veth_ifindex)?).nic_ifindex };
+        (veth_nic == nic_ifindex
+            && LIVE.get(veth_ifindex).is_some()
+            && checksum::taken(ctx, &message))
+        .then_some(veth_ifindex)
+    };
+    let (carried, veth_ifindex) = conntrack_says(ctx, &packet, DIR_REPLY, enabled)?;
+    let veth = VETHS.get_ptr_mut(veth_ifindex)?;
+    // SAFETY: this CPU's copy of the value, valid for this invocation.
+    let veth = unsafe { &mut *veth };
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&veth.mac);
     macs[6..].copy_from_slice(&veth.gateway_mac);
