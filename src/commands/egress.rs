@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use crate::{
     cli::{EgressAction, EgressArgs},
-    datapath::{Capacity, Datapath, EgressRecord},
+    datapath::{Capacity, Datapath, EgressRecord, egress_available},
     docker::Docker,
     engine, firewall,
     netlink::{self},
@@ -29,6 +29,8 @@ fn on(pin_dir: &Path, capacity: Capacity, reference: &str, nic: Option<&str>) ->
     if let Some(why) = container.unlinkable() {
         bail!(why.replace("link", "take its outbound connections to the NIC"));
     }
+    // Before anything is made: the pin directory is not even opened on a kernel that cannot.
+    egress_available()?;
     let rules = firewall::Ruleset::read()?;
     let plan = match engine::egress::plan_by_hand(&container, nic, &host, &rules)? {
         Ok(plan) => plan,
@@ -40,7 +42,19 @@ fn on(pin_dir: &Path, capacity: Capacity, reference: &str, nic: Option<&str>) ->
         "egress on: {} ({}) leaves by {} once conntrack holds a connection established",
         plan.container, plan.addr, plan.nic
     );
+    if plan
+        .endpoint
+        .addrs
+        .iter()
+        .any(|a| a.is_ipv6() && !is_link_local(a))
+    {
+        println!("its IPv6 connections stay on Docker's path (the fast path carries IPv4 only)");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn is_link_local(addr: &std::net::IpAddr) -> bool {
+    matches!(addr, std::net::IpAddr::V6(a) if a.is_unicast_link_local())
 }
 
 fn off(pin_dir: &Path, capacity: Capacity, reference: &str) -> Result<ExitCode> {

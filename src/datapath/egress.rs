@@ -71,8 +71,11 @@ pub struct EgressUnavailable {
     pub reason: String,
 }
 
+/// The object's load-time constants, by name.
+type Globals = Vec<(&'static str, u32)>;
+
 /// `struct nf_conn` offsets and conntrack's timeouts: the object's load-time constants.
-fn globals() -> Result<Vec<(&'static str, u32)>, EgressUnavailable> {
+fn globals() -> Result<Globals, EgressUnavailable> {
     let unavailable = |reason: String| EgressUnavailable { reason };
     let blob = std::fs::read(btf_layout::VMLINUX)
         .map_err(|e| unavailable(format!("cannot read {}: {e}", btf_layout::VMLINUX)))?;
@@ -118,8 +121,13 @@ fn globals() -> Result<Vec<(&'static str, u32)>, EgressUnavailable> {
 
 /// The kernel's tick rate (`CONFIG_HZ`), which `nf_conn.timeout` counts in, measured from
 /// `/proc/timer_list`'s jiffies over 200 ms and rounded to the rates Linux offers; 0 where it
-/// cannot be read, which leaves the entries' timeouts alone.
+/// cannot be read, which leaves the entries' timeouts alone. Measured once per process.
 fn kernel_hz() -> u32 {
+    static HZ: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *HZ.get_or_init(measure_hz)
+}
+
+fn measure_hz() -> u32 {
     let jiffies = || -> Option<u64> {
         let list = std::fs::read_to_string("/proc/timer_list").ok()?;
         list.lines()
@@ -148,14 +156,25 @@ fn nearest_hz(rate: f64) -> u32 {
         .unwrap_or(1000)
 }
 
-/// The egress object, loaded with its maps pinned beside the datapath's.
-fn load(pins: &pins::Pins) -> Result<Ebpf> {
+/// The egress object with its kfunc calls resolved for the running kernel, and its load-time
+/// constants; [`EgressUnavailable`] where the kernel cannot give them.
+fn resolved() -> Result<(kfunc::AlignedObject, Globals), EgressUnavailable> {
     let unavailable = |e: anyhow::Error| EgressUnavailable {
         reason: format!("{e:#}"),
     };
     let kernel = kfunc::KernelFuncs::vmlinux().map_err(unavailable)?;
     let (object, _) = kfunc::resolve(OBJECT, |name| kernel.id(name)).map_err(unavailable)?;
-    let globals = globals()?;
+    Ok((object, globals()?))
+}
+
+/// Whether the running kernel can run the egress programs, asked before anything is made.
+pub fn egress_available() -> Result<(), EgressUnavailable> {
+    resolved().map(drop)
+}
+
+/// The egress object, loaded with its maps pinned beside the datapath's.
+fn load(pins: &pins::Pins) -> Result<Ebpf> {
+    let (object, globals) = resolved()?;
     let mut loader = EbpfLoader::new();
     loader.default_map_pin_directory(pins.maps());
     for (name, value) in &globals {

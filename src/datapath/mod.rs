@@ -26,7 +26,7 @@ use nix::fcntl::{Flock, FlockArg};
 use tracing::{info, warn};
 
 pub use choice::{TC_SINCE, XDP_SINCE, has as kernel_has};
-pub use egress::{EgressPlan, EgressRecord, EgressUnavailable};
+pub use egress::{EgressPlan, EgressRecord, EgressUnavailable, egress_available};
 pub use pins::{Pins, check_ancestors, on_bpffs};
 pub use ports::{
     ConnectionTables, ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping,
