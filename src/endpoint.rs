@@ -1,11 +1,11 @@
 //! What a user names as one end of a link, and the interfaces it turns out to be.
 use std::{fmt, net::IpAddr, str::FromStr};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 
 use crate::{
     netlink::{self, Interface, MacAddr, format_mac},
-    netns::NetnsPath,
+    netns::{NetnsError, NetnsPath},
 };
 
 /// One end of a link as written on the command line.
@@ -162,6 +162,44 @@ impl Endpoint {
             EndpointSpec::Container { .. } => bail!("{spec} is a container; ask Docker for it"),
         };
         locate(spec.to_string(), netns, iface.as_deref(), None, host)
+            .map_err(EndpointError::into_inner)
+    }
+}
+
+/// Why an endpoint was not found: what a pass does next depends on which.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Its namespace may not be entered or read (this process lacks a privilege): it will not
+    /// heal by itself, so the pass says so loudly.
+    #[error(transparent)]
+    Denied(anyhow::Error),
+    /// Not there as the container engine said: a container that just stopped or is still
+    /// starting, or a restart whose events were lost; the next event or resync catches up.
+    #[error(transparent)]
+    Missing(anyhow::Error),
+}
+
+impl EndpointError {
+    /// The error as it was found, for callers that only report it.
+    pub fn into_inner(self) -> anyhow::Error {
+        match self {
+            Self::Denied(err) | Self::Missing(err) => err,
+        }
+    }
+
+    /// A namespace that could not be opened, about endpoint `label` where one is named.
+    fn of_netns(err: NetnsError, label: Option<&str>) -> Self {
+        let denied = matches!(err, NetnsError::Denied { .. });
+        let err = anyhow::Error::new(err);
+        let err = match label {
+            Some(label) => err.context(format!("endpoint {label}")),
+            None => err,
+        };
+        if denied {
+            Self::Denied(err)
+        } else {
+            Self::Missing(err)
+        }
     }
 }
 
@@ -173,14 +211,31 @@ pub(crate) fn locate(
     iface: Option<&str>,
     mac: Option<MacAddr>,
     host: &[Interface],
-) -> Result<Endpoint> {
-    let netns_ino = netns.inode().with_context(|| format!("endpoint {label}"))?;
-    if netns_ino == NetnsPath::host().inode()? {
-        bail!(
+) -> Result<Endpoint, EndpointError> {
+    let netns_ino = netns
+        .inode()
+        .map_err(|err| EndpointError::of_netns(err, Some(&label)))?;
+    let host_ino = NetnsPath::host()
+        .inode()
+        .map_err(|err| EndpointError::of_netns(err, None))?;
+    if netns_ino == host_ino {
+        return Err(EndpointError::Missing(anyhow!(
             "endpoint {label} is in the host's own network namespace; dxdp links containers \
              attached to a bridge by a veth"
-        );
+        )));
     }
+    locate_inside(label, netns, netns_ino, iface, mac, host).map_err(EndpointError::Missing)
+}
+
+/// [`locate`] once the namespace is known to be another's than the host's.
+fn locate_inside(
+    label: String,
+    netns: NetnsPath,
+    netns_ino: u64,
+    iface: Option<&str>,
+    mac: Option<MacAddr>,
+    host: &[Interface],
+) -> Result<Endpoint> {
     let inside = netlink::interfaces(&netns).with_context(|| format!("endpoint {label}"))?;
     let wanted = |i: &&Interface| {
         iface.is_none_or(|name| i.name == name) && mac.is_none_or(|mac| i.mac == Some(mac))

@@ -3,8 +3,8 @@ use std::process::ExitCode;
 use clap::Parser;
 // The library's modules, under the paths the commands use (`crate::datapath`, ...).
 use dxdp::{
-    bench, choice, compose, datapath, docker, endpoint, engine, family, firewall, metrics, netlink,
-    netns, overlay, plan, ports, rcu, runtime, sd_notify,
+    bench, choice, compose, datapath, docker, endpoint, engine, exposure, family, firewall,
+    metrics, netlink, netns, overlay, plan, ports, rcu, runtime, sd_notify,
 };
 
 use cli::{Cli, LogFormat};

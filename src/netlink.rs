@@ -287,6 +287,86 @@ pub fn remove_static_bridge_entry(port_index: u32, mac: &MacAddr) -> Result<()> 
     })
 }
 
+/// A unicast route of the namespace's main table, as far as forwarding's MTU check reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRoute {
+    pub dst: std::net::IpAddr,
+    pub prefix_len: u8,
+    /// Its metric: of two routes to one prefix, the lower is taken.
+    pub priority: u32,
+    /// Its `mtu` (0 where it sets none), and whether `lock mtu` pins it.
+    pub mtu: u32,
+    pub mtu_locked: bool,
+}
+
+/// `RT_TABLE_MAIN`, and `RTAX_MTU`'s bit in a route's lock metric.
+const MAIN_TABLE: u32 = 254;
+const MTU_LOCK: u32 = 1 << 2;
+
+/// The unicast routes of the calling thread's namespace's main table, both families.
+pub fn main_table_routes() -> Result<Vec<HostRoute>> {
+    use netlink_packet_route::route::{
+        RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType,
+    };
+    use rtnetlink::RouteMessageBuilder;
+    fn to_route(msg: RouteMessage) -> Option<HostRoute> {
+        let table = msg
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                RouteAttribute::Table(t) => Some(*t),
+                _ => None,
+            })
+            .unwrap_or(u32::from(msg.header.table));
+        if table != MAIN_TABLE || msg.header.kind != RouteType::Unicast {
+            return None;
+        }
+        let mut route = HostRoute {
+            dst: match msg.header.address_family {
+                netlink_packet_route::AddressFamily::Inet6 => {
+                    std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                }
+                _ => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            },
+            prefix_len: msg.header.destination_prefix_length,
+            priority: 0,
+            mtu: 0,
+            mtu_locked: false,
+        };
+        for attribute in &msg.attributes {
+            match attribute {
+                RouteAttribute::Destination(RouteAddress::Inet(a)) => route.dst = (*a).into(),
+                RouteAttribute::Destination(RouteAddress::Inet6(a)) => route.dst = (*a).into(),
+                RouteAttribute::Priority(p) => route.priority = *p,
+                RouteAttribute::Metrics(metrics) => {
+                    for metric in metrics {
+                        match metric {
+                            RouteMetric::Mtu(mtu) => route.mtu = *mtu,
+                            RouteMetric::Lock(lock) => route.mtu_locked = lock & MTU_LOCK != 0,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(route)
+    }
+    ask_here(async |handle| {
+        let mut routes = Vec::new();
+        for request in [
+            RouteMessageBuilder::<std::net::Ipv4Addr>::new().build(),
+            RouteMessageBuilder::<std::net::Ipv6Addr>::new().build(),
+        ] {
+            let msgs: Vec<RouteMessage> =
+                handle.route().get(request).execute().try_collect().await?;
+            routes.extend(msgs.into_iter().filter_map(to_route));
+        }
+        Ok(routes)
+    })
+    .context("cannot list the host's routes (rtnetlink)")
+}
+
 fn ask_here<T>(request: impl AsyncFnOnce(rtnetlink::Handle) -> Result<T>) -> Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()

@@ -12,6 +12,28 @@ use std::{
 use anyhow::{Context, Result, anyhow};
 use nix::sched::{CloneFlags, setns};
 
+/// Why a namespace's inode could not be read: a process that may not open another's namespace
+/// (it lacks ptrace access to it) will not be let in later either, where a namespace that went
+/// only means its container stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error(
+        "cannot open network namespace {path}: dxdp needs root with CAP_SYS_PTRACE to enter \
+         other processes' namespaces"
+    )]
+    Denied {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("network namespace {path} is not there")]
+    Gone {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Where a network namespace can be opened: a named one under /run/netns or a process's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetnsPath(PathBuf);
@@ -42,21 +64,21 @@ impl NetnsPath {
     }
 
     /// The namespace's inode: equal inodes mean the same namespace.
-    pub(crate) fn inode(&self) -> Result<u64> {
+    pub(crate) fn inode(&self) -> Result<u64, NetnsError> {
+        let path = || self.0.display().to_string();
         match std::fs::metadata(&self.0) {
             Ok(meta) => Ok(meta.ino()),
             // Another process's namespace opens only with ptrace access to it.
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                Err(e).with_context(|| {
-                    format!(
-                        "cannot open network namespace {}: dxdp needs root with CAP_SYS_PTRACE to \
-                     enter other processes' namespaces",
-                        self.0.display()
-                    )
+            Err(source) if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(NetnsError::Denied {
+                    path: path(),
+                    source,
                 })
             }
-            Err(e) => Err(e)
-                .with_context(|| format!("network namespace {} is not there", self.0.display())),
+            Err(source) => Err(NetnsError::Gone {
+                path: path(),
+                source,
+            }),
         }
     }
 

@@ -6,9 +6,10 @@ use anyhow::{Result, bail};
 
 use crate::{
     cli::{ExposeArgs, UnexposeArgs},
-    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort},
     docker::{Container, Docker, PublishedPort},
     engine,
+    exposure::ContainerExposure,
     netlink::{self, Interface},
     netns::NetnsPath,
     ports::describe,
@@ -46,7 +47,7 @@ pub(super) fn prepare(
     nic_names: &[String],
     bypass_firewall: bool,
     host: &[Interface],
-) -> Result<ExposurePlan> {
+) -> Result<ContainerExposure> {
     let found = super::runtime()?.block_on(find(reference))?;
     let plan = engine::ports::plan_by_hand(
         &found.container,

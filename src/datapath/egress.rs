@@ -24,9 +24,9 @@ use dxdp_common::{
 };
 
 use super::{
-    Datapath, Traffic, attach, btf_layout, fixed_name, kfunc, now_unix_secs, pins,
+    Datapath, Traffic, attach, btf_layout, kfunc, pins,
+    record::{fixed_name, now_unix_secs, unfixed_name},
     state::{absent_is_none, ignore_absent, missing},
-    unfixed_name,
 };
 use crate::endpoint::Endpoint;
 

@@ -5,31 +5,30 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
-    path::PathBuf,
     time::Duration,
 };
 
 use anyhow::{Context, Result, anyhow, bail};
-use aya::{
-    Ebpf,
-    maps::{HashMap, IterableMap, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
-    programs::SchedClassifier,
-};
+use aya::maps::{HashMap, IterableMap, MapData, PerCpuValues};
 use dxdp_common::{
-    FIREWALL_BYPASSED, MacAddr,
-    ingress::{
-        Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names,
-    },
+    MacAddr,
+    ingress::{PROTO_UDP, PortKey, PortOwner, PortTarget, names},
 };
 use tracing::info;
 
 use super::{
-    Datapath, Origin, Traffic, attach, firewall_code, fixed_name, now_unix_secs,
-    pins::{self, Pins},
-    state::{absent_is_none, ignore_absent, missing},
-    unfixed_name,
+    Datapath, Origin, Traffic,
+    record::{firewall_code, fixed_name, now_unix_secs},
+    state::{absent_is_none, ignore_absent},
 };
 use crate::{endpoint::Endpoint, netlink::Interface};
+
+mod maps;
+mod programs;
+
+use maps::{DRAIN_IDLE, PortMaps, from_sixteen, key_of, same_target, sixteen, target_of};
+pub(super) use programs::upgrade;
+use programs::{PortPrograms, Role, attachment_pins, detach, detach_idle_nics};
 
 /// One published port to take from a NIC straight into its container.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -53,31 +52,6 @@ pub struct Exposure<'a> {
     pub ports: &'a [PortMapping],
     pub origin: Origin,
     pub bypass_firewall: bool,
-}
-
-/// An [`Exposure`] that owns its parts: what `expose` writes for a container, kept to write it
-/// again (`dxdp bench-ingress` switches it on and off round by round).
-#[derive(Clone, Debug)]
-pub struct ExposurePlan {
-    pub container: String,
-    pub endpoint: Endpoint,
-    pub gateway_mac: MacAddr,
-    pub ports: Vec<PortMapping>,
-    pub origin: Origin,
-    pub bypass_firewall: bool,
-}
-
-impl ExposurePlan {
-    pub fn exposure(&self) -> Exposure<'_> {
-        Exposure {
-            container: &self.container,
-            endpoint: &self.endpoint,
-            gateway_mac: self.gateway_mac,
-            ports: &self.ports,
-            origin: self.origin,
-            bypass_firewall: self.bypass_firewall,
-        }
-    }
 }
 
 /// An exposed port as the pinned state records it, with what it carried.
@@ -177,159 +151,6 @@ impl ExposedPort {
     }
 }
 
-struct PortMaps<'a> {
-    ports: PerCpuHashMap<&'a mut MapData, PortKey, PortTarget>,
-    flows: HashMap<&'a mut MapData, FlowKey, Flow>,
-    opening: HashMap<&'a mut MapData, FlowKey, Opening>,
-    udp_flows: HashMap<&'a mut MapData, FlowKey, Flow>,
-    veths: DevMapHash<&'a mut MapData>,
-    owners: HashMap<&'a mut MapData, u32, PortOwner>,
-}
-
-impl<'a> PortMaps<'a> {
-    fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [ports, flows, opening, udp_flows, veths, owners] = ebpf.maps_disjoint_mut([
-            names::PORTS,
-            names::FLOWS,
-            names::OPENING,
-            names::UDP_FLOWS,
-            names::VETHS,
-            names::OWNERS,
-        ]);
-        Ok(Self {
-            ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
-            flows: HashMap::try_from(flows.ok_or_else(|| missing(names::FLOWS))?)?,
-            opening: HashMap::try_from(opening.ok_or_else(|| missing(names::OPENING))?)?,
-            udp_flows: HashMap::try_from(udp_flows.ok_or_else(|| missing(names::UDP_FLOWS))?)?,
-            veths: DevMapHash::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
-            owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
-        })
-    }
-
-    /// Every exposed port, its target and its counters summed over CPUs.
-    fn all(&self) -> Result<Vec<(PortKey, PortTarget)>> {
-        let mut out = Vec::new();
-        for item in self.ports.iter() {
-            let (key, per_cpu) = item?;
-            let mut sum = *per_cpu
-                .iter()
-                .next()
-                .context("a per-CPU value without CPUs")?;
-            (sum.in_packets, sum.in_bytes, sum.out_packets, sum.out_bytes) = (0, 0, 0, 0);
-            sum.passed_packets = 0;
-            for v in per_cpu.iter() {
-                sum.in_packets += v.in_packets;
-                sum.in_bytes += v.in_bytes;
-                sum.out_packets += v.out_packets;
-                sum.out_bytes += v.out_bytes;
-                sum.passed_packets += v.passed_packets;
-            }
-            out.push((key, sum));
-        }
-        Ok(out)
-    }
-
-    /// Removes the veth's ports (those of `entries`, as [`Self::all`] read them), owner and
-    /// liveness entry; its connections stay (they drain).
-    fn forget_veth(&mut self, veth_ifindex: u32, entries: &[(PortKey, PortTarget)]) -> Result<()> {
-        for (key, _) in entries
-            .iter()
-            .filter(|(_, t)| t.veth_ifindex == veth_ifindex)
-        {
-            ignore_absent(self.ports.remove(key))?;
-        }
-        ignore_absent(self.owners.remove(&veth_ifindex))?;
-        ignore_absent(self.veths.remove(veth_ifindex))
-    }
-
-    /// `entries` (as [`Self::all`] read them) as exposed ports, with their owners' records,
-    /// sorted by container, port, protocol and address.
-    fn exposed_ports(&self, entries: &[(PortKey, PortTarget)]) -> Result<Vec<ExposedPort>> {
-        let mut out = Vec::new();
-        for &(key, target) in entries {
-            let owner = absent_is_none(self.owners.get(&target.veth_ifindex, 0))?;
-            out.push(ExposedPort {
-                container: owner.map_or_else(String::new, |o| unfixed_name(&o.name)),
-                veth_ifindex: target.veth_ifindex,
-                nic_ifindex: key.nic_ifindex,
-                host_addr: from_sixteen(key.addr),
-                protocol: if key.proto == PROTO_UDP { "udp" } else { "tcp" },
-                host_port: key.port,
-                container_addr: from_sixteen(target.addr),
-                container_port: target.port,
-                origin: Origin::from_code(owner.map_or(0, |o| o.origin)),
-                bypasses_firewall: owner.is_some_and(|o| o.firewall == FIREWALL_BYPASSED),
-                created_unix_secs: owner.map_or(0, |o| o.created_unix_secs),
-                inbound: Traffic {
-                    packets: target.in_packets,
-                    bytes: target.in_bytes,
-                },
-                outbound: Traffic {
-                    packets: target.out_packets,
-                    bytes: target.out_bytes,
-                },
-                passed_packets: target.passed_packets,
-            });
-        }
-        out.sort_by(|a, b| {
-            (&a.container, a.host_port, a.protocol, a.host_addr).cmp(&(
-                &b.container,
-                b.host_port,
-                b.protocol,
-                b.host_addr,
-            ))
-        });
-        Ok(out)
-    }
-
-    /// The veth's connections (TCP established or being opened, UDP), with how long each has
-    /// been idle.
-    fn flows_of(&self, veth_ifindex: u32) -> Vec<(FlowKey, Duration)> {
-        let now = monotonic_ns();
-        let established = self.flows.iter().filter_map(Result::ok);
-        let opening = self
-            .opening
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(k, o)| (k, o.flow));
-        let udp = self.udp_flows.iter().filter_map(Result::ok);
-        established
-            .chain(opening)
-            .chain(udp)
-            .filter(|(k, _)| k.veth_ifindex == veth_ifindex)
-            .map(|(k, f)| (k, Duration::from_nanos(now.saturating_sub(f.last_seen_ns))))
-            .collect()
-    }
-
-    /// Forgets the veth's connections idle for `idle` or longer (all with zero); returns how
-    /// many are left.
-    fn drop_flows(&mut self, veth_ifindex: u32, idle: Duration) -> Result<usize> {
-        self.drop_flows_where(veth_ifindex, |_, quiet| quiet >= idle)
-    }
-
-    /// Forgets the veth's connections `gone` picks (given the key and how long it has been
-    /// quiet); returns how many are left.
-    fn drop_flows_where(
-        &mut self,
-        veth_ifindex: u32,
-        gone: impl Fn(&FlowKey, Duration) -> bool,
-    ) -> Result<usize> {
-        let mut left = 0;
-        for (key, quiet) in self.flows_of(veth_ifindex) {
-            if gone(&key, quiet) {
-                // From every table: a TCP connection is in both for the instant it moves, and
-                // a dxdp before DXDP_UDP_FLOWS kept UDP flows in DXDP_FLOWS.
-                ignore_absent(self.flows.remove(&key))?;
-                ignore_absent(self.opening.remove(&key))?;
-                ignore_absent(self.udp_flows.remove(&key))?;
-            } else {
-                left += 1;
-            }
-        }
-        Ok(left)
-    }
-}
-
 /// What becomes of the connections the fast path let in when their container's ports are
 /// unexposed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,173 +165,6 @@ pub enum ExistingConnections {
     /// A firewall rule now covers the port: every connection goes at once, so that the replies
     /// meet the rule, as on Docker's path.
     End,
-}
-
-/// How long an unexposed container's TCP connection may be quiet before its replies lose the
-/// fast path (UDP flows do not drain: [`ExistingConnections`]): conntrack's timeout for a UDP
-/// stream, as a measure of quiet; a TCP connection quiet that long whose next packet is a reply
-/// is the one case that breaks (docs/ingress.md).
-const DRAIN_IDLE: Duration = Duration::from_secs(120);
-
-/// CLOCK_MONOTONIC, as `bpf_ktime_get_ns` reads it.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the struct it is given and nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn key_of(m: &PortMapping) -> PortKey {
-    PortKey {
-        nic_ifindex: m.nic_ifindex,
-        port: m.host_port,
-        proto: if m.udp { PROTO_UDP } else { PROTO_TCP },
-        _pad: 0,
-        addr: sixteen(m.host_addr),
-    }
-}
-
-fn target_of(m: &PortMapping, e: &Exposure<'_>) -> PortTarget {
-    PortTarget {
-        addr: sixteen(m.container_addr),
-        veth_ifindex: e.endpoint.host_ifindex,
-        port: m.container_port,
-        mac: e.endpoint.mac,
-        gateway_mac: e.gateway_mac,
-        ..PortTarget::default()
-    }
-}
-
-/// IPv4 v4-mapped, as the programs compare addresses.
-fn sixteen(addr: IpAddr) -> [u8; 16] {
-    match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    }
-}
-
-fn from_sixteen(raw: [u8; 16]) -> IpAddr {
-    let v6 = std::net::Ipv6Addr::from(raw);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    }
-}
-
-/// Whether two targets lead to the same place (counters aside).
-fn same_target(a: &PortTarget, b: &PortTarget) -> bool {
-    (a.addr, a.veth_ifindex, a.port, a.mac, a.gateway_mac)
-        == (b.addr, b.veth_ifindex, b.port, b.mac, b.gateway_mac)
-}
-
-/// The two programs, pinned once and attached through pinned TCX links.
-struct PortPrograms<'p> {
-    pins: &'p Pins,
-    ingress: SchedClassifier,
-    reply: SchedClassifier,
-}
-
-/// Which of the two programs, and so which attachment pin.
-#[derive(Clone, Copy)]
-enum Role {
-    Ingress,
-    Reply,
-}
-
-impl Role {
-    fn program(self) -> &'static str {
-        match self {
-            Role::Ingress => names::INGRESS_PROGRAM,
-            Role::Reply => names::REPLY_PROGRAM,
-        }
-    }
-
-    /// What its attachment pins are named after.
-    fn name(self) -> &'static str {
-        match self {
-            Role::Ingress => "ingress",
-            Role::Reply => "reply",
-        }
-    }
-
-    /// `links/ingress-IFINDEX` on a NIC, `links/reply-IFINDEX` on a veth.
-    fn pin(self, pins: &Pins, ifindex: u32) -> PathBuf {
-        pins.links().join(format!("{}-{ifindex}", self.name()))
-    }
-}
-
-impl<'p> PortPrograms<'p> {
-    fn open(ebpf: &mut Ebpf, pins: &'p Pins) -> Result<Self> {
-        let mut load = |role: Role| {
-            attach::pinned_classifier(ebpf, role.program(), &pins.progs().join(role.program()))
-        };
-        let ingress = load(Role::Ingress)?;
-        let reply = load(Role::Reply)?;
-        Ok(Self {
-            pins,
-            ingress,
-            reply,
-        })
-    }
-
-    /// Attaches `role`'s program to the device unless its pinned attachment is there.
-    fn attach(&mut self, role: Role, ifindex: u32, ifname: &str) -> Result<bool> {
-        let path = role.pin(self.pins, ifindex);
-        let prog = match role {
-            Role::Ingress => &mut self.ingress,
-            Role::Reply => &mut self.reply,
-        };
-        attach::attach_pinned(prog, role.program(), &path, ifname)
-    }
-}
-
-/// Unpins (so detaches) `role`'s attachment on `ifindex`.
-fn detach(pins: &Pins, role: Role, ifindex: u32) -> Result<()> {
-    pins::remove_if_present(&role.pin(pins, ifindex))
-}
-
-/// Attachment pins of `role`, by ifindex.
-fn attachment_pins(pins: &Pins, role: Role) -> Result<Vec<u32>> {
-    let prefix = format!("{}-", role.name());
-    let dir = pins.links();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
-    };
-    Ok(entries
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix(prefix.as_str())?
-                .parse::<u32>()
-                .ok()
-        })
-        .collect())
-}
-
-/// Replaces the pinned port programs that differ from this binary's (after an upgrade), in
-/// every attachment at once; returns the names of those replaced.
-pub(super) fn upgrade(ebpf: &mut Ebpf, pins: &Pins) -> Result<Vec<&'static str>> {
-    let mut replaced = Vec::new();
-    for role in [Role::Ingress, Role::Reply] {
-        let prog_pin = pins.progs().join(role.program());
-        if !prog_pin.exists() {
-            continue;
-        }
-        let links: Vec<PathBuf> = attachment_pins(pins, role)?
-            .into_iter()
-            .map(|ifindex| role.pin(pins, ifindex))
-            .collect();
-        if attach::upgrade_classifier(ebpf, role.program(), &prog_pin, &links)? {
-            replaced.push(role.program());
-        }
-    }
-    Ok(replaced)
 }
 
 impl Datapath {
@@ -577,6 +231,8 @@ impl Datapath {
             name: fixed_name(e.container),
         };
         maps.owners.insert(veth, owner, 0)?;
+        // Before the reply program: none of its replies may leave past a route's MTU.
+        self.mirror_route_mtus()?;
         let mut programs = PortPrograms::open(&mut self.ebpf, &self.pins)?;
         programs.attach(Role::Reply, veth, &e.endpoint.host_ifname)?;
         let nics: BTreeSet<(u32, &str)> = e
@@ -717,17 +373,6 @@ impl Datapath {
         let entries = PortMaps::new(&mut self.ebpf)?.all()?;
         detach_idle_nics(&self.pins, &entries)
     }
-}
-
-/// Detaches the NIC program from the NICs no entry of `entries` (the ports map as it is) is on.
-fn detach_idle_nics(pins: &Pins, entries: &[(PortKey, PortTarget)]) -> Result<()> {
-    let in_use: BTreeSet<u32> = entries.iter().map(|(k, _)| k.nic_ifindex).collect();
-    for nic in attachment_pins(pins, Role::Ingress)? {
-        if !in_use.contains(&nic) {
-            detach(pins, Role::Ingress, nic)?;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,143 +1,27 @@
-//! Typed access to the pinned maps, and the journal that makes a multi-step change all-or-nothing.
+//! Typed access to the pinned maps; the journal of a change (journal.rs) and the layout with its
+//! migrations (layout.rs) beside it.
 use std::{collections::HashSet, net::IpAddr};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+    Ebpf,
+    maps::{HashMap, MapData, MapError, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
 };
 use dxdp_common::{
-    ABI_VERSION, ABI_VERSION_WITHOUT_FAMILIES, ABI_VERSION_WITHOUT_FIREWALL,
-    ABI_VERSION_WITHOUT_SOURCES, Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS,
-    Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES, MacAddr,
-    Meta, Sources, TunnelPeerKey, ingress, is_remote_endpoint, names,
+    Counters, Endpoint as EndpointRec, LinkKey, LinkMeta, LinkMetaKey, LinkTarget, MAX_SOURCES,
+    Sources, TunnelPeerKey, is_remote_endpoint, names,
 };
 use tracing::warn;
 
-use super::{InterfaceCounters, Kind, fixups, pins};
-use crate::{endpoint::Endpoint, family::Families, netns::NetnsPath};
+use super::{InterfaceCounters, Kind};
+use crate::{endpoint::Endpoint, family::Families};
 
-/// Map sizes for a pin directory made from scratch; existing pinned maps keep their size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capacity {
-    pub max_endpoints: u32,
-    pub max_links: u32,
-    /// TCP connections at once through exposed ports (`DXDP_FLOWS`); `DXDP_OPENING` (TCP
-    /// connections being opened) and `DXDP_UDP_FLOWS` hold a quarter as many each.
-    pub max_connections: u32,
-}
+mod journal;
+mod layout;
 
-impl Default for Capacity {
-    fn default() -> Self {
-        Self {
-            max_endpoints: DEFAULT_MAX_ENDPOINTS,
-            max_links: DEFAULT_MAX_LINKS,
-            max_connections: ingress::DEFAULT_MAX_FLOWS,
-        }
-    }
-}
-
-impl Capacity {
-    pub(super) fn apply(self, loader: &mut EbpfLoader<'_>) {
-        for name in [
-            names::ENDPOINTS,
-            names::TARGETS,
-            names::COUNTERS,
-            names::SOURCES,
-            names::TUNNEL_PEERS,
-        ] {
-            loader.map_max_entries(name, self.max_endpoints);
-        }
-        // A link takes two directed entries.
-        loader.map_max_entries(names::LINKS, self.max_links.saturating_mul(2));
-        loader.map_max_entries(names::LINK_META, self.max_links);
-        loader.map_max_entries(ingress::names::FLOWS, self.max_connections);
-        let side = ingress::side_table_size(self.max_connections);
-        loader.map_max_entries(ingress::names::OPENING, side);
-        loader.map_max_entries(ingress::names::UDP_FLOWS, side);
-    }
-}
-
-/// Refuses a pin directory written by a dxdp whose map layout differs from ours, before the
-/// loader tries to reuse maps whose keys and values it would misread. Returns the version found
-/// (0 for a new directory): [`ABI_VERSION_WITHOUT_SOURCES`] is taken, and migrated by
-/// [`migrate_sources`] once loaded; [`ABI_VERSION_WITHOUT_FIREWALL`] and
-/// [`ABI_VERSION_WITHOUT_FAMILIES`] are taken as they are.
-pub(super) fn check_abi(pins: &super::Pins) -> Result<u32> {
-    let path = pins.maps().join(names::META);
-    if !path.exists() {
-        return Ok(0);
-    }
-    let data =
-        MapData::from_pin(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let meta: Array<_, Meta> = Array::try_from(aya::maps::Map::Array(data))?;
-    let found = meta.get(&0, 0)?.abi_version;
-    let known = [
-        ABI_VERSION,
-        ABI_VERSION_WITHOUT_SOURCES,
-        ABI_VERSION_WITHOUT_FIREWALL,
-        ABI_VERSION_WITHOUT_FAMILIES,
-    ];
-    if found != 0 && !known.contains(&found) {
-        bail!(
-            "{} was written by a dxdp with state layout {found}, this one uses {ABI_VERSION}; \
-             remove it with that version's `dxdp cleanup` (or `rm -r {}`) and link again",
-            pins.root().display(),
-            pins.root().display()
-        );
-    }
-    Ok(found)
-}
-
-/// Brings a directory of [`ABI_VERSION_WITHOUT_SOURCES`] to this layout: each managed veth gets
-/// the addresses of its container's interface, read in the namespace its record names (found
-/// by inode among running processes). A veth whose namespace is gone gets none, so its frames
-/// take the bridge until the garbage collection removes it. Returns how many were filled.
-pub(super) fn migrate_sources(ebpf: &mut Ebpf) -> Result<usize> {
-    let mut maps = Maps::new(ebpf)?;
-    let mut filled = 0;
-    for item in maps.endpoints.iter().collect::<Vec<_>>() {
-        let (ifindex, rec) = item?;
-        let Some(netns) = crate::netns::find_by_inode(rec.netns_ino) else {
-            warn!(
-                ifindex,
-                "migration: the container's namespace is gone; no addresses"
-            );
-            continue;
-        };
-        match crate::netlink::addresses(&netns, rec.peer_ifindex) {
-            Ok(addrs) => {
-                maps.set_sources(ifindex, &addrs)?;
-                filled += 1;
-            }
-            Err(e) => warn!(
-                ifindex,
-                "migration: cannot read the container's addresses: {e:#}"
-            ),
-        }
-    }
-    Ok(filled)
-}
-
-/// Records in META that the pinned maps have this binary's layout: on a new directory, and
-/// after [`migrate_sources`] (`force`).
-pub(super) fn stamp_abi(ebpf: &mut Ebpf, force: bool) -> Result<()> {
-    let map = ebpf
-        .map_mut(names::META)
-        .ok_or_else(|| anyhow!("eBPF object lacks {}", names::META))?;
-    let mut meta: Array<_, Meta> = Array::try_from(map)?;
-    if force || meta.get(&0, 0)?.abi_version == 0 {
-        meta.set(
-            0,
-            Meta {
-                abi_version: ABI_VERSION,
-                _reserved: 0,
-            },
-            0,
-        )?;
-    }
-    Ok(())
-}
+pub(super) use journal::{Journal, Undo};
+pub use layout::Capacity;
+pub(super) use layout::{check_abi, migrate_sources, stamp_abi};
 
 /// Same container interface as recorded, not a new veth that inherited the ifindex.
 pub(super) fn same_endpoint(rec: &EndpointRec, ep: &Endpoint) -> bool {
@@ -597,85 +481,6 @@ fn full(err: MapError, map: &str, what: &str) -> anyhow::Error {
         );
     }
     anyhow::Error::new(err).context(format!("cannot add {what} to {map}"))
-}
-
-/// One step to take back if a change fails halfway.
-pub(super) enum Undo {
-    Endpoint(u32),
-    Direction(LinkKey),
-    /// A direction's families as they were.
-    Closed(LinkKey, u8),
-    Meta(LinkMetaKey),
-    LinkPin(std::path::PathBuf),
-    /// A remote task's MAC pinned on the bridge port of its tunnel.
-    BridgeEntry(u32, MacAddr),
-    Fixups {
-        netns: NetnsPath,
-        ifname: String,
-        changed: u8,
-    },
-}
-
-impl Undo {
-    /// Reverting the fix-ups `changed` on the container side of `ep`'s veth.
-    pub(super) fn fixups(ep: &Endpoint, changed: u8) -> Self {
-        Undo::Fixups {
-            netns: ep.netns.clone(),
-            ifname: ep.ifname.clone(),
-            changed,
-        }
-    }
-}
-
-/// Steps taken so far, undone in reverse order unless committed.
-#[derive(Default)]
-pub(super) struct Journal(Vec<Undo>);
-
-impl Journal {
-    pub(super) fn push(&mut self, step: Undo) {
-        self.0.push(step);
-    }
-
-    pub(super) fn commit(&mut self) {
-        self.0.clear();
-    }
-
-    pub(super) fn roll_back(&mut self, ebpf: &mut Ebpf) {
-        let steps: Vec<_> = self.0.drain(..).rev().collect();
-        let mut maps = match Maps::new(ebpf) {
-            Ok(maps) => maps,
-            Err(e) => {
-                warn!("cannot roll back: {e:#}");
-                return;
-            }
-        };
-        for step in steps {
-            let result = match step {
-                Undo::Endpoint(ifindex) => {
-                    let _ = maps.forget_tunnel_peer(ifindex);
-                    let _ = maps.endpoints.remove(&ifindex);
-                    let _ = maps.counters.remove(&ifindex);
-                    let _ = maps.sources.remove(&ifindex);
-                    ignore_absent(maps.targets.remove(ifindex))
-                }
-                Undo::Direction(key) => ignore_absent(maps.links.remove(&key)),
-                Undo::Closed(key, closed) => maps.set_closed(&key, closed),
-                Undo::Meta(key) => ignore_absent(maps.link_meta.remove(&key)),
-                Undo::LinkPin(path) => pins::remove_if_present(&path),
-                Undo::BridgeEntry(port, mac) => {
-                    crate::netlink::remove_static_bridge_entry(port, &mac)
-                }
-                Undo::Fixups {
-                    netns,
-                    ifname,
-                    changed,
-                } => fixups::revert(&netns, &ifname, changed),
-            };
-            if let Err(e) = result {
-                warn!("roll back step failed: {e:#}");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,22 +1,27 @@
+//! The connection to the engine (dockerd, or rootful Podman's compatible API) and the containers
+//! it runs: listed, inspected, found by name, ID prefix or compose service.
 use std::collections::HashMap;
 
 use anyhow::{Context, Result, anyhow, bail};
 use bollard::{
     errors::Error as DockerError,
     models::{ContainerInspectResponse, ContainerStateStatusEnum},
-    query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder},
+    query_parameters::ListContainersOptionsBuilder,
 };
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tracing::debug;
 
-use super::podman::{self, Podman};
+use super::{
+    NetworkCache, PublishedPort,
+    networks::SWARM_SERVICE_ID,
+    podman::{self, Podman},
+    published::published_of,
+};
 use crate::{
     netlink::MacAddr,
     plan::{ContainerView, NetworkView},
-    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE, ENCRYPTED_OPTION, ICC_OPTION, PREFIX},
+    rules::keys::{COMPOSE_PROJECT, COMPOSE_SERVICE},
 };
-
-const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 
 /// A dockerd connection with the API version negotiated, so Debian's 20.10 (API 1.41) works as
 /// well as current engines; or rootful Podman's Docker-compatible API (see [`podman`]).
@@ -24,7 +29,7 @@ const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 pub struct Docker {
     pub(super) client: bollard::Docker,
     /// Set when the engine is Podman.
-    podman: Option<Podman>,
+    pub(super) podman: Option<Podman>,
 }
 
 /// A container as dxdp sees it: the planner's view plus what netns inspection needs.
@@ -155,7 +160,7 @@ impl Docker {
     }
 
     /// `docker ps`: the running containers' summaries.
-    async fn running_summaries(&self) -> Result<Vec<bollard::models::ContainerSummary>> {
+    pub(super) async fn running_summaries(&self) -> Result<Vec<bollard::models::ContainerSummary>> {
         let options = ListContainersOptionsBuilder::new().all(false).build();
         self.client
             .list_containers(Some(options))
@@ -179,63 +184,9 @@ impl Docker {
             .collect())
     }
 
-    /// Every port a running container publishes on the host, TCP and UDP.
-    pub async fn published_ports(&self) -> Result<Vec<PublishedPort>> {
-        use bollard::models::PortSummaryTypeEnum;
-        let list = self.running_summaries().await?;
-        let mut out = Vec::new();
-        for c in list {
-            let (Some(id), Some(name)) = (c.id, c.names.and_then(|n| n.into_iter().next())) else {
-                continue;
-            };
-            for port in c.ports.unwrap_or_default() {
-                let udp = match port.typ {
-                    Some(PortSummaryTypeEnum::TCP) => false,
-                    Some(PortSummaryTypeEnum::UDP) => true,
-                    _ => continue,
-                };
-                let (Some(host_port), Some(Ok(host_ip))) =
-                    (port.public_port, port.ip.as_deref().map(str::parse))
-                else {
-                    continue;
-                };
-                out.push(PublishedPort {
-                    container: name.trim_start_matches('/').to_owned(),
-                    id: id.clone(),
-                    host_ip,
-                    host_port,
-                    container_port: port.private_port,
-                    udp,
-                });
-            }
-        }
-        out.sort_by(|a, b| {
-            (&a.container, a.host_port, a.udp).cmp(&(&b.container, b.host_port, b.udp))
-        });
-        Ok(out)
-    }
-
     pub async fn ping(&self) -> Result<()> {
         self.client.ping().await?;
         Ok(())
-    }
-
-    /// Container and network events from `since` (unix seconds) on, and Swarm service events
-    /// (a manager's: a service's labels changed reach its running tasks): they are all that can
-    /// change a link. Podman has no services.
-    pub fn events_since(&self, since: u64) -> impl Stream<Item = Result<Event>> + use<> {
-        let mut types = vec!["container", "network"];
-        if !self.is_podman() {
-            types.push("service");
-        }
-        let filters = HashMap::from([("type", types)]);
-        let options = EventsOptionsBuilder::new()
-            .since(&since.to_string())
-            .filters(&filters)
-            .build();
-        self.client
-            .events(Some(options))
-            .map(|event| Ok(event_of(event?)))
     }
 
     /// Every running container, inspected (those gone between the list and their inspect are
@@ -413,282 +364,6 @@ impl Docker {
     }
 }
 
-/// The bindings of `NetworkSettings.Ports` (`"80/tcp": [{"HostIp": "0.0.0.0", "HostPort":
-/// "8080"}]`): TCP and UDP only, an empty host address read as all of IPv4 (Podman writes it
-/// so), a binding without a host port (exposed, not published) left out.
-fn published_of(inspect: &ContainerInspectResponse, view: &ContainerView) -> Vec<PublishedPort> {
-    let Some(ports) = inspect
-        .network_settings
-        .as_ref()
-        .and_then(|n| n.ports.as_ref())
-    else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (spec, bindings) in ports {
-        let Some((port, proto)) = spec.split_once('/') else {
-            continue;
-        };
-        let (Ok(container_port), udp) = (port.parse::<u16>(), proto == "udp") else {
-            continue;
-        };
-        if !udp && proto != "tcp" {
-            continue;
-        }
-        for b in bindings.iter().flatten() {
-            let host_ip = match b.host_ip.as_deref().map(str::trim) {
-                None | Some("") => Ok(std::net::IpAddr::from([0, 0, 0, 0])),
-                Some(ip) => ip.parse(),
-            };
-            let host_port = b.host_port.as_deref().map(str::parse::<u16>);
-            if let (Ok(host_ip), Some(Ok(host_port))) = (host_ip, host_port) {
-                out.push(PublishedPort {
-                    container: view.name.clone(),
-                    id: view.id.clone(),
-                    host_ip,
-                    host_port,
-                    container_port,
-                    udp,
-                });
-            }
-        }
-    }
-    out.sort_by_key(|p| (p.host_port, p.udp, p.host_ip));
-    out
-}
-
-/// A port a running container publishes, as `doctor` checks it (`docker ps`'s PORTS column).
-#[derive(Clone, Debug)]
-pub struct PublishedPort {
-    pub container: String,
-    pub id: String,
-    /// The host address it is bound to; unspecified (0.0.0.0, ::) for all of that family.
-    pub host_ip: std::net::IpAddr,
-    pub host_port: u16,
-    pub container_port: u16,
-    pub udp: bool,
-}
-
-/// A bridge network as `doctor` reports it.
-#[derive(Clone, Debug)]
-pub struct BridgeNetwork {
-    pub name: String,
-    /// The Linux bridge carrying it.
-    pub bridge: String,
-    /// Its containers' addresses, without prefix lengths.
-    pub addrs: Vec<std::net::IpAddr>,
-    /// Its subnets (address, prefix length), from its IPAM configuration.
-    pub subnets: Vec<(std::net::IpAddr, u8)>,
-}
-
-/// The label Swarm puts on a task's container: the id of the service it belongs to.
-pub(crate) const SWARM_SERVICE_ID: &str = "com.docker.swarm.service.id";
-
-impl Docker {
-    /// Adds the `dxdp.*` labels of a Swarm task's service (a stack file's `deploy.labels`,
-    /// `docker service create --label`) that the container does not set itself: the
-    /// container's own labels (`labels:` at service level, `--container-label`) win. A service
-    /// that cannot be read adds nothing (logged).
-    async fn add_service_labels(&self, service: &str, labels: &mut HashMap<String, String>) {
-        let spec = match self.client.inspect_service(service, None).await {
-            Ok(found) => found.spec.and_then(|s| s.labels).unwrap_or_default(),
-            Err(err) => {
-                debug!(service, "cannot read the task's service labels: {err}");
-                return;
-            }
-        };
-        for (key, value) in spec {
-            if key.starts_with(PREFIX) {
-                labels.entry(key).or_insert(value);
-            }
-        }
-    }
-
-    /// The labels every task of the Swarm service `service` (a name or id) has: its container
-    /// spec's, and its own `dxdp.*` ones where the container spec sets no such key, as
-    /// [`Docker::add_service_labels`] merges them for a task of this node. A manager's answer
-    /// only: a worker cannot read services.
-    pub async fn task_labels(&self, service: &str) -> Result<HashMap<String, String>> {
-        let found = self
-            .client
-            .inspect_service(service, None)
-            .await
-            .with_context(|| format!("cannot inspect service {service}"))?;
-        let spec = found.spec.unwrap_or_default();
-        let mut labels = spec
-            .task_template
-            .and_then(|t| t.container_spec)
-            .and_then(|c| c.labels)
-            .unwrap_or_default();
-        for (key, value) in spec.labels.unwrap_or_default() {
-            if key.starts_with(PREFIX) {
-                labels.entry(key).or_insert(value);
-            }
-        }
-        Ok(labels)
-    }
-
-    /// Every `bridge` network with the addresses of the containers on it.
-    pub async fn bridge_networks(&self) -> Result<Vec<BridgeNetwork>> {
-        let list = self
-            .client
-            .list_networks(None)
-            .await
-            .context("cannot list networks")?;
-        let mut out = Vec::new();
-        for id in list
-            .into_iter()
-            .filter(|n| n.driver.as_deref() == Some("bridge"))
-            .filter_map(|n| n.id)
-        {
-            let Ok(inspect) = self.client.inspect_network(&id, None).await else {
-                continue;
-            };
-            let options = inspect.options.unwrap_or_default();
-            let bridge = match (options.get(BRIDGE_NAME_OPTION), &self.podman) {
-                (Some(name), _) => name.clone(),
-                (None, Some(podman)) => match podman.bridge_of(&id).await {
-                    Ok(name) => name,
-                    Err(_) => continue,
-                },
-                (None, None) => format!("br-{}", &id[..id.len().min(12)]),
-            };
-            let subnets = inspect
-                .ipam
-                .and_then(|ipam| ipam.config)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|c| {
-                    let (addr, len) = c
-                        .subnet?
-                        .split_once('/')
-                        .map(|(a, l)| (a.to_owned(), l.to_owned()))?;
-                    Some((addr.parse().ok()?, len.parse().ok()?))
-                })
-                .collect();
-            let addrs = inspect
-                .containers
-                .unwrap_or_default()
-                .into_values()
-                .flat_map(|e| [e.ipv4_address, e.ipv6_address])
-                .flatten()
-                .filter_map(|a| a.split('/').next()?.parse().ok())
-                .collect();
-            out.push(BridgeNetwork {
-                name: inspect.name.unwrap_or_default(),
-                bridge,
-                addrs,
-                subnets,
-            });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    }
-}
-
-/// What an event says happened, and to which container: enough to tell which links it can
-/// change (the reconcile that follows inspects the container itself).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    /// `start`, `die`, `connect`, … (`exec_start: sh` and the like keep their suffix).
-    pub action: String,
-    /// The container it is about: a container event's actor, or the `container` attribute of
-    /// a network's `connect`/`disconnect`. `None` for other network events.
-    pub container: Option<String>,
-    /// The network, for network events.
-    pub network: Option<String>,
-    /// The Swarm service's id, for service events (`update`: its spec, labels included,
-    /// changed).
-    pub service: Option<String>,
-}
-
-/// From `Type`, `Action` and `Actor`: API 1.52 drops the old `status`, `id` and `from` fields,
-/// which dxdp never reads.
-fn event_of(event: bollard::models::EventMessage) -> Event {
-    use bollard::models::EventMessageTypeEnum as Type;
-    let actor = event.actor.unwrap_or_default();
-    let (container, network, service) = match event.typ {
-        Some(Type::CONTAINER) => (actor.id, None, None),
-        Some(Type::NETWORK) => (
-            actor
-                .attributes
-                .unwrap_or_default()
-                .remove("container")
-                .filter(|id| !id.is_empty()),
-            actor.id,
-            None,
-        ),
-        Some(Type::SERVICE) => (None, None, actor.id.filter(|id| !id.is_empty())),
-        _ => (None, None, None),
-    };
-    Event {
-        action: event.action.unwrap_or_default(),
-        container,
-        network,
-        service,
-    }
-}
-
-/// Networks looked up once per snapshot, or for as long as the watch runs: what dxdp reads of
-/// a network (name, driver, bridge, ICC option) is fixed when it is created.
-#[derive(Default)]
-pub struct NetworkCache(HashMap<String, (NetworkView, Option<String>)>);
-
-impl NetworkCache {
-    /// Drops a network that was removed.
-    pub(crate) fn forget(&mut self, id: &str) {
-        self.0.remove(id);
-    }
-
-    async fn get(
-        &mut self,
-        client: &bollard::Docker,
-        podman: Option<&Podman>,
-        id: &str,
-        name: &str,
-    ) -> Result<(NetworkView, Option<String>)> {
-        if let Some(hit) = self.0.get(id) {
-            return Ok(hit.clone());
-        }
-        let inspect = client
-            .inspect_network(id, None)
-            .await
-            .with_context(|| format!("cannot inspect network {name}"))?;
-        let options = inspect.options.unwrap_or_default();
-        let driver = inspect.driver.unwrap_or_default();
-        // Docker names a network's bridge in its options or else `br-<id>`; Podman's compat
-        // API leaves the options empty (its bridges are podman0, podmanN), so libpod is asked.
-        // Podman's container inspect gives the network's name as its ID: the inspect's own ID
-        // is the one libpod surely knows (its compat list calls the default network "bridge").
-        let bridge = match (driver == "bridge", options.get(BRIDGE_NAME_OPTION), podman) {
-            (false, _, _) => None,
-            (true, Some(name), _) => Some(name.clone()),
-            (true, None, Some(podman)) => {
-                let real_id = inspect.id.as_deref().unwrap_or(id);
-                Some(
-                    podman
-                        .bridge_of(real_id)
-                        .await
-                        .with_context(|| format!("cannot find the bridge of network {name}"))?,
-                )
-            }
-            (true, None, None) => Some(format!("br-{}", &id[..id.len().min(12)])),
-        };
-        let view = NetworkView {
-            id: id.to_owned(),
-            name: inspect.name.unwrap_or_else(|| name.to_owned()),
-            driver,
-            icc: options.get(ICC_OPTION).is_none_or(|v| v != "false"),
-            // libnetwork's overlay driver encrypts when the option is present, whatever its
-            // value (`--opt encrypted` sets it to "").
-            encrypted: options.contains_key(ENCRYPTED_OPTION),
-            routing_mesh: inspect.ingress.unwrap_or(false),
-        };
-        self.0.insert(id.to_owned(), (view.clone(), bridge.clone()));
-        Ok((view, bridge))
-    }
-}
-
 /// What a list entry says that an inspect would turn into a different link: names, state and
 /// each network's endpoint ID and MAC (a new endpoint after a restart or reconnect).
 fn fingerprint(summary: &bollard::models::ContainerSummary) -> String {
@@ -817,7 +492,7 @@ impl Container {
 
 #[cfg(test)]
 mod tests {
-    use super::{Event, Joined, endpoints_of, event_of, parse_mac, published_of};
+    use super::{Joined, endpoints_of, parse_mac};
 
     /// An Engine 28.5 inspect of a container on a user-defined network, in the shape API 1.52
     /// gives it: the top-level `NetworkSettings.MacAddress`, `IPAddress` (and the rest of the
@@ -865,67 +540,6 @@ mod tests {
     }
 
     #[test]
-    fn events_are_read_by_action_without_status_id_or_from() {
-        // A 1.52 container event: Type, Action, Actor, scope and times only.
-        let event = serde_json::from_str(
-            r#"{"Type": "container", "Action": "start",
-                "Actor": {"ID": "6a971f4056db", "Attributes": {"name": "dxt-rec-c"}},
-                "scope": "local", "time": 1764755000, "timeNano": 1764755000123456789}"#,
-        )
-        .expect("1.52-style event parses");
-        assert_eq!(
-            event_of(event),
-            Event {
-                action: "start".to_owned(),
-                container: Some("6a971f4056db".to_owned()),
-                network: None,
-                service: None,
-            }
-        );
-    }
-
-    #[test]
-    fn a_service_update_is_about_its_service() {
-        // As Engine 28 sends it on a manager after `docker service update --label-add`.
-        let event = serde_json::from_str(
-            r#"{"Type": "service", "Action": "update",
-                "Actor": {"ID": "qqxh7f1pd1neffvl5oibv86zl",
-                          "Attributes": {"name": "web"}},
-                "scope": "swarm", "time": 1764755000, "timeNano": 1764755000123456789}"#,
-        )
-        .expect("service event parses");
-        assert_eq!(
-            event_of(event),
-            Event {
-                action: "update".to_owned(),
-                container: None,
-                network: None,
-                service: Some("qqxh7f1pd1neffvl5oibv86zl".to_owned()),
-            }
-        );
-    }
-
-    #[test]
-    fn a_network_connect_is_about_its_container() {
-        let event = serde_json::from_str(
-            r#"{"Type": "network", "Action": "connect",
-                "Actor": {"ID": "53d14924c787", "Attributes": {"container": "6a971f4056db",
-                          "name": "dxt-rec", "type": "bridge"}},
-                "scope": "local", "time": 1764755000, "timeNano": 1764755000123456789}"#,
-        )
-        .expect("network event parses");
-        assert_eq!(
-            event_of(event),
-            Event {
-                action: "connect".to_owned(),
-                container: Some("6a971f4056db".to_owned()),
-                network: Some("53d14924c787".to_owned()),
-                service: None,
-            }
-        );
-    }
-
-    #[test]
     fn parses_docker_macs() {
         assert_eq!(
             parse_mac("02:42:ac:11:00:02"),
@@ -934,43 +548,5 @@ mod tests {
         assert_eq!(parse_mac(""), None);
         assert_eq!(parse_mac("02:42:ac:11:00"), None);
         assert_eq!(parse_mac("zz:42:ac:11:00:02"), None);
-    }
-
-    #[test]
-    fn published_ports_are_read_from_the_inspects_port_map() {
-        let inspect: bollard::models::ContainerInspectResponse = serde_json::from_str(
-            r#"{"Id": "abc", "Name": "/web", "NetworkSettings": {"Ports": {
-                "80/tcp": [{"HostIp": "0.0.0.0", "HostPort": "8080"},
-                           {"HostIp": "::", "HostPort": "8080"}],
-                "53/udp": [{"HostIp": "", "HostPort": "5353"}],
-                "9000/tcp": null,
-                "132/sctp": [{"HostIp": "0.0.0.0", "HostPort": "132"}]
-            }}}"#,
-        )
-        .expect("an inspect");
-        let view = crate::plan::ContainerView {
-            id: "abc".into(),
-            name: "web".into(),
-            ..Default::default()
-        };
-        let got: Vec<String> = published_of(&inspect, &view)
-            .iter()
-            .map(|p| {
-                let proto = if p.udp { "udp" } else { "tcp" };
-                format!(
-                    "{}:{}->{}/{proto}",
-                    p.host_ip, p.host_port, p.container_port
-                )
-            })
-            .collect();
-        // Exposed-only (no binding) and SCTP are left out; Podman's empty address is IPv4's all.
-        assert_eq!(
-            got,
-            [
-                "0.0.0.0:5353->53/udp",
-                "0.0.0.0:8080->80/tcp",
-                ":::8080->80/tcp"
-            ]
-        );
     }
 }

@@ -73,13 +73,13 @@ impl ContainerSource for Docker {
 
 #[derive(Default)]
 pub struct Inventory {
-    containers: HashMap<String, Held>,
+    containers: HashMap<String, Inspected>,
     networks: NetworkCache,
     /// Container inspects made so far.
     inspections: u64,
 }
 
-struct Held {
+struct Inspected {
     container: Container,
     /// The list entry it was inspected for; `None` after an event's inspect, so the next
     /// resync inspects it once more and records one.
@@ -136,7 +136,7 @@ impl Inventory {
             Some(container) => {
                 self.containers.insert(
                     key,
-                    Held {
+                    Inspected {
                         container,
                         fingerprint,
                     },
@@ -182,7 +182,7 @@ impl Inventory {
                 held.container
                     .view
                     .labels
-                    .get(super::client::SWARM_SERVICE_ID)
+                    .get(super::networks::SWARM_SERVICE_ID)
                     .is_some_and(|id| id == service)
             })
             .map(|(id, _)| id.clone())

@@ -10,35 +10,7 @@ use crate::{docker::Container, endpoint::Endpoint, netlink::Interface};
 pub(super) type Find<'f> =
     dyn Fn(&Container, &str, &[Interface]) -> Result<Endpoint, EndpointError> + Sync + 'f;
 
-/// Why a container's endpoint was not found: what the pass does next depends on which.
-#[derive(Debug, thiserror::Error)]
-pub enum EndpointError {
-    /// Its namespace may not be entered or read (this process lacks a privilege): it will not
-    /// heal by itself, so the pass says so loudly.
-    #[error(transparent)]
-    Denied(anyhow::Error),
-    /// Not there as the container engine said: a container that just stopped or is still
-    /// starting, or a restart whose events were lost; the next event or resync catches up.
-    #[error(transparent)]
-    Missing(anyhow::Error),
-}
-
-impl EndpointError {
-    /// Sorts an error of the namespace inspection: denied where an I/O error in its chain
-    /// says so, missing otherwise.
-    pub fn of(err: anyhow::Error) -> Self {
-        let denied = err.chain().any(|cause| {
-            cause
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-        });
-        if denied {
-            Self::Denied(err)
-        } else {
-            Self::Missing(err)
-        }
-    }
-}
+pub use crate::endpoint::EndpointError;
 
 /// The endpoints held, by incarnation.
 #[derive(Default)]

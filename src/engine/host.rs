@@ -126,7 +126,7 @@ impl Host for RealHost {
         network_id: &str,
         host: &[Interface],
     ) -> Result<Endpoint, EndpointError> {
-        docker::endpoint_on(container, network_id, host).map_err(EndpointError::of)
+        docker::find_endpoint(container, network_id, host)
     }
 
     fn rules(&self) -> RulesetCache {

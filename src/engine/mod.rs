@@ -10,7 +10,7 @@
 //!   inspected, the plan is made over every container held (labels of the others are known),
 //!   and only links with an end on one of their veths, as held before and as found now, are
 //!   installed or removed ([`record::Scope`]). A burst of events makes one pass.
-//! - A change of the rules ([`Which::Known`]) walks every link over the containers as last
+//! - A change of the rules ([`Which::LastSeen`]) walks every link over the containers as last
 //!   seen, without asking the container engine.
 //! - Between passes: the inventory of containers and networks, each container incarnation's
 //!   endpoints (netns inspection, [`endpoints`]), the firewall ruleset (while the nf_tables
@@ -31,6 +31,7 @@ pub mod egress;
 mod endpoints;
 pub mod host;
 pub mod links;
+pub mod notice_batch;
 pub mod notices;
 mod pass;
 pub mod ports;
@@ -38,7 +39,6 @@ pub mod record;
 mod remote;
 mod shared;
 mod sites;
-pub mod soon;
 pub mod tables;
 mod which;
 
@@ -176,7 +176,7 @@ impl<H: Host> Engine<H> {
         }
         let changed = self.remote.refresh(source, &local).await;
         let retry = std::mem::take(&mut self.remote.retry);
-        (changed || retry).then_some(Which::Known)
+        (changed || retry).then_some(Which::LastSeen)
     }
 
     /// Forgets every endpoint found, so that the next pass reads every namespace again.
@@ -229,7 +229,7 @@ impl<H: Host> Engine<H> {
         match which {
             Which::All => self.inventory.refresh_all(source).await?,
             Which::Containers(ids) => self.inventory.refresh(source, ids).await?,
-            Which::Known => {}
+            Which::LastSeen => {}
         }
         trace!(
             elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -242,11 +242,11 @@ impl<H: Host> Engine<H> {
             self.remote.refresh(source, &containers).await;
         }
         let views: Vec<_> = containers.iter().map(|c| c.view.clone()).collect();
-        let mut plan = plan::plan(&views);
+        let mut plan = plan::links_from_labels(&views);
         let (across, refused_across) = remote::links(&views, self.remote.tasks());
         plan.links.extend(across);
         let scoped: BTreeSet<DesiredLink> = match which {
-            Which::All | Which::Known => plan.links,
+            Which::All | Which::LastSeen => plan.links,
             Which::Containers(ids) => plan
                 .links
                 .into_iter()

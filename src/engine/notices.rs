@@ -2,7 +2,8 @@
 //! (issue 22): a bridge learning a MAC on a port (a container took another MAC, or took over
 //! one a linked container had), nf_tables committing a new ruleset generation (a rule that may
 //! now cover a link; iptables-nft's rules are nf_tables rules too), and a qdisc or classic tc
-//! filter coming or going (traffic control a link would skip). Each is a multicast netlink
+//! filter coming or going (traffic control a link would skip), and a route with an MTU coming
+//! or going (one the published ports' replies must heed). Each is a multicast netlink
 //! group of the host's namespace, read on a thread of its own; the watch turns them into passes
 //! within a second.
 //!
@@ -27,7 +28,7 @@ use crate::netlink::MacAddr;
 pub enum Notice {
     /// A bridge learned `mac` behind the port with host ifindex `port`, or moved it there.
     Learned { port: u32, mac: MacAddr },
-    /// The nf_tables ruleset, or traffic control on some interface, changed.
+    /// The nf_tables ruleset, traffic control on some interface, or a route's MTU changed.
     Policy,
     /// Announcements were lost (a full socket or queue): anything may have changed.
     Lost,
@@ -44,6 +45,16 @@ const RTM_DELTFILTER: u16 = 45;
 /// `struct tcmsg`: family, padding, ifindex, handle, parent, info.
 const TCMSG_LEN: usize = 20;
 const TCA_KIND: u16 = 1;
+/// Routes (`RTNLGRP_IPV4_ROUTE`, `RTNLGRP_IPV6_ROUTE`); one that carries an MTU metric
+/// (`RTA_METRICS` holding `RTAX_MTU`) may change what the replies of published ports must fit.
+const RTNLGRP_IPV4_ROUTE: u32 = 7;
+const RTNLGRP_IPV6_ROUTE: u32 = 11;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
+/// `struct rtmsg`: family, lengths, tos, table, protocol, scope, type, flags.
+const RTMSG_LEN: usize = 12;
+const RTA_METRICS: u16 = 8;
+const RTAX_MTU: u16 = 2;
 /// nf_tables commits (`NFNLGRP_NFTABLES`).
 const NFNLGRP_NFTABLES: u32 = 7;
 const RTM_NEWNEIGH: u16 = 28;
@@ -61,8 +72,16 @@ const RCVBUF: libc::c_int = 1 << 20;
 pub fn listen() -> Result<Notices> {
     let (tx, rx) = mpsc::channel(QUEUE);
     let lost = Arc::new(AtomicBool::new(false));
-    let route = subscribe(libc::NETLINK_ROUTE, &[RTNLGRP_NEIGH, RTNLGRP_TC])
-        .context("cannot follow bridge forwarding databases and traffic control (rtnetlink)")?;
+    let route = subscribe(
+        libc::NETLINK_ROUTE,
+        &[
+            RTNLGRP_NEIGH,
+            RTNLGRP_TC,
+            RTNLGRP_IPV4_ROUTE,
+            RTNLGRP_IPV6_ROUTE,
+        ],
+    )
+    .context("cannot follow bridge forwarding databases, traffic control and routes (rtnetlink)")?;
     let rules = subscribe(libc::NETLINK_NETFILTER, &[NFNLGRP_NFTABLES])
         .context("cannot follow nf_tables ruleset changes (nfnetlink)")?;
     spawn(
@@ -238,11 +257,23 @@ fn route_notices(datagram: &[u8]) -> Vec<Notice> {
             {
                 out.push(Notice::Policy);
             }
+            RTM_NEWROUTE | RTM_DELROUTE
+                if carries_mtu(payload) && !out.contains(&Notice::Policy) =>
+            {
+                out.push(Notice::Policy);
+            }
             _ => {}
         }
         rest = &rest[align(len).min(rest.len())..];
     }
     out
+}
+
+/// Whether a route message's metrics hold an MTU (a delete carries the route's metrics too).
+fn carries_mtu(payload: &[u8]) -> bool {
+    payload.len() >= RTMSG_LEN
+        && attribute(&payload[RTMSG_LEN..], RTA_METRICS)
+            .is_some_and(|metrics| attribute(metrics, RTAX_MTU).is_some())
 }
 
 /// A learned bridge entry from the payload of an `RTM_NEWNEIGH`.
@@ -312,11 +343,16 @@ mod tests {
         payload.extend_from_slice(&((4 + mac.len()) as u16).to_ne_bytes());
         payload.extend_from_slice(&NDA_LLADDR.to_ne_bytes());
         payload.extend_from_slice(mac);
+        message(RTM_NEWNEIGH, payload)
+    }
+
+    /// A netlink message of `kind` around `payload`, padded to its boundary.
+    fn message(kind: u16, mut payload: Vec<u8>) -> Vec<u8> {
         payload.resize(align(payload.len()), 0);
         let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
             .to_ne_bytes()
             .to_vec();
-        msg.extend_from_slice(&RTM_NEWNEIGH.to_ne_bytes());
+        msg.extend_from_slice(&kind.to_ne_bytes());
         msg.extend_from_slice(&[0; 10]);
         msg.extend_from_slice(&payload);
         msg
@@ -351,14 +387,43 @@ mod tests {
         payload.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
         payload.extend_from_slice(&TCA_KIND.to_ne_bytes());
         payload.extend_from_slice(&value);
-        payload.resize(align(payload.len()), 0);
-        let mut msg = ((NLMSG_HDRLEN + payload.len()) as u32)
-            .to_ne_bytes()
-            .to_vec();
-        msg.extend_from_slice(&kind_of_message.to_ne_bytes());
-        msg.extend_from_slice(&[0; 10]);
-        msg.extend_from_slice(&payload);
-        msg
+        message(kind_of_message, payload)
+    }
+
+    /// A route message (`RTM_NEWROUTE`, …) with these metrics (kind, value) in `RTA_METRICS`,
+    /// after a destination attribute.
+    fn route_message(kind_of_message: u16, metrics: &[(u16, u32)]) -> Vec<u8> {
+        let mut payload = vec![libc::AF_INET as u8, 32, 0, 0, 254, 3, 0, 1, 0, 0, 0, 0];
+        payload.extend_from_slice(&8u16.to_ne_bytes());
+        payload.extend_from_slice(&1u16.to_ne_bytes()); // RTA_DST
+        payload.extend_from_slice(&[10, 236, 1, 2]);
+        if !metrics.is_empty() {
+            payload.extend_from_slice(&((4 + 8 * metrics.len()) as u16).to_ne_bytes());
+            payload.extend_from_slice(&RTA_METRICS.to_ne_bytes());
+            for &(kind, value) in metrics {
+                payload.extend_from_slice(&8u16.to_ne_bytes());
+                payload.extend_from_slice(&kind.to_ne_bytes());
+                payload.extend_from_slice(&value.to_ne_bytes());
+            }
+        }
+        message(kind_of_message, payload)
+    }
+
+    #[test]
+    fn a_route_with_an_mtu_coming_or_going_is_a_policy_notice_and_others_are_none() {
+        let mut datagram = route_message(RTM_NEWROUTE, &[(RTAX_MTU, 1400)]);
+        datagram.extend(route_message(RTM_DELROUTE, &[(1, 4), (RTAX_MTU, 1400)]));
+        assert_eq!(route_notices(&datagram), [Notice::Policy]);
+        assert_eq!(
+            route_notices(&route_message(RTM_DELROUTE, &[(RTAX_MTU, 1280)])),
+            [Notice::Policy]
+        );
+        // A veth's link-local route as each container start brings; an MSS clamp.
+        assert_eq!(route_notices(&route_message(RTM_NEWROUTE, &[])), []);
+        assert_eq!(
+            route_notices(&route_message(RTM_NEWROUTE, &[(8, 1360)])),
+            []
+        );
     }
 
     #[test]

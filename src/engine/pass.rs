@@ -4,7 +4,7 @@
 //! What every kind of fast path shares in a pass is [`Shared`] ([`super::shared`]): the host's
 //! interfaces, the endpoints found, and the firewall rules, read at most once a pass. Links are
 //! the first kind
-//! ([`plan_links`] resolves and judges them, then [`super::links::apply`] takes their table
+//! ([`wanted_links`] resolves and judges them, then [`super::links::apply`] takes their table
 //! there). A second kind (published ports from the NIC) adds its own planner over the same
 //! `Shared` and its own table, in [`run`], so that it is reconciled in the same pass, with the
 //! same caches and the same rule: a path a rule covers is refused, or removed if it exists.
@@ -61,7 +61,7 @@ impl<H: Host> BetweenPasses<H> {
 }
 
 /// What the blocking half of one pass did.
-pub(super) struct Applied {
+pub(super) struct PassApplied {
     /// Links pinned after it.
     pub(super) links: usize,
     /// Containers whose namespace could not be read as held (a restart whose events were
@@ -81,7 +81,7 @@ pub(super) fn run<H: Host>(
     containers: &[Container],
     links: &BTreeSet<DesiredLink>,
     which: &Which,
-) -> Result<Applied> {
+) -> Result<PassApplied> {
     let mut phases = Phases::start();
     let interfaces = host.interfaces()?;
     phases.mark("host interfaces");
@@ -90,7 +90,7 @@ pub(super) fn run<H: Host>(
     // The veths the event's containers had, before this pass finds them again.
     let before = match which {
         Which::Containers(ids) => held.links_seen.veths_of(ids),
-        Which::All | Which::Known => BTreeSet::new(),
+        Which::All | Which::LastSeen => BTreeSet::new(),
     };
     let find = |c: &Container, net: &str, ifs: &[Interface]| host.endpoint_on(c, net, ifs);
     let pairs: Vec<(&Container, &str)> = links
@@ -101,7 +101,7 @@ pub(super) fn run<H: Host>(
     held.endpoints.prefetch(&pairs, &interfaces, &find);
     phases.mark("prefetch");
     let mut shared = Shared::new(&interfaces, &mut held.endpoints, &mut held.rules, &find);
-    let plan = plan_links(&mut shared, &by_id, links)?;
+    let plan = wanted_links(&mut shared, &by_id, links)?;
     phases.mark("endpoints and firewall");
     let scope = held.links_seen.scope(&plan.seen, which);
     let mut table = host.lock_links(held.links.take(), &interfaces)?;
@@ -196,7 +196,7 @@ pub(super) fn run<H: Host>(
     }
     // What this pass saw replaces what was held about the same veths and containers.
     held.links_seen.take(plan.seen, which, &scope);
-    Ok(Applied {
+    Ok(PassApplied {
         links: applied.links,
         unreadable: plan.unreadable,
         removed_by_rules,
@@ -230,8 +230,8 @@ fn expose_ports<H: Host>(
         None
     };
     let plan = match &ingress {
-        Some(ingress) if labeled => ports::plan(shared, containers, ingress)?,
-        _ => ports::PortPlan::default(),
+        Some(ingress) if labeled => ports::wanted_ports(shared, containers, ingress)?,
+        _ => ports::WantedPorts::default(),
     };
     let covered = match &ingress {
         Some(ingress) if by_hand => ports::covered_by_hand(shared, &pinned, ingress)?,
@@ -244,7 +244,7 @@ fn expose_ports<H: Host>(
 }
 
 /// The links a pass wants, resolved and judged.
-struct LinkPlan {
+struct WantedLinks {
     /// Links whose endpoints were found and that no rule refuses.
     wanted: Vec<Wanted<Resolved>>,
     /// Each container's host veths that this pass found, and the pairs a rule refuses.
@@ -255,12 +255,12 @@ struct LinkPlan {
 
 /// Resolves each desired link's endpoints and holds the pair to the rules, unless both
 /// containers chose to bypass them.
-fn plan_links(
+fn wanted_links(
     shared: &mut Shared<'_>,
     by_id: &HashMap<&str, &Container>,
     links: &BTreeSet<DesiredLink>,
-) -> Result<LinkPlan> {
-    let mut plan = LinkPlan {
+) -> Result<WantedLinks> {
+    let mut plan = WantedLinks {
         wanted: Vec::new(),
         seen: VethsAndRefusals::default(),
         unreadable: Vec::new(),

@@ -18,9 +18,10 @@ use super::{
 };
 use crate::{
     choice::Origin,
-    datapath::{ExistingConnections, ExposedPort, Exposure, ExposurePlan, PortMapping},
+    datapath::{ExistingConnections, ExposedPort, Exposure, PortMapping},
     docker::{Container, PublishedPort},
     endpoint::Endpoint,
+    exposure::ContainerExposure,
     firewall, labels,
     netlink::Interface,
     ports::{self, Nic},
@@ -32,6 +33,11 @@ pub trait PortStore {
     fn exposed(&mut self) -> Result<Vec<ExposedPort>>;
     fn expose(&mut self, exposure: &Exposure<'_>) -> Result<usize>;
     fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()>;
+    /// Mirrors the host's routes the replies must heed (their MTUs); how many entries changed.
+    /// Tables whose replies take no route (the tests' fakes) have nothing to mirror.
+    fn mirror_route_mtus(&mut self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 /// Where clients come in and which prefixes none is on: what the kind needs of the host.
@@ -64,20 +70,20 @@ impl Ingress {
 /// The exposures a pass wants, by host veth; each labeled container's veth, for the scope of an
 /// event's pass, and the refusals, by veth.
 #[derive(Default)]
-pub(super) struct PortPlan {
-    pub(super) wanted: BTreeMap<u32, ExposurePlan>,
+pub(super) struct WantedPorts {
+    pub(super) wanted: BTreeMap<u32, ContainerExposure>,
     pub(super) seen: VethsAndRefusals<u32>,
     /// The veths of containers a rule now refuses: their connections end with the exposure.
     pub(super) refused_by_rules: BTreeSet<u32>,
 }
 
 /// The labeled containers' published ports on `ingress`'s NICs, judged by the rules.
-pub(super) fn plan(
+pub(super) fn wanted_ports(
     shared: &mut Shared<'_>,
     containers: &[Container],
     ingress: &Ingress,
-) -> Result<PortPlan> {
-    let mut plan = PortPlan::default();
+) -> Result<WantedPorts> {
+    let mut plan = WantedPorts::default();
     for c in containers {
         if !c.view.running || c.ports.is_empty() || !labels::wants_ingress(&c.view.labels) {
             continue;
@@ -246,7 +252,7 @@ pub fn plan_container<R>(
     origin: Origin,
     endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
     rules: Option<R>,
-) -> Result<Result<ExposurePlan, NotExposed>>
+) -> Result<Result<ContainerExposure, NotExposed>>
 where
     R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
 {
@@ -287,7 +293,7 @@ where
             bridge: endpoint.bridge_name.clone(),
         }));
     };
-    Ok(Ok(ExposurePlan {
+    Ok(Ok(ContainerExposure {
         container: name.to_owned(),
         endpoint,
         gateway_mac,
@@ -307,7 +313,7 @@ pub fn plan_by_hand(
     nic_names: &[String],
     bypass_firewall: bool,
     host: &[Interface],
-) -> Result<Result<ExposurePlan, Refusal>> {
+) -> Result<Result<ContainerExposure, Refusal>> {
     let name = &container.view.name;
     let refused = |message: String| {
         Ok(Err(Refusal {
@@ -385,7 +391,7 @@ pub(super) fn covered_by_hand(
 pub(super) fn apply(
     table: &mut impl PortStore,
     pinned: &[ExposedPort],
-    plan: &PortPlan,
+    plan: &WantedPorts,
     covered: &BTreeMap<u32, String>,
     scope: &Scope,
 ) -> Result<PortsApplied> {
@@ -433,6 +439,16 @@ pub(super) fn apply(
                 done.exposed += 1;
             }
             Err(err) => warn!(container = %w.container, "cannot expose: {err:#}"),
+        }
+    }
+    // A route's MTU may have changed since the last pass (a route notice, or the resync).
+    if !pinned.is_empty() || done.exposed > 0 {
+        let changed = table.mirror_route_mtus()?;
+        if changed > 0 {
+            info!(
+                changed,
+                "route MTUs mirrored for the published ports' replies"
+            );
         }
     }
     Ok(done)
@@ -528,7 +544,7 @@ mod tests {
         origin: Origin,
         endpoint_for: impl FnMut(IpAddr) -> Result<Option<Endpoint>>,
         rules: Option<R>,
-    ) -> Result<ExposurePlan, NotExposed>
+    ) -> Result<ContainerExposure, NotExposed>
     where
         R: FnMut(&firewall::PublishedPort<'_>) -> Result<Vec<firewall::Blocker>>,
     {

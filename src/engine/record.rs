@@ -133,7 +133,7 @@ impl<K: OnVeths> VethsAndRefusals<K> {
     /// else the paths on the veths the event's containers had (as held) and have (as found).
     pub(super) fn scope(&self, found: &Self, which: &Which) -> Scope {
         match which {
-            Which::All | Which::Known => Scope::Whole,
+            Which::All | Which::LastSeen => Scope::Whole,
             Which::Containers(ids) => {
                 let mut veths = self.veths_of(ids);
                 veths.extend(found.veths_of(ids));
@@ -147,7 +147,7 @@ impl<K: OnVeths> VethsAndRefusals<K> {
     /// and the refusals within the scope, and adds the veths found of the others.
     pub(super) fn take(&mut self, found: Self, which: &Which, scope: &Scope) {
         match which {
-            Which::All | Which::Known => *self = found,
+            Which::All | Which::LastSeen => *self = found,
             Which::Containers(ids) => {
                 self.refused.retain(|key, _| !key.within(scope));
                 self.refused.extend(found.refused);
@@ -193,7 +193,7 @@ mod tests {
         let which = Which::Containers(ids(&["a"]));
         let scope = held.scope(&found, &which);
         assert_eq!(scope, Scope::Touching([11, 21].into()));
-        assert_eq!(held.scope(&found, &Which::Known), Scope::Whole);
+        assert_eq!(held.scope(&found, &Which::LastSeen), Scope::Whole);
         held.take(found, &which, &scope);
         assert_eq!(
             held.veths_of(&ids(&["a"])),

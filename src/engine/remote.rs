@@ -257,7 +257,7 @@ pub(super) fn links(
             .unwrap_or_default()
     };
     let mut links = BTreeSet::new();
-    for mut link in plan::plan(&views).links {
+    for mut link in plan::links_from_labels(&views).links {
         if is_remote(&link.a) == is_remote(&link.b) {
             continue;
         }

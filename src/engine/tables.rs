@@ -91,4 +91,8 @@ impl PortStore for PinnedTables {
     fn unexpose(&mut self, veth_ifindex: u32, existing: ExistingConnections) -> Result<()> {
         self.datapath.unexpose(veth_ifindex, existing).map(drop)
     }
+
+    fn mirror_route_mtus(&mut self) -> Result<usize> {
+        self.datapath.mirror_route_mtus()
+    }
 }

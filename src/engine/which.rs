@@ -14,7 +14,7 @@ pub enum Which {
     Containers(BTreeSet<String>),
     /// Every link, over the containers as last seen, without asking the engine: the
     /// firewall changed, nothing about the containers did.
-    Known,
+    LastSeen,
 }
 
 impl Which {
@@ -30,7 +30,7 @@ impl Which {
     pub fn merge(&mut self, other: Which) {
         match (&mut *self, other) {
             (Which::Containers(ids), Which::Containers(more)) => ids.extend(more),
-            (Which::Known, Which::Known) => {}
+            (Which::LastSeen, Which::LastSeen) => {}
             _ => *self = Which::All,
         }
     }
@@ -38,7 +38,7 @@ impl Which {
     /// Whether the pass walks every link (and so may collect garbage and replace what is held
     /// about every veth).
     pub fn is_whole(&self) -> bool {
-        matches!(self, Which::All | Which::Known)
+        matches!(self, Which::All | Which::LastSeen)
     }
 }
 

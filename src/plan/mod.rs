@@ -90,8 +90,9 @@ pub struct Diagnostic {
     pub message: String,
 }
 
+/// What the labels of a snapshot ask for: the links, and what is said of the asks left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Plan {
+pub struct LinksFromLabels {
     pub links: BTreeSet<DesiredLink>,
     /// Sorted, without duplicates.
     pub diagnostics: Vec<Diagnostic>,
@@ -147,7 +148,7 @@ impl Diags {
     }
 }
 
-pub fn plan(containers: &[ContainerView]) -> Plan {
+pub fn links_from_labels(containers: &[ContainerView]) -> LinksFromLabels {
     let mut diags = Diags::default();
     let nodes = nodes(containers, &mut diags);
     let mut links = BTreeSet::new();
@@ -165,7 +166,7 @@ pub fn plan(containers: &[ContainerView]) -> Plan {
         .iter()
         .filter(|n| matches!(n.status, Status::Invalid))
         .count();
-    Plan {
+    LinksFromLabels {
         links,
         diagnostics,
         refused,

@@ -185,6 +185,7 @@ pub(crate) type End = ([u8; 16], u16);
 #[inline(always)]
 pub(crate) fn routes_back(
     ctx: &TcContext,
+    params: &mut bpf_fib_lookup,
     v6: bool,
     proto: u8,
     local: End,
@@ -192,7 +193,7 @@ pub(crate) fn routes_back(
     nic_ifindex: u32,
 ) -> bool {
     // SAFETY: plain data; every field the lookup reads is set below or zero.
-    let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    *params = unsafe { core::mem::zeroed() };
     params.l4_protocol = proto;
     params.sport = local.1.to_be();
     params.dport = remote.1.to_be();
@@ -206,11 +207,11 @@ pub(crate) fn routes_back(
         params.__bindgen_anon_3.ipv4_src = words(&local.0)[3];
         params.__bindgen_anon_4.ipv4_dst = words(&remote.0)[3];
     }
-    // SAFETY: the helper reads and writes `params`, which lives on this stack frame.
+    // SAFETY: the helper reads and writes `params`, the caller's (its stack or scratch memory).
     let rc = unsafe {
         fib_lookup(
             ctx.skb.skb as *mut _,
-            &mut params,
+            params,
             core::mem::size_of::<bpf_fib_lookup>() as i32,
             BPF_FIB_LOOKUP_SKIP_NEIGH,
         )

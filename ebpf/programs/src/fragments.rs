@@ -22,6 +22,7 @@ use crate::{
     },
     maps::{PORTS, REPLY_FRAGMENTS},
     rewrite::{self, Sums},
+    routes,
 };
 
 /// The ports, which the first fragment's layer-4 header starts with.
@@ -94,7 +95,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     };
     // A fragment too big for the NIC takes the stack, whose answer ("fragmentation needed")
     // the container heeds for the datagrams after.
-    if !fits_mtu(ctx, port.nic_ifindex) {
+    if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &key.dst, key.v6 != 0, None) {
         return Some(TC_ACT_UNSPEC);
     }
     let translated = translate(ctx, &fragment, &port);

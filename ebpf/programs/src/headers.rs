@@ -11,8 +11,9 @@ use aya_ebpf::{
 pub(crate) use dxdp_common::{
     ingress::{PROTO_TCP, PROTO_UDP},
     stack::{
-        IPV4_HLEN, IPV6_HLEN, ipv4_fragment, ipv4_header_checksum_ok, ipv4_header_valid,
-        ipv6_length_valid,
+        IPV4_HLEN, IPV4_OPTIONS_MAX, IPV6_EXTENSION_UNIT, IPV6_HLEN, ipv4_fragment,
+        ipv4_header_valid, ipv4_header_with_options_checksum_ok, ipv4_options_padding_only,
+        ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid,
     },
 };
 
@@ -20,6 +21,8 @@ pub(crate) const ETH_HLEN: usize = 14;
 pub(crate) const ETH_P_IP: u16 = 0x0800;
 pub(crate) const ETH_P_IPV6: u16 = 0x86DD;
 pub(crate) const ETH_P_ARP: u16 = 0x0806;
+/// IPv6's hop-by-hop header's number as a next header (it follows the fixed header only).
+pub(crate) const IPV6_HOP_BY_HOP: u8 = 0;
 /// IPv6's fragment header: its number as a next header, and its length.
 pub(crate) const IPV6_FRAGMENT: u8 = 44;
 pub(crate) const IPV6_FRAGMENT_HLEN: usize = 8;
@@ -28,6 +31,9 @@ pub(crate) const PROTO_ICMPV6: u8 = 58;
 pub(crate) const PROTO_SCTP: u8 = 132;
 /// An ICMP or ICMPv6 header: type, code, checksum and four bytes that depend on the type.
 pub(crate) const ICMP_HLEN: usize = 8;
+/// The most of an ICMP error a program reads at once: its header, an IPv6 header it quotes and
+/// the quoted ports (52 bytes), rounded up to whole words.
+pub(crate) const ICMP_ERROR_READ: usize = 56;
 /// TCP's sequence and acknowledgement numbers, its data offset, its flags byte and its checksum.
 pub(crate) const TCP_SEQ_OFF: usize = 4;
 pub(crate) const TCP_ACK_SEQ_OFF: usize = 8;

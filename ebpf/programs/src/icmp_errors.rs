@@ -19,9 +19,13 @@
 //! client's socket takes as ECONNREFUSED) leave through the NIC as conntrack translates them:
 //! from the published address, quoting the published address and port as the destination,
 //! the checksums made right. Any other ICMP passes to the stack.
+use core::ffi::c_void;
+
 use aya_ebpf::{
-    bindings::{BPF_F_PSEUDO_HDR, TC_ACT_UNSPEC},
-    helpers::generated::bpf_csum_diff,
+    bindings::{BPF_F_PSEUDO_HDR, TC_ACT_UNSPEC, bpf_fib_lookup},
+    helpers::generated::{bpf_csum_diff, bpf_skb_load_bytes},
+    macros::map,
+    maps::PerCpuArray,
     programs::TcContext,
 };
 use dxdp_common::ingress::{FlowKey, refused_source};
@@ -30,10 +34,14 @@ use crate::{
     checksum,
     flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
     headers::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_HLEN, IPV4_HLEN, IPV6_HLEN, PROTO_ICMP, PROTO_ICMPV6,
-        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_header_checksum_ok, v4_mapped, words,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_ERROR_READ, ICMP_HLEN, IPV4_HLEN, IPV4_OPTIONS_MAX,
+        IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_ICMP, PROTO_ICMPV6,
+        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment,
+        ipv4_header_with_options_checksum_ok, ipv4_options_padding_only, ipv6_fragment_passed_on,
+        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
+    routes,
 };
 
 /// What an error quotes of the packet it is about and this reads: the IP header and the ports.
@@ -50,50 +58,66 @@ const ICMPV6_TIME_EXCEEDED: u8 = 3;
 /// this host's: the exposed address and port an error from a client's router is about (the
 /// quoted reply's source), or the container's an error from the container is about (the quoted
 /// packet's destination); its `remote` end is the client.
+#[repr(C)]
 struct Quoted {
     v6: bool,
     /// Offsets of the outer address that is the local end (the error's destination coming in,
-    /// its source going out), the ICMP checksum, the quoted IP header, the quoted local address
-    /// and port.
+    /// its source going out), of the ICMP message (and its length by the IP header), of the
+    /// quoted IP header, of the quoted local address and port.
     outer: usize,
-    icmp_csum: usize,
+    icmp: usize,
+    icmp_len: usize,
     inner: usize,
     inner_local: usize,
     inner_local_port: usize,
     proto: u8,
     local: ([u8; 16], u16),
     remote: ([u8; 16], u16),
-    /// The error's own source (a router's address coming in), and whether the host would
-    /// forward the error on (a TTL or hop limit above 1; IPv4's header checksum right; an IP
-    /// length the frame holds).
+    /// The error's own source (a router's address coming in) and destination, and whether the
+    /// host would forward the error on (a TTL or hop limit above 1; IPv4's header checksum
+    /// right; an IP length the frame holds).
     from: [u8; 16],
+    to: [u8; 16],
     forwardable: bool,
 }
 
+/// Where `parse` puts what it reads: the error as parsed, its IP options, the part of its message
+/// read. Scratch memory (each CPU's own, used within one invocation), since the ICMP programs'
+/// frames hold the checksum's and the route lookup's buffers besides.
+#[repr(C)]
+struct ErrorScratch {
+    quoted: Quoted,
+    options: [u8; IPV4_OPTIONS_MAX],
+    message: [u8; ICMP_ERROR_READ],
+    /// The route lookup's parameters (`routes_back`).
+    fib: bpf_fib_lookup,
+}
+
+#[map(name = "DXDP_ICMP_SCRATCH")]
+static ERROR_SCRATCH: PerCpuArray<ErrorScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// This CPU's [`ErrorScratch`].
+#[inline(always)]
+fn scratch() -> Option<&'static mut ErrorScratch> {
+    // SAFETY: this CPU's own value, used by nothing else during this invocation (a program is
+    // not preempted on its CPU by another of its kind).
+    ERROR_SCRATCH
+        .get_ptr_mut(0)
+        .map(|value| unsafe { &mut *value })
+}
+
 impl Quoted {
-    /// What conntrack sums of the error (`checksum`): the ICMP message, as long as the IP
-    /// header says, and for ICMPv6 the pseudo-header of the error's own addresses (its
-    /// destination is the local end's outer address coming in).
+    /// What conntrack sums of the error (`checksum`): the ICMP message, and for ICMPv6 the
+    /// pseudo-header of the error's own addresses.
     #[inline(always)]
-    fn message(&self, ctx: &TcContext, icmp: u8) -> checksum::Message {
-        let (uncounted_header, length) = if self.v6 {
-            (
-                IPV6_HLEN,
-                ctx.load::<[u8; 2]>(ETH_HLEN + 4).map(u16::from_be_bytes),
-            )
-        } else {
-            (0, ctx.load::<[u8; 2]>(ETH_HLEN + 2).map(u16::from_be_bytes))
-        };
-        // IPv4's total length counts its header; IPv6's payload length does not.
-        let len = (length.unwrap_or(0) as usize + uncounted_header)
-            .saturating_sub(self.inner - ETH_HLEN - ICMP_HLEN);
+    fn message(&self, icmp: u8) -> checksum::Message {
         checksum::Message {
             v6: self.v6,
             proto: icmp,
             src: self.from,
-            dst: self.local.0,
-            at: self.inner - ICMP_HLEN,
-            len,
+            dst: self.to,
+            at: self.icmp,
+            len: self.icmp_len,
             checksum_at: 2,
         }
     }
@@ -109,14 +133,26 @@ impl Quoted {
 pub fn ingress(ctx: &TcContext) -> i32 {
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let Some(q) = parse(ctx, false) else {
+    let Some(scratch) = scratch() else {
         return TC_ACT_UNSPEC;
     };
+    if parse(ctx, false, scratch).is_none() {
+        return TC_ACT_UNSPEC;
+    }
+    let q = &scratch.quoted;
     let icmp = if q.v6 { PROTO_ICMPV6 } else { PROTO_ICMP };
     if !q.forwardable
         || !for_this_host(ctx)
-        || !routes_back(ctx, q.v6, icmp, (q.local.0, 0), (q.from, 0), nic_ifindex)
-        || !checksum::taken(ctx, &q.message(ctx, icmp))
+        || !routes_back(
+            ctx,
+            &mut scratch.fib,
+            q.v6,
+            icmp,
+            (q.local.0, 0),
+            (q.from, 0),
+            nic_ifindex,
+        )
+        || !checksum::taken(ctx, &q.message(icmp))
     {
         return TC_ACT_UNSPEC;
     }
@@ -131,7 +167,7 @@ pub fn ingress(ctx: &TcContext) -> i32 {
         return TC_ACT_UNSPEC;
     }
     known.touch();
-    let translated = translate(ctx, &q, &target.addr, target.port);
+    let translated = translate(ctx, q, &target.addr, target.port);
     into_container(ctx, target, translated)
 }
 
@@ -142,9 +178,13 @@ pub fn ingress(ctx: &TcContext) -> i32 {
 pub fn reply(ctx: &TcContext) -> i32 {
     // SAFETY: as in `ingress`.
     let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let Some(q) = parse(ctx, true) else {
+    let Some(scratch) = scratch() else {
         return TC_ACT_UNSPEC;
     };
+    if parse(ctx, true, scratch).is_none() {
+        return TC_ACT_UNSPEC;
+    }
+    let q = &scratch.quoted;
     // The quoted packet came from the client to the container.
     let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
     let Some(known) = known_flow(flow).filter(|_| q.forwardable) else {
@@ -152,10 +192,10 @@ pub fn reply(ctx: &TcContext) -> i32 {
     };
     known.touch();
     let port = known.port();
-    if !fits_mtu(ctx, port.nic_ifindex) {
+    if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &q.to, q.v6, None) {
         return TC_ACT_UNSPEC;
     }
-    let translated = translate(ctx, &q, &port.addr, port.port);
+    let translated = translate(ctx, q, &port.addr, port.port);
     out_of_nic(
         ctx,
         &port,
@@ -165,12 +205,15 @@ pub fn reply(ctx: &TcContext) -> i32 {
     )
 }
 
-/// An unfragmented ICMPv4 error without IP options quoting a TCP or UDP packet without options,
-/// or an ICMPv6 error (no extension headers) quoting a TCP or UDP packet without any; about a
-/// packet from its destination coming in, to its source going out (`outward`).
+/// An unfragmented ICMPv4 error (its IP options, if any, padding only) quoting a TCP or UDP
+/// packet without options, or an ICMPv6 error (after at most a hop-by-hop header of padding
+/// or the header of a first fragment conntrack passes on as it is) quoting a TCP or UDP packet
+/// without extension headers; about a packet from its destination coming in, to its source
+/// going out (`outward`). Such an error is what conntrack relates to the connection it quotes
+/// and Docker's path delivers; what the stack would judge or rewrite on the way (other IP
+/// options, other extension headers) is left to it.
 #[inline(always)]
-fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
-    let end = ctx.data_end();
+fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<()> {
     let (ethertype, l3) = ethertype(ctx)?;
     // What the frame holds after its Ethernet header, by its own length: an IP header that
     // claims more is one the stack drops.
@@ -184,20 +227,27 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
     };
     match ethertype {
         ETH_P_IP => {
-            const LEN: usize = IPV4_HLEN + ICMP_HLEN + IPV4_HLEN + QUOTED_L4;
-            if l3 + LEN > end {
+            const MESSAGE: usize = ICMP_HLEN + IPV4_HLEN + QUOTED_L4;
+            if l3 + IPV4_HLEN > ctx.data_end() {
                 return None;
             }
             // SAFETY: bounds-checked above.
-            let ip = unsafe { &*(l3 as *const [u8; LEN]) };
-            if ip[0] != 0x45 || (ip[6] & 0x3f) != 0 || ip[7] != 0 || ip[9] != PROTO_ICMP {
+            let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN]) };
+            if ip[0] >> 4 != 4 || ip[0] & 0x0f < 5 || ipv4_fragment(ip) || ip[9] != PROTO_ICMP {
                 return None;
             }
-            let icmp = &ip[IPV4_HLEN..];
+            let options_len = ((ip[0] & 0x0f) as usize - 5) * 4;
+            let options = ipv4_options(ctx, options_len, &mut scratch.options)?;
+            if !ipv4_options_padding_only(options, options_len) {
+                return None;
+            }
+            let icmp_at = ETH_HLEN + IPV4_HLEN + options_len;
+            let message = load::<MESSAGE>(ctx, icmp_at, &mut scratch.message)?;
+            let icmp = &message[..ICMP_HLEN];
             if !matches!(icmp[0], ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED) {
                 return None;
             }
-            let inner = &ip[IPV4_HLEN + ICMP_HLEN..];
+            let inner = &message[ICMP_HLEN..];
             let proto = inner[9];
             // About a packet to or from the address the error is from or for; one the container
             // sends goes to the client whose packet it quotes, and nowhere else (a router's
@@ -213,22 +263,25 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             if !outward && refused_source(&v4_mapped(&ip[12..16]), false) {
                 return None;
             }
-            let mut outer = [0u8; IPV4_HLEN];
-            outer.copy_from_slice(&ip[..IPV4_HLEN]);
             let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-            let forwardable =
-                ip[8] > 1 && ipv4_header_checksum_ok(&outer) && total >= LEN && total <= l3_len;
+            let header_len = IPV4_HLEN + options_len;
+            let forwardable = ip[8] > 1
+                && ipv4_header_with_options_checksum_ok(ip, options, options_len)
+                && total >= header_len + MESSAGE
+                && total <= l3_len;
             let remote_v4 = 28 - inner_v4;
             let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
             let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);
             let ports = &inner[IPV4_HLEN..];
-            let inner = ETH_HLEN + IPV4_HLEN + ICMP_HLEN;
-            Some(Quoted {
+            let inner = icmp_at + ICMP_HLEN;
+            scratch.quoted = Quoted {
                 v6: false,
                 from: v4_mapped(&ip[12..16]),
+                to: v4_mapped(&ip[16..20]),
                 forwardable,
                 outer: ETH_HLEN + outer_v4,
-                icmp_csum: ETH_HLEN + IPV4_HLEN + 2,
+                icmp: icmp_at,
+                icmp_len: total.saturating_sub(header_len),
                 inner,
                 inner_local: inner + inner_v4,
                 inner_local_port: inner + IPV4_HLEN + port,
@@ -238,26 +291,43 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
                     remote,
                     u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
                 ),
-            })
+            };
+            Some(())
         }
         ETH_P_IPV6 => {
-            const LEN: usize = IPV6_HLEN + ICMP_HLEN + IPV6_HLEN + QUOTED_L4;
-            if l3 + LEN > end {
+            const MESSAGE: usize = ICMP_HLEN + IPV6_HLEN + QUOTED_L4;
+            if l3 + IPV6_HLEN + IPV6_EXTENSION_UNIT > ctx.data_end() {
                 return None;
             }
             // SAFETY: bounds-checked above.
-            let ip = unsafe { &*(l3 as *const [u8; LEN]) };
-            if ip[0] >> 4 != 6 || ip[6] != PROTO_ICMPV6 {
+            let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + IPV6_EXTENSION_UNIT]) };
+            if ip[0] >> 4 != 6 {
                 return None;
             }
-            let icmp = &ip[IPV6_HLEN..];
+            let payload_len = u16::from_be_bytes([ip[4], ip[5]]);
+            let mut extension = [0u8; IPV6_EXTENSION_UNIT];
+            extension.copy_from_slice(&ip[IPV6_HLEN..]);
+            let extension_len = match ip[6] {
+                PROTO_ICMPV6 => 0,
+                IPV6_HOP_BY_HOP if ipv6_hop_by_hop_padding_only(&extension) => IPV6_EXTENSION_UNIT,
+                IPV6_FRAGMENT if ipv6_fragment_passed_on(&extension, payload_len) => {
+                    IPV6_EXTENSION_UNIT
+                }
+                _ => return None,
+            };
+            if extension_len != 0 && extension[0] != PROTO_ICMPV6 {
+                return None;
+            }
+            let icmp_at = ETH_HLEN + IPV6_HLEN + extension_len;
+            let message = load::<MESSAGE>(ctx, icmp_at, &mut scratch.message)?;
+            let icmp = &message[..ICMP_HLEN];
             if !matches!(
                 icmp[0],
                 ICMPV6_DEST_UNREACH | ICMPV6_PACKET_TOO_BIG | ICMPV6_TIME_EXCEEDED
             ) {
                 return None;
             }
-            let inner = &ip[IPV6_HLEN + ICMP_HLEN..];
+            let inner = &message[ICMP_HLEN..];
             let proto = inner[6];
             if inner[0] >> 4 != 6
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
@@ -271,20 +341,25 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
             if !outward && refused_source(&from, true) {
                 return None;
             }
+            let mut to = [0u8; 16];
+            to.copy_from_slice(&ip[24..40]);
             let remote_v6 = 32 - inner_v6;
             let mut local = [0u8; 16];
             local.copy_from_slice(&inner[inner_v6..inner_v6 + 16]);
             let mut remote = [0u8; 16];
             remote.copy_from_slice(&inner[remote_v6..remote_v6 + 16]);
             let ports = &inner[IPV6_HLEN..];
-            let inner = ETH_HLEN + IPV6_HLEN + ICMP_HLEN;
-            Some(Quoted {
+            let inner = icmp_at + ICMP_HLEN;
+            scratch.quoted = Quoted {
                 v6: true,
                 from,
+                to,
                 forwardable: ip[7] > 1
-                    && IPV6_HLEN + (u16::from_be_bytes([ip[4], ip[5]]) as usize) <= l3_len,
+                    && payload_len as usize >= extension_len + MESSAGE
+                    && ipv6_length_valid(payload_len, l3_len),
                 outer: ETH_HLEN + outer_v6,
-                icmp_csum: ETH_HLEN + IPV6_HLEN + 2,
+                icmp: icmp_at,
+                icmp_len: (payload_len as usize).saturating_sub(extension_len),
                 inner,
                 inner_local: inner + inner_v6,
                 inner_local_port: inner + IPV6_HLEN + port,
@@ -294,10 +369,57 @@ fn parse(ctx: &TcContext, outward: bool) -> Option<Quoted> {
                     remote,
                     u16::from_be_bytes([ports[2 - port], ports[3 - port]]),
                 ),
-            })
+            };
+            Some(())
         }
         _ => None,
     }
+}
+
+/// The `len` option bytes after an IPv4 header's first 20, read into `options` a word at a
+/// time (no read past the packet) and zero-filled to the most there can be.
+#[inline(always)]
+fn ipv4_options<'a>(
+    ctx: &TcContext,
+    len: usize,
+    options: &'a mut [u8; IPV4_OPTIONS_MAX],
+) -> Option<&'a [u8; IPV4_OPTIONS_MAX]> {
+    let mut at = 0;
+    while at < IPV4_OPTIONS_MAX {
+        if at < len {
+            let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + at).ok()?;
+            options[at..at + 4].copy_from_slice(&word);
+        } else {
+            options[at..at + 4].fill(0);
+        }
+        at += 4;
+    }
+    Some(options)
+}
+
+/// The `N` bytes of the frame at `at`, read into `buffer` (scratch memory: a copy on the
+/// stack would not fit there).
+#[inline(always)]
+fn load<'a, const N: usize>(
+    ctx: &TcContext,
+    at: usize,
+    buffer: &'a mut [u8; ICMP_ERROR_READ],
+) -> Option<&'a [u8; N]> {
+    const { assert!(N <= ICMP_ERROR_READ) };
+    // SAFETY: `buffer` holds ICMP_ERROR_READ >= N bytes; the helper writes N of them or fails.
+    let read = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *mut _,
+            at as u32,
+            buffer.as_mut_ptr() as *mut c_void,
+            N as u32,
+        )
+    };
+    if read < 0 {
+        return None;
+    }
+    // SAFETY: the first N of the buffer's bytes, which the helper wrote.
+    Some(unsafe { &*(buffer.as_ptr() as *const [u8; N]) })
 }
 
 /// The error's local end (its destination coming in, its source going out) and its quoted
@@ -317,8 +439,8 @@ fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<
             return Err(diff);
         }
         // The outer address (in the pseudo-header) and the quoted one change alike.
-        ctx.l4_csum_replace(q.icmp_csum, 0, diff as u64, BPF_F_PSEUDO_HDR as u64)?;
-        ctx.l4_csum_replace(q.icmp_csum, 0, diff as u64, 0)?;
+        ctx.l4_csum_replace(q.icmp + 2, 0, diff as u64, BPF_F_PSEUDO_HDR as u64)?;
+        ctx.l4_csum_replace(q.icmp + 2, 0, diff as u64, 0)?;
         ctx.store(q.outer, addr, 0)?;
         ctx.store(q.inner_local, addr, 0)?;
     } else {
@@ -334,13 +456,13 @@ fn translate(ctx: &TcContext, q: &Quoted, addr: &[u8; 16], port: u16) -> Result<
         let old_csum: u16 = ctx.load(inner_csum)?;
         ctx.l3_csum_replace(inner_csum, from, to, 4)?;
         let new_csum: u16 = ctx.load(inner_csum)?;
-        ctx.l4_csum_replace(q.icmp_csum, from, to, 4)?;
-        ctx.l4_csum_replace(q.icmp_csum, old_csum as u64, new_csum as u64, 2)?;
+        ctx.l4_csum_replace(q.icmp + 2, from, to, 4)?;
+        ctx.l4_csum_replace(q.icmp + 2, old_csum as u64, new_csum as u64, 2)?;
         ctx.store(q.inner_local, &v4, 0)?;
     }
     let from = u16::from_ne_bytes(q.local.1.to_be_bytes()) as u64;
     let to = u16::from_ne_bytes(port.to_be_bytes()) as u64;
-    ctx.l4_csum_replace(q.icmp_csum, from, to, 2)?;
+    ctx.l4_csum_replace(q.icmp + 2, from, to, 2)?;
     ctx.store(q.inner_local_port, &port.to_be_bytes(), 0)?;
     Ok(())
 }

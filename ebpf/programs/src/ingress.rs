@@ -38,6 +38,7 @@ use crate::{
     },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
+    routes,
 };
 
 /// Source and destination port, and UDP's length and checksum: what is read of layer 4.
@@ -317,6 +318,8 @@ fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifi
             && !refused_source(&packet.src, packet.v6)
             && routes_back(
                 ctx,
+                // SAFETY: plain data, which the lookup fills in.
+                &mut unsafe { core::mem::zeroed() },
                 packet.v6,
                 packet.proto,
                 (packet.dst, packet.dport),
@@ -396,7 +399,10 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     let port = known.port();
     // A packet the host would not forward (TTL or hop limit 1; flags conntrack refuses; too
     // big for the NIC) is the stack's to answer or drop, as on Docker's path.
-    if !packet.forwardable || !fits_mtu(ctx, port.nic_ifindex) {
+    if !packet.forwardable
+        || !fits_mtu(ctx, port.nic_ifindex)
+        || !routes::fit(ctx, &packet.dst, packet.v6, Some((packet.proto, packet.l4)))
+    {
         return Some(TC_ACT_UNSPEC);
     }
     let target = PORTS.get_ptr_mut(port);

@@ -15,6 +15,7 @@ mod icmp_errors;
 mod ingress;
 mod maps;
 mod rewrite;
+mod routes;
 mod verdict;
 
 use aya_ebpf::{
@@ -24,6 +25,7 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 
+use dxdp_common::ingress::{ICMP_IN, ICMP_OUT};
 use verdict::{Hop, decide};
 
 /// TCX ingress on a host-side veth. `bpf_redirect_peer` hands the skb, GSO and checksum state
@@ -88,20 +90,51 @@ pub fn dxdp_tunnel(ctx: TcContext) -> i32 {
 }
 
 /// TCX ingress on a NIC: packets to exposed published ports go straight into their container
-/// (see `ingress`), and so do ICMP errors about their replies (`icmp_errors`).
+/// (see `ingress`); anything else goes on to [`dxdp_icmp_in`], which takes ICMP errors about
+/// their replies.
 #[classifier]
 pub fn dxdp_ingress(ctx: TcContext) -> i32 {
-    ingress::ingress(&ctx).unwrap_or_else(|| icmp_errors::ingress(&ctx))
+    if let Some(verdict) = ingress::ingress(&ctx) {
+        return verdict;
+    }
+    hand_icmp_errors(&ctx, ICMP_IN)
 }
 
 /// TCX ingress on an exposed container's host veth: replies of the connections `dxdp_ingress`
-/// let in leave through their NIC, translated back, whole or in fragments (`fragments`), and
-/// so do the container's ICMP errors about them (`icmp_errors`).
+/// let in leave through their NIC, translated back, whole or in fragments (`fragments`);
+/// anything else goes on to [`dxdp_icmp_out`], which takes the container's ICMP errors about
+/// them.
 #[classifier]
 pub fn dxdp_reply(ctx: TcContext) -> i32 {
-    ingress::reply(&ctx)
-        .or_else(|| fragments::reply(&ctx))
-        .unwrap_or_else(|| icmp_errors::reply(&ctx))
+    if let Some(verdict) = ingress::reply(&ctx).or_else(|| fragments::reply(&ctx)) {
+        return verdict;
+    }
+    hand_icmp_errors(&ctx, ICMP_OUT)
+}
+
+/// Tail-called by `dxdp_ingress` with what it did not take: ICMP errors about an exposed port's
+/// replies go into their container (`icmp_errors::ingress`).
+#[classifier]
+pub fn dxdp_icmp_in(ctx: TcContext) -> i32 {
+    icmp_errors::ingress(&ctx)
+}
+
+/// Tail-called by `dxdp_reply` with what it did not take: a container's ICMP errors about the
+/// packets of its fast-path connections leave through the NIC (`icmp_errors::reply`).
+#[classifier]
+pub fn dxdp_icmp_out(ctx: TcContext) -> i32 {
+    icmp_errors::reply(&ctx)
+}
+
+/// Hands the packet to the program at `index` of `DXDP_ICMP_ERRORS`, which never returns here
+/// when it is there. Where it is not (userspace sets it before attaching), the packet goes on
+/// to the stack, which is where an error went before the fast path knew of it.
+#[inline(always)]
+fn hand_icmp_errors(ctx: &TcContext, index: u32) -> i32 {
+    // SAFETY: the callee is a classifier of this object, reading the same context; nothing of
+    // this program's is held across the call, which does not return when it succeeds.
+    unsafe { maps::ICMP_ERRORS.tail_call(ctx, index) };
+    TC_ACT_UNSPEC
 }
 
 /// Native XDP on a host-side veth, redirecting through the DEVMAP_HASH of live targets.

@@ -3,14 +3,14 @@
 use crate::checksum::Scratch;
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray},
 };
 use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
     LinkTarget, Meta, Sources, TunnelPeerKey,
     ingress::{
         DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, DEFAULT_MAX_REPLY_FRAGMENTS, Flow, FlowKey,
-        FragmentKey, Opening, PortKey, PortOwner, PortTarget, side_table_size,
+        FragmentKey, ICMP_ERROR_PROGRAMS, Opening, PortKey, PortOwner, PortTarget, side_table_size,
     },
 };
 
@@ -89,6 +89,13 @@ pub static PORT_OWNERS: HashMap<u32, PortOwner> = HashMap::pinned(DEFAULT_MAX_PO
 #[map(name = "DXDP_REPLY_FRAGMENTS")]
 pub static REPLY_FRAGMENTS: LruHashMap<FragmentKey, PortKey> =
     LruHashMap::pinned(DEFAULT_MAX_REPLY_FRAGMENTS, 0);
+
+/// The programs the published ports' programs hand ICMP errors to (`bpf_tail_call`), each with a
+/// stack frame of its own: parsing an error's options and extension headers did not fit in the
+/// frame `dxdp_ingress` already uses. Pinned, because the kernel empties a program array once no
+/// file or pin holds it, and the one-shot commands exit after attaching.
+#[map(name = "DXDP_ICMP_ERRORS")]
+pub static ICMP_ERRORS: ProgramArray = ProgramArray::pinned(ICMP_ERROR_PROGRAMS, 0);
 
 /// Buffers too big for the programs' 512-byte stacks (see `checksum`): each CPU's own, used
 /// within one invocation. Not pinned: nothing outlives the invocation.

@@ -9,7 +9,8 @@ use anyhow::{Context, Result};
 
 use super::Route;
 use crate::{
-    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, ExposurePlan, PortMapping},
+    datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, PortMapping},
+    exposure::ContainerExposure,
     netlink::Interface,
 };
 
@@ -19,8 +20,8 @@ use crate::{
 pub struct ExposureSwitch {
     pin_dir: PathBuf,
     capacity: Capacity,
-    plan: ExposurePlan,
-    found: Option<ExposurePlan>,
+    plan: ContainerExposure,
+    found: Option<ContainerExposure>,
     /// The client's address: its connections are forgotten when the fast path is switched off.
     client: IpAddr,
     pin_dir_existed: bool,
@@ -32,7 +33,7 @@ impl ExposureSwitch {
     pub fn snapshot(
         pin_dir: &Path,
         capacity: Capacity,
-        plan: ExposurePlan,
+        plan: ContainerExposure,
         client: IpAddr,
         host: &[Interface],
     ) -> Result<Self> {
@@ -62,7 +63,7 @@ impl ExposureSwitch {
     }
 
     /// The exposure found at the start, if any.
-    pub fn found(&self) -> Option<&ExposurePlan> {
+    pub fn found(&self) -> Option<&ContainerExposure> {
         self.found.as_ref()
     }
 
@@ -79,7 +80,7 @@ impl ExposureSwitch {
         }
     }
 
-    fn expose(&self, plan: &ExposurePlan) -> Result<()> {
+    fn expose(&self, plan: &ContainerExposure) -> Result<()> {
         self.open()?
             .expose(&plan.exposure())
             .with_context(|| format!("cannot expose {}", plan.container))?;
@@ -164,9 +165,9 @@ impl Drop for ExposureSwitch {
 /// firewall mark found.
 fn as_found(
     ports: &[ExposedPort],
-    plan: &ExposurePlan,
+    plan: &ContainerExposure,
     host: &[Interface],
-) -> Result<ExposurePlan> {
+) -> Result<ContainerExposure> {
     let mappings = ports
         .iter()
         .map(|p| {
@@ -191,7 +192,7 @@ fn as_found(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(ExposurePlan {
+    Ok(ContainerExposure {
         container: ports[0].container.clone(),
         ports: mappings,
         origin: ports[0].origin,

@@ -30,8 +30,8 @@ use crate::{
     docker::Docker,
     engine::{
         Engine, Outcome, RealHost, Which,
+        notice_batch::NoticeBatch,
         notices::{self, Notice, Notices},
-        soon::Soon,
     },
     metrics::{self, Metrics},
     rcu,
@@ -135,7 +135,7 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
             None
         }
     };
-    let mut soon = Soon::default();
+    let mut soon = NoticeBatch::default();
     let mut ready = false;
     let mut connects = 0u64;
     loop {

@@ -228,7 +228,7 @@ pub fn diff<'w, L: PartialEq>(
 
 /// What one pass did.
 #[derive(Debug)]
-pub struct Applied<'w, L> {
+pub struct LinksApplied<'w, L> {
     /// (low, high) ifindex pairs whose link was removed.
     pub removed: Vec<(u32, u32)>,
     pub installed: Vec<&'w Wanted<L>>,
@@ -248,14 +248,14 @@ pub fn apply<'w, T: LinkTable>(
     actual: &[LinkRecord],
     wanted: &'w [Wanted<T::Link>],
     scope: &Scope,
-) -> Result<Applied<'w, T::Link>>
+) -> Result<LinksApplied<'w, T::Link>>
 where
     T::Link: PartialEq,
 {
     let intents = diff(wanted, actual, scope, |record, link| {
         table.complete(record, link)
     });
-    let mut applied = Applied {
+    let mut applied = LinksApplied {
         removed: Vec::new(),
         installed: Vec::new(),
         completed: Vec::new(),

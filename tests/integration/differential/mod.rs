@@ -117,6 +117,19 @@ const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
         1735,
         "IPv6 UDP with a wrong checksum to the published port",
     ),
+    (5151, 1092, "an MTU error with IPv4 options about a reply"),
+    (
+        5151,
+        330,
+        "a packet too big with a hop-by-hop header about a reply",
+    ),
+    (
+        5151,
+        915,
+        "a packet too big with a hop-by-hop header about a reply",
+    ),
+    (5151, 29, "a packet too big sent as a first fragment"),
+    (5151, 79, "a packet too big sent as a first fragment"),
 ];
 
 /// The long runs' findings (`FOUND_BY_LONG_RUNS`), each case alone, as its rerun line does.

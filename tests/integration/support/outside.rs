@@ -80,6 +80,21 @@ impl Outside {
         }
     }
 
+    /// The MTU of the pair's far end, the most the client's link takes.
+    pub fn set_peer_mtu(&self, mtu: u32) {
+        let mtu = mtu.to_string();
+        must(&[
+            "ip",
+            "-n",
+            &self.ns.name,
+            "link",
+            "set",
+            &self.peer,
+            "mtu",
+            &mtu,
+        ]);
+    }
+
     /// `argv` in the client namespace, bounded in time.
     pub fn run(&self, argv: &[&str], timeout: Duration) -> Run {
         run_for(&in_ns(&self.ns.name, argv), timeout)

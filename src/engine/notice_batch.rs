@@ -17,7 +17,7 @@ const WINDOW: Duration = Duration::from_millis(100);
 const MIN_GAP: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
-pub struct Soon {
+pub struct NoticeBatch {
     /// Containers whose MAC changed or was taken over.
     moved: BTreeSet<String>,
     rules: bool,
@@ -26,7 +26,7 @@ pub struct Soon {
     last: Option<Instant>,
 }
 
-impl Soon {
+impl NoticeBatch {
     /// Notes what `notice` calls for; a notice about nothing linked calls for nothing.
     pub fn note(&mut self, notice: Notice, engine: &Engine<impl Host>) {
         match notice {
@@ -87,7 +87,7 @@ impl Soon {
         }
         engine.forget_endpoints(&moved);
         match (moved.is_empty(), rules) {
-            (true, _) => Which::Known,
+            (true, _) => Which::LastSeen,
             (false, false) => Which::Containers(moved),
             (false, true) => Which::All,
         }

@@ -1,0 +1,271 @@
+//! The firewall's checks: which rules keep pairs from being linked and ports from being exposed,
+//! and which pinned links and exposures a rule added after them covers.
+use anyhow::Result;
+
+use super::{Check, Verdict, check};
+use crate::{
+    choice::Origin,
+    commands::published::{self, PortPath},
+    datapath::{Datapath, LinkRecord},
+    docker::BridgeNetwork,
+    family::Families,
+    firewall::{self, Ruleset, RulesetCache},
+    netlink::Interface,
+    ports,
+};
+
+/// Per Docker bridge network, the firewall rules that keep pairs on it from being linked; per
+/// published port, whether the rules would let a fast path from the NIC take it.
+pub(super) fn firewall(networks: &[BridgeNetwork], ports: &Result<Vec<PortPath>>) -> Vec<Check> {
+    let rules = match Ruleset::read() {
+        Ok(rules) => rules,
+        Err(e) => {
+            return vec![check(
+                Verdict::Fail,
+                format!("cannot read the firewall rules, so no pair can be linked: {e:#}"),
+                Some("install what the message names, or link with --bypass-firewall"),
+            )];
+        }
+    };
+    let mut out = vec![check(
+        Verdict::Ok,
+        format!(
+            "firewall: {}; every link is checked against these rules",
+            rules.summary()
+        ),
+        None,
+    )];
+    for net in networks {
+        // Docker's own addresses for the network's containers: a rule naming one of them
+        // blocks that container's links.
+        let v4 = net.addrs.iter().any(|a| a.is_ipv4());
+        let v6 = net.addrs.iter().any(|a| a.is_ipv6());
+        if net.addrs.is_empty() {
+            continue;
+        }
+        let verdict = rules.on_bridge(&net.bridge, &net.addrs, v4, v6);
+        let kept = verdict.carried().and(verdict.closed());
+        let open = verdict.open();
+        if kept.is_empty() {
+            out.push(check(
+                Verdict::Ok,
+                format!(
+                    "firewall: no rule keeps containers on network {} ({}) from being linked",
+                    net.name, net.bridge
+                ),
+                None,
+            ));
+        } else if !open.is_empty() {
+            let list: Vec<String> = verdict
+                .closing(kept)
+                .iter()
+                .map(|b| format!("[{b}]"))
+                .collect();
+            out.push(check(
+                Verdict::Warn,
+                format!(
+                    "firewall: on network {} ({}), links carry {open} only; {kept} stays on the \
+                     bridge, where these rules may drop or alter it: {}",
+                    net.name,
+                    net.bridge,
+                    list.join(" ")
+                ),
+                Some(
+                    "remove the rules to link that family too, or opt in with --bypass-firewall \
+                     (link) or the label dxdp.firewall=bypass on both containers (watch)",
+                ),
+            ));
+        } else {
+            let list: Vec<String> = verdict
+                .blockers()
+                .iter()
+                .map(|b| format!("[{b}]"))
+                .collect();
+            out.push(check(
+                Verdict::Warn,
+                format!(
+                    "firewall: on network {} ({}), links are refused where these rules may drop \
+                     or alter traffic: {}",
+                    net.name,
+                    net.bridge,
+                    list.join(" ")
+                ),
+                Some(
+                    "remove the rules, or opt in with --bypass-firewall (link) or the label \
+                     dxdp.firewall=bypass on both containers (watch)",
+                ),
+            ));
+        }
+    }
+    out.extend(published_ports(&rules, networks, ports));
+    out
+}
+
+/// One line per published port (a sum beyond twenty).
+pub(super) fn published_ports(
+    rules: &Ruleset,
+    networks: &[BridgeNetwork],
+    ports: &Result<Vec<PortPath>>,
+) -> Vec<Check> {
+    let verdicts = match ports {
+        Ok(ports) => published::verdicts(rules, networks, ports),
+        Err(e) => Err(anyhow::anyhow!("{e:#}")),
+    };
+    match verdicts {
+        Ok(lines) => lines
+            .into_iter()
+            .map(|line| match line {
+                Ok(line) => check(Verdict::Ok, line, None),
+                Err(line) => check(Verdict::Warn, line, None),
+            })
+            .collect(),
+        Err(e) => vec![check(
+            Verdict::Warn,
+            format!("published ports: cannot check them against the rules: {e:#}"),
+            None,
+        )],
+    }
+}
+
+/// Pinned links a rule added after them covers: each bypasses that rule until it goes, which a
+/// running watch does within a second; without one, nothing takes them away. `rules` is `None`
+/// when they cannot be read (the firewall check above says why).
+pub(super) fn covered_links(
+    datapath: &mut Datapath,
+    rules: Option<&mut RulesetCache>,
+    host: &[Interface],
+    links: &[LinkRecord],
+) -> Vec<Check> {
+    let Some(rules) = rules else {
+        return vec![];
+    };
+    let covered = firewall::covered(
+        rules,
+        &mut |ifindex| datapath.recorded_addresses(ifindex),
+        host,
+        links,
+        "unlink them (a running `dxdp watch` removes such a link within a second), or \
+         link them again with --bypass-firewall",
+    );
+    let Ok(covered) = covered else {
+        return vec![];
+    };
+    let mut out: Vec<Check> = covered
+        .iter()
+        .map(|c| {
+            let fix = if c.families.is_empty() {
+                format!("dxdp unlink {} {}", c.link.low_name, c.link.high_name)
+            } else {
+                // Linking again writes the families the rules leave open.
+                format!("dxdp link {} {}", c.link.low_name, c.link.high_name)
+            };
+            check(
+                Verdict::Fail,
+                format!(
+                    "link {} - {} (made {}) bypasses a rule that came after it: {}",
+                    c.link.low_name,
+                    c.link.high_name,
+                    match c.link.origin {
+                        Origin::Manual => "by hand",
+                        Origin::Watch => "by the watch",
+                    },
+                    c.message
+                ),
+                Some(&fix),
+            )
+        })
+        .collect();
+    // The links that carry only some families, each with what keeps the others on the bridge.
+    let narrowed = links.iter().filter(|l| {
+        l.families != Families::ALL
+            && !covered.iter().any(|c| {
+                (c.link.low_ifindex, c.link.high_ifindex) == (l.low_ifindex, l.high_ifindex)
+            })
+    });
+    for link in narrowed {
+        let kept = link.families.others();
+        let judged = firewall::judged(
+            rules,
+            &mut |ifindex| datapath.recorded_addresses(ifindex),
+            host,
+            link,
+        );
+        let why = match judged {
+            Ok(Some((_, verdict))) if !verdict.closing(kept).is_empty() => {
+                format!(
+                    "where {} may drop or alter it",
+                    firewall::listed(&verdict.closing(kept))
+                )
+            }
+            Ok(Some((_, verdict))) if verdict.carried().and(kept).is_empty() => {
+                "as neither end has an address of it".to_owned()
+            }
+            // The watch widens its own links at its next pass; one made by hand stays.
+            Ok(Some(_)) => "though no rule closes it now (`dxdp link` again carries it)".to_owned(),
+            _ => "its veths are gone or unreadable".to_owned(),
+        };
+        out.push(check(
+            Verdict::Ok,
+            format!(
+                "link {} - {} carries {} only; {kept} stays on the bridge, {why}",
+                link.low_name, link.high_name, link.families
+            ),
+            None,
+        ));
+    }
+    out
+}
+
+/// The exposed published ports: how many, and each container whose ports a rule added after
+/// the exposure now keeps on Docker's path (the fast path bypasses that rule until a running
+/// watch takes it away at its next resync; without one, nothing does).
+pub(super) fn exposures(
+    datapath: &mut Datapath,
+    rules: Option<&mut RulesetCache>,
+    host: &[Interface],
+) -> Vec<Check> {
+    let exposed = match datapath.exposed() {
+        Ok(e) => e,
+        Err(e) => {
+            return vec![check(
+                Verdict::Warn,
+                format!("cannot read the exposed ports: {e:#}"),
+                None,
+            )];
+        }
+    };
+    if exposed.is_empty() {
+        return vec![];
+    }
+    let mut out = vec![];
+    if let Some(rules) = rules {
+        let outside = ports::host_addresses()
+            .map(|addrs| ports::container_prefixes(host, &addrs))
+            .unwrap_or_default();
+        // A walk fails only on rules never read, and these were: such a port names no rule.
+        let marks = ports::ArrivingMarks::default();
+        for (p, why) in ports::covered_exposures(rules, &exposed, host, &outside, &marks).flatten()
+        {
+            out.push(check(
+                Verdict::Fail,
+                format!(
+                    "exposed container {} bypasses a rule that came after its exposure: {why}",
+                    p.container
+                ),
+                Some(&format!("dxdp unexpose {}", p.container)),
+            ));
+        }
+    }
+    let containers: std::collections::BTreeSet<&str> =
+        exposed.iter().map(|p| p.container.as_str()).collect();
+    out.push(check(
+        Verdict::Ok,
+        format!(
+            "{} published port(s) of {} container(s) exposed from the NIC (dxdp status lists them)",
+            exposed.len(),
+            containers.len()
+        ),
+        None,
+    ));
+    out
+}
