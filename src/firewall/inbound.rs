@@ -228,8 +228,6 @@ fn legs(
     devices: &[String],
     port: &PublishedPort<'_>,
 ) -> Vec<Leg> {
-    let bound =
-        |names: &[&str]| devices.is_empty() || devices.iter().any(|d| names.contains(&d.as_str()));
     let legs: &[Leg] = match (layer, hook) {
         (Layer::Inet, Hook::Prerouting) => &[Leg::Arriving, Leg::Reply],
         (Layer::Inet, Hook::Forward) => &[Leg::Forwarded, Leg::Reply],
@@ -247,14 +245,11 @@ fn legs(
             } else {
                 (Leg::Reply, Leg::Forwarded)
             };
-            let mut legs = Vec::new();
-            if bound(&[port.nic]) {
-                legs.push(from_nic);
-            }
-            if bound(&[port.veth, port.bridge]) {
-                legs.push(from_container);
-            }
-            return legs;
+            return device_legs(
+                devices,
+                (port.nic, from_nic),
+                (&[port.veth, port.bridge], from_container),
+            );
         }
         (_, _) => &[],
     };
@@ -262,6 +257,25 @@ fn legs(
         .copied()
         .filter(|leg| !nat || *leg != Leg::Reply)
         .collect()
+}
+
+/// The legs a netdev chain bound to `devices` (any, if empty) sees: `nic`'s leg where it is
+/// bound to the NIC, `container`'s where it is bound to the container's veth or bridge.
+pub(super) fn device_legs<L>(
+    devices: &[String],
+    (nic, nic_leg): (&str, L),
+    (container, container_leg): (&[&str], L),
+) -> Vec<L> {
+    let bound =
+        |names: &[&str]| devices.is_empty() || devices.iter().any(|d| names.contains(&d.as_str()));
+    let mut legs = Vec::new();
+    if bound(&[nic]) {
+        legs.push(nic_leg);
+    }
+    if bound(container) {
+        legs.push(container_leg);
+    }
+    legs
 }
 
 /// `flow` as one hook of one layer sees it: no output device before routing, no input device

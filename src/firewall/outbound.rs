@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use super::{
     Ruleset,
-    inbound::outside_nets,
+    inbound::{device_legs, outside_nets},
     model::{Blocker, CtStates, Family, Flow, Hook, Layer},
 };
 
@@ -118,8 +118,6 @@ impl Ruleset {
 
 /// The legs a (non-nat) base chain sees. A chain bound to devices sees what passes them.
 fn legs(layer: Layer, hook: Hook, devices: &[String], way: &OutboundWay<'_>) -> Vec<Leg> {
-    let bound =
-        |names: &[&str]| devices.is_empty() || devices.iter().any(|d| names.contains(&d.as_str()));
     match (layer, hook) {
         (Layer::Inet, Hook::Prerouting | Hook::Forward | Hook::Postrouting) => {
             vec![Leg::Leaving, Leg::Returning]
@@ -135,14 +133,11 @@ fn legs(layer: Layer, hook: Hook, devices: &[String], way: &OutboundWay<'_>) -> 
             } else {
                 (Leg::Leaving, Leg::Returning)
             };
-            let mut legs = Vec::new();
-            if bound(&[way.nic]) {
-                legs.push(from_nic);
-            }
-            if bound(&[way.veth, way.bridge]) {
-                legs.push(from_container);
-            }
-            legs
+            device_legs(
+                devices,
+                (way.nic, from_nic),
+                (&[way.veth, way.bridge], from_container),
+            )
         }
         (_, _) => Vec::new(),
     }
