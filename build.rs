@@ -1,6 +1,7 @@
 //! Builds the eBPF programs with the nightly toolchain and bpf-linker, so that `cargo build`
 //! produces one `dxdp` binary with the object embedded. The package's objects land in OUT_DIR:
-//! `dxdp-ebpf`, the datapath dxdp embeds, `dxdp-bench`, the generator and receiver of
+//! `dxdp-ebpf`, the datapath dxdp embeds, `dxdp-egress`, the outbound fast path (embedded too),
+//! `dxdp-bench`, the generator and receiver of
 //! `dxdp bench --pps` (embedded too), and `dxdp-sock-lab`, the socket-level lab that only the
 //! integration tests load (docs/sock-datapath.md).
 fn main() -> anyhow::Result<()> {

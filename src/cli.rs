@@ -99,6 +99,14 @@ pub enum Command {
     Expose(ExposeArgs),
     /// Put a container's published ports back on Docker's path.
     Unexpose(UnexposeArgs),
+    /// Take a container's outbound IPv4 connections straight to the NIC, conntrack still the
+    /// only NAT table (`on`), or back on Docker's path (`off`).
+    ///
+    /// A connection's first packets take Docker's path (DOCKER-USER, MASQUERADE, conntrack);
+    /// once conntrack holds it established, its packets skip the bridge and netfilter,
+    /// translated as its conntrack entry says. Refused, with the rule named, where a firewall
+    /// rule could drop or change them on Docker's path. See docs/egress.md.
+    Egress(EgressArgs),
     /// Show installed links and their counters.
     Status(StatusArgs),
     /// Live rates of every link and managed veth, busiest first, from the pinned counters.
@@ -180,6 +188,29 @@ pub struct ExposeArgs {
     /// path: the fast path skips such rules. Without it, such a port is refused, rule named.
     #[arg(long)]
     pub bypass_firewall: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EgressArgs {
+    #[command(subcommand)]
+    pub action: EgressAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EgressAction {
+    /// Enable the fast path for the container's outbound connections.
+    On {
+        /// Container name or ID prefix.
+        container: String,
+        /// The interface its connections leave by; the default route's if not given.
+        #[arg(long = "nic", value_name = "IFACE")]
+        nic: Option<String>,
+    },
+    /// Put the container's outbound connections back on Docker's path.
+    Off {
+        /// Container name or ID prefix.
+        container: String,
+    },
 }
 
 #[derive(Debug, Args)]

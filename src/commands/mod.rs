@@ -5,6 +5,7 @@ mod cleanup;
 mod compose_check;
 mod docs;
 mod doctor;
+mod egress;
 mod expose;
 mod link;
 mod mtu;
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Unlink(args) => unlink::run(&cli.pin_dir, capacity, args),
         Command::Expose(args) => expose::run(&cli.pin_dir, capacity, args),
         Command::Unexpose(args) => expose::unexpose(&cli.pin_dir, capacity, args),
+        Command::Egress(args) => egress::run(&cli.pin_dir, capacity, args),
         Command::Status(args) => status::run(&cli.pin_dir, capacity, args),
         Command::Top(args) => top::run(&cli.pin_dir, capacity, args),
         Command::Cleanup => cleanup::run(&cli.pin_dir, capacity),
@@ -53,6 +55,7 @@ fn privileged(command: &Command) -> Option<&'static str> {
         Command::Unlink(_) => Some("unlink"),
         Command::Expose(_) => Some("expose"),
         Command::Unexpose(_) => Some("unexpose"),
+        Command::Egress(_) => Some("egress"),
         Command::Status(_) => Some("status"),
         Command::Top(_) => Some("top"),
         Command::Cleanup => Some("cleanup"),

@@ -14,8 +14,8 @@ use crate::{
     choice::Kind,
     cli::StatusArgs,
     datapath::{
-        Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, LinkRecord,
-        TableFill, TablePressure,
+        Capacity, ConnectionTables, Datapath, EgressRecord, ExposedPort, InterfaceCounters,
+        LinkRecord, TableFill, TablePressure,
     },
     family::Families,
     netlink,
@@ -33,6 +33,8 @@ struct Status {
     exposed: Vec<ExposedStatus>,
     /// Unexposed containers whose connections' replies still take the fast path until quiet.
     draining: Vec<Draining>,
+    /// Containers whose outbound connections leave straight by the NIC (`dxdp egress on`).
+    egress: Vec<EgressStatus>,
     /// How full the tables of connections through exposed ports are; `null` without a pin
     /// directory.
     connections: Option<ConnectionTables>,
@@ -42,6 +44,14 @@ struct Status {
 struct ExposedStatus {
     #[serde(flatten)]
     port: ExposedPort,
+    /// The NIC's name; `null` where it is gone.
+    nic: Option<String>,
+}
+
+#[derive(Serialize)]
+struct EgressStatus {
+    #[serde(flatten)]
+    record: EgressRecord,
     /// The NIC's name; `null` where it is gone.
     nic: Option<String>,
 }
@@ -94,6 +104,7 @@ impl Status {
             interfaces: Vec::new(),
             exposed: Vec::new(),
             draining: Vec::new(),
+            egress: Vec::new(),
             connections: None,
         }
     }
@@ -178,6 +189,10 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: StatusArgs) -> Result<ExitC
             let nic = names.get(&port.nic_ifindex).cloned();
             status.exposed.push(ExposedStatus { port, nic });
         }
+        for record in datapath.egress()? {
+            let nic = names.get(&record.nic_ifindex).cloned();
+            status.egress.push(EgressStatus { record, nic });
+        }
         status.connections = Some(datapath.connection_tables()?);
         for (veth_ifindex, connections) in datapath.draining()? {
             status.draining.push(Draining {
@@ -227,6 +242,7 @@ fn families(families: Families) -> String {
 /// Both tables, columns aligned whatever the names' lengths (Compose v2 names are long).
 fn print_tables(status: &Status, out: &mut impl Write) -> io::Result<()> {
     print_exposed(status, out)?;
+    print_egress(status, out)?;
     if status.links.is_empty() {
         writeln!(out, "no links (pin directory {})", status.pin_dir)?;
         return Ok(());
@@ -356,6 +372,36 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
     if let Some(tables) = &status.connections {
         writeln!(out, "{}", describe_connections(tables))?;
     }
+    writeln!(out)
+}
+
+/// The containers whose outbound connections leave straight by the NIC, if any.
+fn print_egress(status: &Status, out: &mut impl Write) -> io::Result<()> {
+    if status.egress.is_empty() {
+        return Ok(());
+    }
+    let mut table = TabWriter::new(&mut *out).padding(2);
+    writeln!(
+        table,
+        "EGRESS\tADDRESS\tNIC\tOUT PKTS\tOUT BYTES\tBACK PKTS\tBACK BYTES\tPASSED"
+    )?;
+    for e in &status.egress {
+        let r = &e.record;
+        writeln!(
+            table,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            r.container,
+            r.addr,
+            e.nic.as_deref().unwrap_or("-"),
+            r.outbound.packets,
+            r.outbound.bytes,
+            r.inbound.packets,
+            r.inbound.bytes,
+            r.passed_packets
+        )?;
+    }
+    table.flush()?;
+    drop(table);
     writeln!(out)
 }
 

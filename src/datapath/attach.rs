@@ -320,6 +320,37 @@ pub(super) fn attach_tcx_last(prog: &mut SchedClassifier, ifname: &str) -> Resul
     })
 }
 
+/// Attaches `prog` (dxdp's `name`) last in the TCX ingress chain of `ifname` through a link
+/// pinned at `path`, unless that pinned attachment is there already; returns whether it
+/// attached. A program attached without its pin is another process's attachment in the
+/// making: waited for, then refused.
+pub(super) fn attach_pinned(
+    prog: &mut SchedClassifier,
+    name: &str,
+    path: &std::path::Path,
+    ifname: &str,
+) -> Result<bool> {
+    let id = prog.info()?.id();
+    let attached = || -> Result<bool> { Ok(tcx_ingress(ifname)?.iter().any(|p| p.id() == id)) };
+    if attached()? {
+        if path.exists() {
+            return Ok(false);
+        }
+        if !wait_released(attached)? {
+            bail!(
+                "{ifname}: dxdp's {name} is attached without its pin {}; another process holds \
+                 that attachment",
+                path.display()
+            );
+        }
+    }
+    let link = attach_tcx_last(prog, ifname)
+        .with_context(|| format!("cannot attach {name} to {ifname}"))?;
+    link.pin(path)
+        .with_context(|| format!("cannot pin {}", path.display()))?;
+    Ok(true)
+}
+
 /// Unpinning a bpf_link releases it from a kernel workqueue, not at once: waits up to 2 s for
 /// `attached` to say the program is gone; `false` if it is still there.
 pub(super) fn wait_released(attached: impl Fn() -> Result<bool>) -> Result<bool> {

@@ -1,7 +1,9 @@
 //! The only code that talks to the kernel's BPF objects: loading and adopting the pinned maps and
 //! programs, attaching them, and keeping the maps consistent with the links that exist.
 mod attach;
+pub mod btf_layout;
 mod choice;
+mod egress;
 mod fixups;
 mod icmp_programs;
 pub mod kfunc;
@@ -22,6 +24,7 @@ use nix::fcntl::{Flock, FlockArg};
 use tracing::info;
 
 pub use choice::{TC_SINCE, XDP_SINCE, has as kernel_has};
+pub use egress::{EgressPlan, EgressRecord, EgressUnavailable, egress_available};
 use links::release_tunnel_peer;
 pub use links::{Installed, LinkRequest};
 pub use pins::{Pins, check_ancestors, on_bpffs};

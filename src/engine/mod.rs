@@ -27,6 +27,7 @@
 //! The pass reaches the world through two ports: a [`ContainerSource`] (dockerd or Podman) for
 //! the async half, and a [`Host`] (interfaces, namespaces, rules, pinned tables) for the
 //! blocking half ([`pass`]). The unit tests run it against fakes of both.
+pub mod egress;
 mod endpoints;
 pub mod host;
 pub mod links;

@@ -103,21 +103,8 @@ impl Ruleset {
         let container = [port.container_addr];
         // Nor is a client at a source the fast path refuses (loopback, link-local, multicast…):
         // its packets take Docker's path whatever the rules do to them.
-        let outside: Vec<Net> = port
-            .clients_outside
-            .iter()
-            .chain(&REFUSED_SOURCES)
-            .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
-            .collect();
-        // Under br_netfilter the routed packet's bridge port is known to physdev matches too.
-        let nf = self.bridge_nf.is_some_and(|(v4, v6)| {
-            let (own4, own6) = (self.bridge_switches)(port.bridge);
-            match family {
-                Family::V4 => v4 || own4,
-                Family::V6 => v6 || own6,
-            }
-        });
-        let veth = Some(port.veth).filter(|_| nf);
+        let outside = outside_nets(port.clients_outside);
+        let veth = self.bridge_port_seen(port.bridge, port.veth, family);
         let proto = Some(port.transport.number());
         let arriving = Flow {
             family,
@@ -194,6 +181,37 @@ impl Ruleset {
     }
 }
 
+/// `prefixes` and the sources the fast paths refuse (loopback, link-local, multicast…), as
+/// networks an unknown address of a flow is not on: packets from or to them take Docker's path
+/// whatever the rules do to them.
+pub(super) fn outside_nets(prefixes: &[(IpAddr, u8)]) -> Vec<Net> {
+    prefixes
+        .iter()
+        .chain(&REFUSED_SOURCES)
+        .filter_map(|&(addr, len)| Prefix::new(addr, len).map(Net::Prefix))
+        .collect()
+}
+
+impl Ruleset {
+    /// `veth`, the bridge port a packet of `family` routed through `bridge` crosses, where the
+    /// inet chains can know it: under br_netfilter physdev matches see it too.
+    pub(super) fn bridge_port_seen<'a>(
+        &self,
+        bridge: &str,
+        veth: &'a str,
+        family: Family,
+    ) -> Option<&'a str> {
+        let nf = self.bridge_nf.is_some_and(|(v4, v6)| {
+            let (own4, own6) = (self.bridge_switches)(bridge);
+            match family {
+                Family::V4 => v4 || own4,
+                Family::V6 => v6 || own6,
+            }
+        });
+        Some(veth).filter(|_| nf)
+    }
+}
+
 fn tool(family: Family) -> &'static str {
     match family {
         Family::V4 => "iptables",
@@ -210,8 +228,6 @@ fn legs(
     devices: &[String],
     port: &PublishedPort<'_>,
 ) -> Vec<Leg> {
-    let bound =
-        |names: &[&str]| devices.is_empty() || devices.iter().any(|d| names.contains(&d.as_str()));
     let legs: &[Leg] = match (layer, hook) {
         (Layer::Inet, Hook::Prerouting) => &[Leg::Arriving, Leg::Reply],
         (Layer::Inet, Hook::Forward) => &[Leg::Forwarded, Leg::Reply],
@@ -229,14 +245,11 @@ fn legs(
             } else {
                 (Leg::Reply, Leg::Forwarded)
             };
-            let mut legs = Vec::new();
-            if bound(&[port.nic]) {
-                legs.push(from_nic);
-            }
-            if bound(&[port.veth, port.bridge]) {
-                legs.push(from_container);
-            }
-            return legs;
+            return device_legs(
+                devices,
+                (port.nic, from_nic),
+                (&[port.veth, port.bridge], from_container),
+            );
         }
         (_, _) => &[],
     };
@@ -244,6 +257,25 @@ fn legs(
         .copied()
         .filter(|leg| !nat || *leg != Leg::Reply)
         .collect()
+}
+
+/// The legs a netdev chain bound to `devices` (any, if empty) sees: `nic`'s leg where it is
+/// bound to the NIC, `container`'s where it is bound to the container's veth or bridge.
+pub(super) fn device_legs<L>(
+    devices: &[String],
+    (nic, nic_leg): (&str, L),
+    (container, container_leg): (&[&str], L),
+) -> Vec<L> {
+    let bound =
+        |names: &[&str]| devices.is_empty() || devices.iter().any(|d| names.contains(&d.as_str()));
+    let mut legs = Vec::new();
+    if bound(&[nic]) {
+        legs.push(nic_leg);
+    }
+    if bound(container) {
+        legs.push(container_leg);
+    }
+    legs
 }
 
 /// `flow` as one hook of one layer sees it: no output device before routing, no input device

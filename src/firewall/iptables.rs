@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::{
     addr::{Net, Prefix},
-    model::{Action, Base, Cond, Dev, End, Family, Hook, Layer, Rule, Table},
+    model::{Action, Base, Cond, CtStates, Dev, End, Family, Hook, Layer, Rule, Table},
 };
 
 /// Targets that only count, log or trace: the packet goes on to the next rule.
@@ -234,6 +234,12 @@ fn rule(words: &[String], text: &str) -> Rule {
                 },
                 None => Cond::Unknown,
             }),
+            "--ctstate" | "--state" if matches!(module.as_str(), "conntrack" | "state") => {
+                conds.push(match CtStates::parse(value(i).split(',')) {
+                    Some(states) => Cond::CtState { states, negate },
+                    None => Cond::Unknown,
+                });
+            }
             "-m" | "--match" => module = value(i),
             "-j" | "--jump" => {
                 action = match value(i).as_str() {

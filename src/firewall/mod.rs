@@ -24,6 +24,7 @@ mod inbound;
 mod iptables;
 mod model;
 mod nft;
+mod outbound;
 mod pinned;
 mod read;
 mod refused;
@@ -32,6 +33,7 @@ mod tri;
 mod verdict;
 
 pub use inbound::{PublishedPort, Transport};
+pub use outbound::OutboundWay;
 pub use pinned::{Covered, Recorded, covered, judged};
 
 use std::{collections::HashMap, net::IpAddr};

@@ -69,6 +69,9 @@ pub(super) enum Cond {
     /// The packet's mark, masked, equals `value` (`-m mark --mark VALUE[/MASK]`, nft
     /// `meta mark VALUE`, `meta mark & MASK == VALUE`).
     Mark { value: u32, mask: u32, negate: bool },
+    /// The connection's conntrack state is one of `states` ([`CtStates`] bits; `-m conntrack
+    /// --ctstate`, `-m state --state`, nft `ct state`).
+    CtState { states: u8, negate: bool },
     /// Holds for any bridged packet (`--physdev-is-bridged`).
     Always,
     /// Holds for none of the pair's packets (`meta protocol arp`).
@@ -189,6 +192,8 @@ pub(super) struct Flow<'a> {
     pub(crate) dst_local: Option<bool>,
     /// The packets' mark (`skb->mark`), where it is known.
     pub(crate) mark: Option<u32>,
+    /// The conntrack state of every one of the packets ([`CtStates`] bit), where it is known.
+    pub(crate) ct_state: Option<u8>,
     /// Where `src` (or `dst`) is empty, the unknown addresses are none of these: a client of
     /// a published port is not on the host's container networks (the fast path leaves such
     /// packets to the stack).
@@ -196,6 +201,35 @@ pub(super) struct Flow<'a> {
     pub(crate) dst_outside: &'a [Net],
     /// The one DNAT (`address:port`) this flow's packets are meant to get; see [`Action::Dnat`].
     pub(crate) expected_dnat: Option<&'a str>,
+}
+
+/// Conntrack states as rules name them, as bits of [`Cond::CtState`].
+pub(super) struct CtStates;
+
+impl CtStates {
+    pub(super) const INVALID: u8 = 1 << 0;
+    pub(super) const NEW: u8 = 1 << 1;
+    pub(super) const ESTABLISHED: u8 = 1 << 2;
+    pub(super) const RELATED: u8 = 1 << 3;
+    pub(super) const UNTRACKED: u8 = 1 << 4;
+
+    /// The states a comma-separated list names (`RELATED,ESTABLISHED`, any case); `None` for
+    /// one this model does not evaluate (`SNAT` and `DNAT` are properties of a connection's
+    /// NAT, not states) or an empty list.
+    pub(super) fn parse<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<u8> {
+        let mut states = 0;
+        for name in names {
+            states |= match name.trim().to_ascii_lowercase().as_str() {
+                "invalid" => Self::INVALID,
+                "new" => Self::NEW,
+                "established" => Self::ESTABLISHED,
+                "related" => Self::RELATED,
+                "untracked" => Self::UNTRACKED,
+                _ => return None,
+            };
+        }
+        (states != 0).then_some(states)
+    }
 }
 
 /// How a chain's end and its accepts count.
@@ -294,6 +328,10 @@ impl Cond {
             } => match flow.mark {
                 None => Tri::Maybe,
                 Some(mark) => Tri::from(mark & mask == *value).negate(*negate),
+            },
+            Cond::CtState { states, negate } => match flow.ct_state {
+                None => Tri::Maybe,
+                Some(state) => Tri::from(states & state != 0).negate(*negate),
             },
             Cond::Family { family, negate } => {
                 if *family == flow.family {

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{
     addr::{Net, Prefix},
-    model::{Action, Base, Cond, Dev, End, Family, Hook, Layer, Rule, Table},
+    model::{Action, Base, Cond, CtStates, Dev, End, Family, Hook, Layer, Rule, Table},
 };
 
 /// Parses the JSON ruleset. `skip(family, table)` says which tables another reader covers;
@@ -226,6 +226,23 @@ fn condition(m: &Value) -> Vec<Cond> {
             Some(names) => vec![Cond::Dev { dev, names, negate }],
             None => vec![Cond::Unknown],
         };
+    }
+    if left
+        .get("ct")
+        .and_then(|c| c.get("key"))
+        .and_then(Value::as_str)
+        == Some("state")
+    {
+        // A list of states is a plain array in nft's JSON (`["established", "related"]`).
+        let names = match right {
+            Value::Array(list) => list.iter().map(|e| e.as_str().map(str::to_owned)).collect(),
+            other => strings(other),
+        };
+        let states = names.and_then(|names| CtStates::parse(names.iter().map(String::as_str)));
+        return vec![match states {
+            Some(states) => Cond::CtState { states, negate },
+            None => Cond::Unknown,
+        }];
     }
     if let Some(payload) = left.get("payload") {
         let s = |k: &str| payload.get(k).and_then(Value::as_str).unwrap_or_default();

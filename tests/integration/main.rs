@@ -37,6 +37,8 @@ mod docker;
 mod firewall;
 // Published ports from a veth "NIC" straight into containers (`dxdp expose`).
 mod ingress;
+// Containers' outbound connections straight to a veth "NIC" (`dxdp egress`).
+mod egress;
 // The same cases through Docker's path and dxdp's, and what each observer saw compared.
 mod differential;
 // The control plane at fleet scale (a private dockerd with up to 200 containers, 500 in the soak).

@@ -294,6 +294,9 @@ mod pod {
 }
 
 pub mod ct;
+/// Outbound connections of containers straight to the NIC, conntrack the only NAT table
+/// (issue 36, docs/egress.md).
+pub mod egress;
 pub mod ingress;
 pub mod sock;
 pub mod stack;

@@ -22,63 +22,24 @@
 
 use aya_ebpf::{
     Global,
-    bindings::{__sk_buff, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC},
+    bindings::{BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::{classifier, map},
     maps::HashMap,
     programs::TcContext,
 };
 use dxdp_common::ct::{CtProbeKey, CtProbeValue, DEFAULT_MAX_TUPLES};
 
+// Shared with the egress object, which uses the directions the lab does not read.
+#[allow(dead_code)]
+mod conntrack;
+
+use conntrack::{CtOpts, ENOENT, SockTupleV4, bpf_ct_change_timeout, bpf_ct_release, field};
+
 const ETH_HLEN: usize = 14;
 const ETH_P_IP: u16 = 0x0800;
 const IPV4_HLEN: usize = 20;
 const PROTO_TCP: u8 = 6;
 const PROTO_UDP: u8 = 17;
-/// `BPF_F_CURRENT_NETNS`: the lookup uses the namespace of the skb's device.
-const CURRENT_NETNS: i32 = -1;
-const ENOENT: i32 = 2;
-
-/// `struct bpf_sock_tuple`'s IPv4 member: addresses and ports in network order.
-#[repr(C)]
-struct SockTupleV4 {
-    saddr: u32,
-    daddr: u32,
-    sport: u16,
-    dport: u16,
-}
-
-/// `struct bpf_ct_opts` as Linux 6.18 has it (16 bytes; `NF_BPF_CT_OPTS_SZ`). Linux 6.1 to 6.x
-/// before the zone fields took 12 bytes; the kernel checks `opts__sz` against its own size.
-#[repr(C)]
-struct CtOpts {
-    netns_id: i32,
-    error: i32,
-    l4proto: u8,
-    dir: u8,
-    ct_zone_id: u16,
-    ct_zone_dir: u8,
-    reserved: [u8; 3],
-}
-
-/// `struct nf_conn`, only ever behind a pointer the kfuncs hand out.
-#[repr(C)]
-struct NfConn {
-    _opaque: [u8; 0],
-}
-
-// The kfuncs, as net/netfilter/nf_conntrack_bpf.c defines them. Their BTF ids are the running
-// kernel's: the loader writes them into the calls (docs/kfuncs.md).
-unsafe extern "C" {
-    fn bpf_skb_ct_lookup(
-        skb: *mut __sk_buff,
-        tuple: *mut SockTupleV4,
-        tuple_size: u32,
-        opts: *mut CtOpts,
-        opts_size: u32,
-    ) -> *mut NfConn;
-    fn bpf_ct_release(ct: *mut NfConn);
-    fn bpf_ct_change_timeout(ct: *mut NfConn, timeout_ms: u32) -> i32;
-}
 
 #[map(name = "DXDP_CT_SEEN")]
 static SEEN: HashMap<CtProbeKey, CtProbeValue> = HashMap::with_max_entries(DEFAULT_MAX_TUPLES, 0);
@@ -149,26 +110,8 @@ fn probe(ctx: &TcContext, key: CtProbeKey) -> i32 {
         sport: key.sport,
         dport: key.dport,
     };
-    let mut opts = CtOpts {
-        netns_id: CURRENT_NETNS,
-        error: 0,
-        l4proto: key.proto,
-        dir: 0,
-        ct_zone_id: 0,
-        ct_zone_dir: 0,
-        reserved: [0; 3],
-    };
-    // SAFETY: a kfunc call on this program's own context with a tuple and options on this stack,
-    // their sizes as declared; the verifier checks the arguments against the kfunc's BTF.
-    let ct = unsafe {
-        bpf_skb_ct_lookup(
-            ctx.skb.skb,
-            &mut tuple,
-            core::mem::size_of::<SockTupleV4>() as u32,
-            &mut opts,
-            core::mem::size_of::<CtOpts>() as u32,
-        )
-    };
+    let mut opts = CtOpts::new(key.proto);
+    let ct = conntrack::lookup(ctx.skb.skb, &mut tuple, &mut opts);
     if SEEN.get_ptr_mut(key).is_none() {
         // A lost race with another CPU inserting the same key is fine: the insert then fails.
         let _ = SEEN.insert(key, CtProbeValue::default(), BPF_NOEXIST.into());
@@ -220,19 +163,6 @@ fn probe(ctx: &TcContext, key: CtProbeKey) -> i32 {
     // SAFETY: `ct` came from the lookup above and is released exactly once.
     unsafe { bpf_ct_release(ct) };
     verdict
-}
-
-/// The `T` at byte `offset` of `ct`, or `None` when the loader left the offset at 0.
-///
-/// # Safety
-/// `ct` is a live entry from `bpf_skb_ct_lookup`, `offset` a field of `T`'s size in it.
-#[inline(always)]
-unsafe fn field<T: Copy>(ct: *mut NfConn, offset: u32) -> Option<T> {
-    if offset == 0 {
-        return None;
-    }
-    // SAFETY: the caller's; the verifier checks the load against `struct nf_conn`'s BTF.
-    Some(unsafe { core::ptr::read((ct as *const u8).add(offset as usize) as *const T) })
 }
 
 dxdp_ebpf::object_boilerplate!();

@@ -1,5 +1,6 @@
 //! The pinned maps, which userspace owns the contents of (the programs only read them and
 //! count), and one scratch map of the programs' own.
+use crate::checksum::Scratch;
 use aya_ebpf::{
     macros::map,
     maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray},
@@ -100,12 +101,3 @@ pub static ICMP_ERRORS: ProgramArray = ProgramArray::pinned(ICMP_ERROR_PROGRAMS,
 /// within one invocation. Not pinned: nothing outlives the invocation.
 #[map(name = "DXDP_SCRATCH")]
 pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
-
-/// What `SCRATCH` holds.
-#[repr(C)]
-pub struct Scratch {
-    /// Bytes of a packet being summed.
-    pub(crate) words: [u32; 16],
-    /// An IPv6 pseudo-header (an IPv4 one uses the first three words).
-    pub(crate) pseudo: [u32; 10],
-}

@@ -2,7 +2,7 @@
 //! `dxdp_reply` on the exposed containers' veths, each pinned through a TCX link.
 use std::{collections::BTreeSet, path::PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use aya::{Ebpf, programs::SchedClassifier};
 use dxdp_common::ingress::{PortKey, PortTarget, names};
 
@@ -70,27 +70,7 @@ impl<'p> PortPrograms<'p> {
             Role::Ingress => &mut self.ingress,
             Role::Reply => &mut self.reply,
         };
-        let id = prog.info()?.id();
-        let attached =
-            || -> Result<bool> { Ok(attach::tcx_ingress(ifname)?.iter().any(|p| p.id() == id)) };
-        if attached()? {
-            if path.exists() {
-                return Ok(false);
-            }
-            if !attach::wait_released(attached)? {
-                bail!(
-                    "{ifname}: dxdp's {} is attached without its pin {}; another process \
-                     holds that attachment",
-                    role.program(),
-                    path.display()
-                );
-            }
-        }
-        let link = attach::attach_tcx_last(prog, ifname)
-            .with_context(|| format!("cannot attach {} to {ifname}", role.program()))?;
-        link.pin(&path)
-            .with_context(|| format!("cannot pin {}", path.display()))?;
-        Ok(true)
+        attach::attach_pinned(prog, role.program(), &path, ifname)
     }
 }
 

@@ -1,0 +1,138 @@
+//! What the egress programs (`dxdp egress on`) and userspace share: the names of the object's
+//! maps, programs and load-time constants, and the two map layouts.
+//!
+//! No connection is recorded here: conntrack holds every one, and its entries' reply tuples the
+//! source NAT the programs apply. The maps only say which containers take the fast path.
+
+pub mod names {
+    /// Enabled containers by host veth ifindex ([`super::EgressVeth`], per CPU for counters).
+    pub const VETHS: &str = "DXDP_EGRESS_VETHS";
+    /// Enabled containers' IPv4 addresses (network order, as read from a packet) to their host
+    /// veth's ifindex: how a reply arriving on the NIC finds its container.
+    pub const ADDRS: &str = "DXDP_EGRESS_ADDRS";
+    /// Live host veths of enabled containers (a devmap: the kernel removes a veth that goes).
+    pub const LIVE: &str = "DXDP_EGRESS_LIVE";
+    /// Who enabled each veth ([`super::EgressOwner`]).
+    pub const OWNERS: &str = "DXDP_EGRESS_OWNERS";
+    /// TCX ingress on an enabled container's host veth: its packets out of the NIC.
+    pub const OUT_PROGRAM: &str = "dxdp_egress";
+    /// TCX ingress on the NIC: the replies into the container.
+    pub const BACK_PROGRAM: &str = "dxdp_egress_back";
+
+    /// Load-time constants (`.rodata`): offsets in the running kernel's `struct nf_conn`.
+    pub const OFF_STATUS: &str = "DXDP_EGRESS_OFF_STATUS";
+    pub const OFF_TIMEOUT: &str = "DXDP_EGRESS_OFF_TIMEOUT";
+    /// `proto.tcp.state`: conntrack's TCP state (a `u8`).
+    pub const OFF_TCP_STATE: &str = "DXDP_EGRESS_OFF_TCP_STATE";
+    /// `tuplehash[IP_CT_DIR_ORIGINAL].tuple.src`: the container's address and port.
+    pub const OFF_ORIG_SRC_IP: &str = "DXDP_EGRESS_OFF_ORIG_SRC_IP";
+    pub const OFF_ORIG_SRC_PORT: &str = "DXDP_EGRESS_OFF_ORIG_SRC_PORT";
+    /// `tuplehash[IP_CT_DIR_REPLY].tuple.dst`: the masqueraded address and port.
+    pub const OFF_REPLY_DST_IP: &str = "DXDP_EGRESS_OFF_REPLY_DST_IP";
+    pub const OFF_REPLY_DST_PORT: &str = "DXDP_EGRESS_OFF_REPLY_DST_PORT";
+    /// The timeouts conntrack itself gives an entry on each packet, in milliseconds, and the
+    /// kernel's tick rate, which `nf_conn.timeout` counts in.
+    pub const TCP_ESTABLISHED_MS: &str = "DXDP_EGRESS_TCP_ESTABLISHED_MS";
+    pub const TCP_CLOSING_MS: &str = "DXDP_EGRESS_TCP_CLOSING_MS";
+    pub const TCP_RESET_MS: &str = "DXDP_EGRESS_TCP_RESET_MS";
+    pub const UDP_MS: &str = "DXDP_EGRESS_UDP_MS";
+    pub const UDP_STREAM_MS: &str = "DXDP_EGRESS_UDP_STREAM_MS";
+    pub const HZ: &str = "DXDP_EGRESS_HZ";
+}
+
+pub const DEFAULT_MAX_EGRESS: u32 = 1024;
+
+/// An enabled container's host veth: where its packets leave, what its frames carry, and what
+/// the fast path carried (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EgressVeth {
+    /// The NIC its connections leave by, and the bridge its veth is a port of (the device the
+    /// host routes its packets from).
+    pub nic_ifindex: u32,
+    pub bridge_ifindex: u32,
+    /// The container's IPv4 address (network order, as a packet holds it).
+    pub addr: u32,
+    pub _pad: u32,
+    /// The container's MAC, and the bridge's (the gateway its routed frames go to).
+    pub mac: [u8; 6],
+    pub gateway_mac: [u8; 6],
+    pub _pad2: u32,
+    /// Out of the NIC, and replies into the container.
+    pub out_packets: u64,
+    pub out_bytes: u64,
+    pub in_packets: u64,
+    pub in_bytes: u64,
+    /// TCP and UDP packets from the container left to Docker's path (a connection's first
+    /// packets, conntrack not finding one, a route elsewhere…).
+    pub passed_packets: u64,
+}
+
+/// Who enabled a veth and when: userspace's bookkeeping, beside the datapath.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EgressOwner {
+    pub created_unix_secs: u64,
+    /// The container's name, NUL-padded UTF-8.
+    pub name: [u8; crate::NAME_LEN],
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<EgressVeth>() == 72);
+    assert!(core::mem::size_of::<EgressOwner>() == 8 + crate::NAME_LEN);
+};
+
+/// `IPS_*` bits of `nf_conn.status` (include/uapi/linux/netfilter/nf_conntrack_common.h).
+pub mod status {
+    pub const EXPECTED: u32 = 1 << 0;
+    pub const SEEN_REPLY: u32 = 1 << 1;
+    pub const ASSURED: u32 = 1 << 2;
+    pub const CONFIRMED: u32 = 1 << 3;
+    pub const DST_NAT: u32 = 1 << 5;
+    pub const SEQ_ADJUST: u32 = 1 << 6;
+    pub const DYING: u32 = 1 << 9;
+    pub const TEMPLATE: u32 = 1 << 11;
+    pub const UNTRACKED: u32 = 1 << 12;
+    pub const HELPER: u32 = 1 << 13;
+    pub const OFFLOAD: u32 = 1 << 14;
+    pub const HW_OFFLOAD: u32 = 1 << 15;
+    /// What the fast path needs set: a reply seen, the entry in the table.
+    pub const NEEDED: u32 = SEEN_REPLY | CONFIRMED;
+    /// What keeps a connection on Docker's path: a destination NAT (a published port's, or a
+    /// rule's), a helper or expectation (they read the payload), sequence adjustment, an entry
+    /// going away, or one a flowtable owns.
+    pub const REFUSED: u32 = EXPECTED
+        | DST_NAT
+        | SEQ_ADJUST
+        | DYING
+        | TEMPLATE
+        | UNTRACKED
+        | HELPER
+        | OFFLOAD
+        | HW_OFFLOAD;
+
+    /// Whether an entry of this status may take the fast path.
+    pub const fn carried(status: u32) -> bool {
+        status & NEEDED == NEEDED && status & REFUSED == 0
+    }
+}
+
+/// `TCP_CONNTRACK_ESTABLISHED` of `enum tcp_conntrack`.
+pub const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
+
+/// When a carried packet sets its entry's timeout: conntrack would have set it to `full_ms`
+/// on this packet; the fast path sets it only once less than seven eighths of it are left, so
+/// an entry is written about once per eighth of its timeout, and expires between seven eighths
+/// and all of its timeout after the connection's last packet. An entry left with `closing_ms`
+/// or less (a FIN or RST the fast path carried set it so) is never lengthened again.
+/// `remaining_ms` is what the entry has left.
+pub const fn refresh_due(remaining_ms: u64, full_ms: u64, closing_ms: u64) -> bool {
+    remaining_ms > closing_ms && remaining_ms < full_ms - full_ms / 8
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::EgressVeth {}
+    unsafe impl aya::Pod for super::EgressOwner {}
+}

@@ -1,0 +1,509 @@
+//! Outbound connections of containers straight to the NIC, conntrack the only NAT table
+//! (issue 36, docs/egress.md). An object of its own (`dxdp-egress`): its kfunc calls need the
+//! loader's resolution (`dxdp::datapath::kfunc`), which the datapath's object must not depend on.
+//!
+//! - `dxdp_egress` (TCX ingress on an enabled container's host veth): an IPv4 TCP or UDP packet
+//!   routed to the gateway, of a connection conntrack holds as established and answered (its
+//!   first packets took Docker's path, so FORWARD, MASQUERADE and conntrack decided and
+//!   recorded), gets the source its conntrack entry's reply tuple names (the masqueraded
+//!   address and port), a decremented TTL, and leaves by `bpf_redirect_neigh` out of the NIC
+//!   the host routes it to.
+//! - `dxdp_egress_back` (TCX ingress on the NIC, after `dxdp_ingress` if ports are exposed
+//!   there): a reply of such a connection gets the container's address and port back (the
+//!   entry's original source), a decremented TTL, the container's MAC, and
+//!   `bpf_redirect_peer` into its namespace.
+//!
+//! Nothing is allocated and no connection is recorded: a packet conntrack has no entry for, or
+//! one whose entry is not carried (`dxdp_common::egress::status::carried`, TCP not
+//! ESTABLISHED), takes Docker's path unchanged. Packets past conntrack do not refresh their
+//! entry: the programs set its timeout (`bpf_ct_change_timeout`) when it runs low, and cut it
+//! short on a FIN or RST they carry, since conntrack, whose windows the carried packets left
+//! behind, would take the teardown for out of window and leave it untranslated.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+
+mod checksum;
+// Shared with the ct lab; this object calls every kfunc it declares.
+#[allow(dead_code)]
+mod conntrack;
+// Shared with the datapath's object, which uses more of it.
+#[allow(dead_code, unused_imports)]
+mod headers;
+mod rewrite;
+
+/// What `checksum` and `rewrite` take from the datapath's `maps`: this object's own scratch.
+mod maps {
+    use aya_ebpf::{macros::map, maps::PerCpuArray};
+
+    use crate::checksum::Scratch;
+
+    /// Each CPU's buffers of a checksum, used within one invocation; not pinned.
+    #[map(name = "DXDP_EGRESS_SCRATCH")]
+    pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+}
+
+use aya_ebpf::{
+    Global,
+    bindings::{BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
+    helpers::generated::{
+        bpf_fib_lookup as fib_lookup, bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer,
+    },
+    macros::{classifier, map},
+    maps::{DevMapHash, HashMap, PerCpuHashMap},
+    programs::TcContext,
+};
+use dxdp_common::egress::{
+    DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
+};
+
+use conntrack::{
+    CtOpts, DIR_ORIGINAL, DIR_REPLY, NfConn, SockTupleV4, bpf_ct_change_timeout, bpf_ct_release,
+    field,
+};
+use headers::{
+    ETH_HLEN, ETH_P_IP, IPV4_HLEN, PACKET_HOST, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFF, TCP_FLAGS_OFF,
+    UDP_CSUM_OFF, ethertype, fits_mtu, ipv4_header_valid, v4_mapped,
+};
+use rewrite::Sums;
+
+const TCP_FIN: u8 = 0x01;
+const TCP_SYN: u8 = 0x02;
+const TCP_RST: u8 = 0x04;
+const AF_INET: u8 = 2;
+/// Ports, and UDP's length and checksum: what is read of layer 4 first.
+const L4_READ: usize = 8;
+
+#[map(name = "DXDP_EGRESS_VETHS")]
+static VETHS: PerCpuHashMap<u32, EgressVeth> = PerCpuHashMap::pinned(DEFAULT_MAX_EGRESS, 0);
+
+#[map(name = "DXDP_EGRESS_ADDRS")]
+static ADDRS: HashMap<u32, u32> = HashMap::pinned(DEFAULT_MAX_EGRESS, 0);
+
+#[map(name = "DXDP_EGRESS_LIVE")]
+static LIVE: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_EGRESS, 0);
+
+/// Userspace's only (who enabled a veth, when): declared here so that the object creates it.
+#[map(name = "DXDP_EGRESS_OWNERS")]
+static OWNERS: HashMap<u32, EgressOwner> = HashMap::pinned(DEFAULT_MAX_EGRESS, 0);
+
+// Offsets in the running kernel's `struct nf_conn` and conntrack's timeouts, set by the loader
+// (`dxdp::datapath::egress`). Frozen `.rodata`: the verifier sees constants, as a load from a
+// PTR_TO_BTF_ID needs. An offset of 0 leaves the field unread, and the packet to the stack.
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_STATUS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_TIMEOUT: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_TCP_STATE: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_ORIG_SRC_IP: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_ORIG_SRC_PORT: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_REPLY_DST_IP: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_REPLY_DST_PORT: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_TCP_ESTABLISHED_MS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_TCP_CLOSING_MS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_TCP_RESET_MS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_UDP_MS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_UDP_STREAM_MS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_HZ: Global<u32> = Global::new(0);
+
+/// An IPv4 TCP or UDP packet without options or fragmentation.
+struct Packet {
+    proto: u8,
+    ttl: u8,
+    /// TCP's flags (0 for UDP).
+    flags: u8,
+    /// Addresses as the packet holds them.
+    src: [u8; 4],
+    dst: [u8; 4],
+    /// Ports in host order.
+    sport: u16,
+    dport: u16,
+    /// The IP header is one `ip_rcv` takes (checksum, lengths).
+    well_formed: bool,
+    /// The layer-4 message's length by the IP header.
+    l4_len: usize,
+}
+
+impl Packet {
+    fn l4_csum(&self) -> usize {
+        ETH_HLEN
+            + IPV4_HLEN
+            + if self.proto == PROTO_TCP {
+                TCP_CSUM_OFF
+            } else {
+                UDP_CSUM_OFF
+            }
+    }
+
+    fn sums(&self) -> Sums {
+        Sums {
+            v6: false,
+            l3: ETH_HLEN,
+            l4_csum: Some(self.l4_csum()),
+            proto: self.proto,
+        }
+    }
+
+    /// The tuple conntrack is asked for: the packet's own, in network order.
+    fn tuple(&self) -> SockTupleV4 {
+        SockTupleV4 {
+            saddr: u32::from_ne_bytes(self.src),
+            daddr: u32::from_ne_bytes(self.dst),
+            sport: self.sport.to_be(),
+            dport: self.dport.to_be(),
+        }
+    }
+}
+
+/// TCX ingress on an enabled container's host veth: its packets of carried connections leave
+/// through the NIC, masqueraded as conntrack says.
+#[classifier]
+pub fn dxdp_egress(ctx: TcContext) -> i32 {
+    out(&ctx).unwrap_or(TC_ACT_UNSPEC)
+}
+
+/// TCX ingress on a NIC: replies of carried connections go straight into their container.
+#[classifier]
+pub fn dxdp_egress_back(ctx: TcContext) -> i32 {
+    back(&ctx).unwrap_or(TC_ACT_UNSPEC)
+}
+
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<Packet> {
+    let end = ctx.data_end();
+    let (ethertype, l3) = ethertype(ctx)?;
+    if ethertype != ETH_P_IP || l3 + IPV4_HLEN + L4_READ > end {
+        return None;
+    }
+    // SAFETY: bounds-checked above.
+    let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN + L4_READ]) };
+    // Version 4, no options; not a fragment (no offset, no more-fragments bit).
+    if ip[0] != 0x45 || (ip[6] & 0x3f) != 0 || ip[7] != 0 {
+        return None;
+    }
+    let proto = ip[9];
+    let flags = match proto {
+        PROTO_TCP => {
+            let at = l3 + IPV4_HLEN + TCP_FLAGS_OFF;
+            if at + 1 > end {
+                return None;
+            }
+            // SAFETY: bounds-checked just above.
+            unsafe { *(at as *const u8) }
+        }
+        PROTO_UDP => 0,
+        _ => return None,
+    };
+    let mut header = [0u8; IPV4_HLEN];
+    header.copy_from_slice(&ip[..IPV4_HLEN]);
+    let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    let l4 = &ip[IPV4_HLEN..];
+    Some(Packet {
+        proto,
+        ttl: ip[8],
+        flags,
+        src: [ip[12], ip[13], ip[14], ip[15]],
+        dst: [ip[16], ip[17], ip[18], ip[19]],
+        sport: u16::from_be_bytes([l4[0], l4[1]]),
+        dport: u16::from_be_bytes([l4[2], l4[3]]),
+        well_formed: ipv4_header_valid(&header, l3_len),
+        l4_len: total.saturating_sub(IPV4_HLEN),
+    })
+}
+
+/// What a carried packet's conntrack entry says: the other end of the translation.
+struct Carried {
+    addr: [u8; 4],
+    port: u16,
+}
+
+/// Looks the packet up; `Some` (the entry's other end: the reply tuple's destination for a
+/// packet of the original direction, the original source for a reply, and what `ours` made
+/// of it) if conntrack holds its connection as one the fast path carries, seen in direction
+/// `dir`, and `ours` takes it (a reply's container is enabled through this NIC). Only then is
+/// the entry's timeout set as conntrack would have, or cut short by a FIN or RST: the entries
+/// of connections the fast path does not carry are conntrack's alone.
+#[inline(always)]
+fn conntrack_says<T>(
+    ctx: &TcContext,
+    packet: &Packet,
+    dir: u8,
+    ours: impl FnOnce(&Carried) -> Option<T>,
+) -> Option<(Carried, T)> {
+    let mut tuple = packet.tuple();
+    let mut opts = CtOpts::new(packet.proto);
+    let ct = conntrack::lookup(ctx.skb.skb, &mut tuple, &mut opts);
+    if ct.is_null() {
+        return None;
+    }
+    // SAFETY: `ct` is the referenced entry from the lookup, released below exactly once.
+    let judged = unsafe { judge(ct, packet, opts.dir == dir, dir) };
+    let taken = judged.and_then(|(carried, state, timeout)| {
+        let mine = ours(&carried)?;
+        // SAFETY: as above.
+        unsafe { keep_alive(ct, packet, state, timeout) };
+        Some((carried, mine))
+    });
+    // SAFETY: as above.
+    unsafe { bpf_ct_release(ct) };
+    taken
+}
+
+/// [`conntrack_says`] on the entry `ct`, found in the wanted direction if `matched`: the other
+/// end, and the entry's status and timeout for [`keep_alive`].
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn judge(
+    ct: *mut NfConn,
+    packet: &Packet,
+    matched: bool,
+    dir: u8,
+) -> Option<(Carried, u32, u32)> {
+    if !matched {
+        return None;
+    }
+    // SAFETY: the caller's; each field is read at its offset in the running kernel's BTF.
+    unsafe {
+        let state = field::<u32>(ct, DXDP_EGRESS_OFF_STATUS.load())?;
+        if !status::carried(state) {
+            return None;
+        }
+        let tcp = packet.proto == PROTO_TCP;
+        if tcp && field::<u8>(ct, DXDP_EGRESS_OFF_TCP_STATE.load())? != TCP_CONNTRACK_ESTABLISHED {
+            return None;
+        }
+        let (ip_at, port_at) = if dir == DIR_ORIGINAL {
+            (
+                DXDP_EGRESS_OFF_REPLY_DST_IP.load(),
+                DXDP_EGRESS_OFF_REPLY_DST_PORT.load(),
+            )
+        } else {
+            (
+                DXDP_EGRESS_OFF_ORIG_SRC_IP.load(),
+                DXDP_EGRESS_OFF_ORIG_SRC_PORT.load(),
+            )
+        };
+        let addr = field::<u32>(ct, ip_at)?.to_ne_bytes();
+        let port = u16::from_be(field::<u16>(ct, port_at)?);
+        let timeout = field::<u32>(ct, DXDP_EGRESS_OFF_TIMEOUT.load())?;
+        Some((Carried { addr, port }, state, timeout))
+    }
+}
+
+/// Sets the entry's timeout where conntrack, had it seen the packet, would have given it more
+/// than it has (see `refresh_due`), or ends it soon after a carried FIN or RST.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32) {
+    let hz = DXDP_EGRESS_HZ.load() as u64;
+    if hz == 0 {
+        return;
+    }
+    // `nf_conn.timeout` is the 32-bit jiffy at which the entry expires.
+    // SAFETY: a plain helper call.
+    let now = unsafe { bpf_jiffies64() } as u32;
+    let remaining_ms = (timeout.wrapping_sub(now) as i32).max(0) as u64 * 1000 / hz;
+    let closing_ms = DXDP_EGRESS_TCP_CLOSING_MS.load();
+    let set_ms = if packet.proto == PROTO_TCP {
+        if packet.flags & TCP_RST != 0 {
+            Some(DXDP_EGRESS_TCP_RESET_MS.load())
+        } else if packet.flags & TCP_FIN != 0 {
+            Some(closing_ms).filter(|&ms| (ms as u64) < remaining_ms)
+        } else {
+            let full = DXDP_EGRESS_TCP_ESTABLISHED_MS.load();
+            Some(full).filter(|&ms| refresh_due(remaining_ms, ms as u64, closing_ms as u64))
+        }
+    } else {
+        // conntrack gives a UDP flow it has seen both ways and assured the stream's timeout.
+        let full = if state & status::ASSURED != 0 {
+            DXDP_EGRESS_UDP_STREAM_MS.load()
+        } else {
+            DXDP_EGRESS_UDP_MS.load()
+        };
+        Some(full).filter(|&ms| refresh_due(remaining_ms, ms as u64, 0))
+    };
+    if let Some(ms) = set_ms
+        && ms != 0
+    {
+        // SAFETY: the caller's `ct`, referenced; a failure leaves the timeout as it was.
+        let _ = unsafe { bpf_ct_change_timeout(ct, ms) };
+    }
+}
+
+/// The container's packet out of the NIC; `None` for one that takes Docker's path.
+#[inline(always)]
+fn out(ctx: &TcContext) -> Option<i32> {
+    // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
+    let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    let veth = VETHS.get_ptr_mut(veth_ifindex)?;
+    // SAFETY: this CPU's copy of the value, valid for this invocation.
+    let veth = unsafe { &mut *veth };
+    let packet = parse(ctx)?;
+    let carried = routed_out(ctx, veth, &packet)
+        .then(|| conntrack_says(ctx, &packet, DIR_ORIGINAL, |_| Some(())))
+        .flatten();
+    let Some((carried, ())) = carried else {
+        veth.passed_packets += 1;
+        return None;
+    };
+    let translated = translate(ctx, &packet, Side::Source, &carried);
+    if translated.is_err() {
+        // Half rewritten (the helpers fail only on memory pressure): not for the stack either.
+        return Some(TC_ACT_SHOT);
+    }
+    veth.out_packets += 1;
+    veth.out_bytes += ctx.len() as u64;
+    // SAFETY: a plain helper call; a null neighbour means "look the next hop up in the FIB".
+    Some(unsafe { bpf_redirect_neigh(veth.nic_ifindex, core::ptr::null_mut(), 0, 0) } as i32)
+}
+
+/// Whether the host would route the container's `packet` out of its NIC as it is: sent from
+/// the container's own address to the gateway's MAC, not a connection's first packet (SYN),
+/// a TTL that survives forwarding, and a route from the bridge through the NIC that the packet
+/// (each segment of it) fits.
+#[inline(always)]
+fn routed_out(ctx: &TcContext, veth: &EgressVeth, packet: &Packet) -> bool {
+    if packet.ttl <= 1
+        || packet.flags & TCP_SYN != 0
+        || u32::from_ne_bytes(packet.src) != veth.addr
+        || ctx.load::<[u8; 6]>(0).ok() != Some(veth.gateway_mac)
+    {
+        return false;
+    }
+    // SAFETY: plain data; every field the lookup reads is set below or zero.
+    let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
+    params.family = AF_INET;
+    params.l4_protocol = packet.proto;
+    params.sport = packet.sport.to_be();
+    params.dport = packet.dport.to_be();
+    params.ifindex = veth.bridge_ifindex;
+    params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(packet.src);
+    params.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes(packet.dst);
+    // SAFETY: the helper reads and writes `params`, which lives on this stack frame.
+    let rc = unsafe {
+        fib_lookup(
+            ctx.skb.skb as *mut _,
+            &mut params,
+            core::mem::size_of::<bpf_fib_lookup>() as i32,
+            BPF_FIB_LOOKUP_SKIP_NEIGH,
+        )
+    };
+    rc == 0 && params.ifindex == veth.nic_ifindex && fits_mtu(ctx, veth.nic_ifindex)
+}
+
+/// A reply arriving on the NIC into its container; `None` for one that takes Docker's path.
+#[inline(always)]
+fn back(ctx: &TcContext) -> Option<i32> {
+    // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
+    let (nic_ifindex, pkt_type, vlan_present) = unsafe {
+        let skb = ctx.skb.skb;
+        ((*skb).ifindex, (*skb).pkt_type, (*skb).vlan_present)
+    };
+    // Only what the host routes: to its own MAC, untagged, an IP header `ip_rcv` takes, a TTL
+    // that survives forwarding, and no SYN (a new connection's, not a reply's).
+    if pkt_type != PACKET_HOST || vlan_present != 0 {
+        return None;
+    }
+    let packet = parse(ctx)?;
+    if !packet.well_formed || packet.ttl <= 1 || packet.flags & TCP_SYN != 0 {
+        return None;
+    }
+    // The container is enabled through this NIC and alive, and conntrack would take the
+    // checksum (on Docker's path a reply it finds invalid never reaches the container).
+    let message = checksum::Message {
+        v6: false,
+        proto: packet.proto,
+        src: v4_mapped(&packet.src),
+        dst: v4_mapped(&packet.dst),
+        at: ETH_HLEN + IPV4_HLEN,
+        len: packet.l4_len,
+        checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,
+    };
+    let enabled = |carried: &Carried| {
+        // SAFETY: a map value, copied out at once.
+        let veth_ifindex = *unsafe { ADDRS.get(u32::from_ne_bytes(carried.addr)) }?;
+        // SAFETY: this CPU's copy of the value, read at once.
+        let veth_nic = unsafe { (*VETHS.get_ptr_mut(veth_ifindex)?).nic_ifindex };
+        (veth_nic == nic_ifindex
+            && LIVE.get(veth_ifindex).is_some()
+            && checksum::taken(ctx, &message))
+        .then_some(veth_ifindex)
+    };
+    let (carried, veth_ifindex) = conntrack_says(ctx, &packet, DIR_REPLY, enabled)?;
+    let veth = VETHS.get_ptr_mut(veth_ifindex)?;
+    // SAFETY: this CPU's copy of the value, valid for this invocation.
+    let veth = unsafe { &mut *veth };
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&veth.mac);
+    macs[6..].copy_from_slice(&veth.gateway_mac);
+    let translated =
+        translate(ctx, &packet, Side::Destination, &carried).and_then(|()| ctx.store(0, &macs, 0));
+    if translated.is_err() {
+        return Some(TC_ACT_SHOT);
+    }
+    veth.in_packets += 1;
+    veth.in_bytes += ctx.len() as u64;
+    // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
+    Some(unsafe { bpf_redirect_peer(veth_ifindex, 0) } as i32)
+}
+
+/// Which end of a packet a translation rewrites.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Source,
+    Destination,
+}
+
+/// Rewrites `side` of the packet to `carried`'s address and port, with every checksum that
+/// covers them, and takes one hop off its TTL.
+#[inline(always)]
+fn translate(ctx: &TcContext, packet: &Packet, side: Side, carried: &Carried) -> Result<(), i64> {
+    let sums = packet.sums();
+    let (addr_at, port_at, old_addr, old_port) = match side {
+        Side::Source => (12, 0, &packet.src, packet.sport),
+        Side::Destination => (16, 2, &packet.dst, packet.dport),
+    };
+    rewrite::address(
+        ctx,
+        sums,
+        ETH_HLEN + addr_at,
+        &v4_mapped(old_addr),
+        &v4_mapped(&carried.addr),
+    )?;
+    rewrite::port(
+        ctx,
+        sums,
+        packet.l4_csum(),
+        ETH_HLEN + IPV4_HLEN + port_at,
+        old_port,
+        carried.port,
+    )?;
+    decrement_ttl(ctx, packet)
+}
+
+/// One hop less, as the host's forwarding would leave it, with the IP header's checksum.
+#[inline(always)]
+fn decrement_ttl(ctx: &TcContext, packet: &Packet) -> Result<(), i64> {
+    let ttl_at = ETH_HLEN + 8;
+    let old = u16::from_ne_bytes([packet.ttl, packet.proto]) as u64;
+    let new = u16::from_ne_bytes([packet.ttl - 1, packet.proto]) as u64;
+    ctx.l3_csum_replace(ETH_HLEN + 10, old, new, 2)?;
+    ctx.store(ttl_at, &(packet.ttl - 1), 0)
+}
+
+dxdp_ebpf::object_boilerplate!();

@@ -1,0 +1,425 @@
+//! Outbound connections of containers straight to the NIC (issue 36, docs/egress.md): the
+//! egress object (`dxdp-egress`), its pinned maps `DXDP_EGRESS_VETHS`, `DXDP_EGRESS_ADDRS`,
+//! `DXDP_EGRESS_LIVE` and `DXDP_EGRESS_OWNERS`, and the attachments of its two programs:
+//! `dxdp_egress` on each enabled container's host veth (`links/egress-IFINDEX`),
+//! `dxdp_egress_back` on each NIC one leaves by (`links/egress-back-IFINDEX`).
+//!
+//! The object calls conntrack's kfuncs, which aya 0.14 loads only after `super::kfunc` resolved
+//! them; where the running kernel cannot give them (no BTF, conntrack a module), enabling is
+//! refused ([`EgressUnavailable`]) and nothing is made.
+use std::{
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context, Result};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap, Map, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+    util::nr_cpus,
+};
+use dxdp_common::{
+    MacAddr,
+    egress::{EgressOwner, EgressVeth, names},
+};
+
+use super::{
+    Datapath, Traffic, attach, btf_layout, kfunc, pins,
+    record::{fixed_name, now_unix_secs, unfixed_name},
+    state::{absent_is_none, ignore_absent, missing},
+};
+use crate::endpoint::Endpoint;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/dxdp-egress"));
+
+/// What `dxdp egress on` makes for one container.
+#[derive(Clone, Debug)]
+pub struct EgressPlan {
+    pub container: String,
+    pub endpoint: Endpoint,
+    /// The container's IPv4 address on its bridge network.
+    pub addr: Ipv4Addr,
+    /// The bridge's MAC: the gateway the container's routed frames are addressed to.
+    pub gateway_mac: MacAddr,
+    pub nic_ifindex: u32,
+    pub nic: String,
+}
+
+/// A container whose outbound connections take the fast path, as the pinned state records it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EgressRecord {
+    pub container: String,
+    pub veth_ifindex: u32,
+    pub nic_ifindex: u32,
+    pub addr: Ipv4Addr,
+    pub created_unix_secs: u64,
+    /// Out of the NIC, and replies into the container.
+    pub outbound: Traffic,
+    pub inbound: Traffic,
+    /// Packets from the container left to Docker's path.
+    pub passed_packets: u64,
+}
+
+/// The kernel cannot run the egress programs: nothing was changed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the egress fast path needs conntrack's kfuncs from the kernel's own BTF, and this kernel \
+     cannot give them: {reason}; outbound connections stay on Docker's path (docs/egress.md, \
+     Limits)"
+)]
+pub struct EgressUnavailable {
+    pub reason: String,
+}
+
+/// The object's load-time constants, by name.
+type Globals = Vec<(&'static str, u32)>;
+
+/// `struct nf_conn` offsets and conntrack's timeouts: the object's load-time constants.
+fn globals() -> Result<Globals, EgressUnavailable> {
+    let unavailable = |reason: String| EgressUnavailable { reason };
+    let blob = std::fs::read(btf_layout::VMLINUX)
+        .map_err(|e| unavailable(format!("cannot read {}: {e}", btf_layout::VMLINUX)))?;
+    let at = |s: &str, m: &str| {
+        btf_layout::member_offset(&blob, s, m).map_err(|e| unavailable(format!("{s}.{m}: {e:#}")))
+    };
+    let size =
+        |s: &str| btf_layout::struct_size(&blob, s).map_err(|e| unavailable(format!("{s}: {e:#}")));
+    let tuple = at("nf_conntrack_tuple_hash", "tuple")?;
+    let hash = size("nf_conntrack_tuple_hash")?;
+    let tuplehash = at("nf_conn", "tuplehash")?;
+    // tuple.src is a `struct nf_conntrack_man` (u3, then u); tuple.dst an unnamed struct that
+    // starts the same way: the address (`union nf_inet_addr`), then the ports' union.
+    let (u3, u) = (at("nf_conntrack_man", "u3")?, at("nf_conntrack_man", "u")?);
+    let original_src = tuplehash + tuple + at("nf_conntrack_tuple", "src")?;
+    let reply_dst = tuplehash + hash + tuple + at("nf_conntrack_tuple", "dst")?;
+    let tcp_state = at("nf_conn", "proto")? + at("ip_ct_tcp", "state")?;
+    let timeout = |name: &str| -> u32 {
+        std::fs::read_to_string(format!("/proc/sys/net/netfilter/nf_conntrack_{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .map_or(0, |secs| secs.saturating_mul(1000))
+    };
+    Ok(vec![
+        (names::OFF_STATUS, at("nf_conn", "status")?),
+        (names::OFF_TIMEOUT, at("nf_conn", "timeout")?),
+        (names::OFF_TCP_STATE, tcp_state),
+        (names::OFF_ORIG_SRC_IP, original_src + u3),
+        (names::OFF_ORIG_SRC_PORT, original_src + u),
+        (names::OFF_REPLY_DST_IP, reply_dst + u3),
+        (names::OFF_REPLY_DST_PORT, reply_dst + u),
+        (
+            names::TCP_ESTABLISHED_MS,
+            timeout("tcp_timeout_established"),
+        ),
+        (names::TCP_CLOSING_MS, timeout("tcp_timeout_time_wait")),
+        (names::TCP_RESET_MS, timeout("tcp_timeout_close")),
+        (names::UDP_MS, timeout("udp_timeout")),
+        (names::UDP_STREAM_MS, timeout("udp_timeout_stream")),
+        (names::HZ, kernel_hz()),
+    ])
+}
+
+/// The kernel's tick rate (`CONFIG_HZ`), which `nf_conn.timeout` counts in, measured from
+/// `/proc/timer_list`'s jiffies over 200 ms and rounded to the rates Linux offers; 0 where it
+/// cannot be read, which leaves the entries' timeouts alone. Measured once per process.
+fn kernel_hz() -> u32 {
+    static HZ: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *HZ.get_or_init(measure_hz)
+}
+
+fn measure_hz() -> u32 {
+    let jiffies = || -> Option<u64> {
+        let list = std::fs::read_to_string("/proc/timer_list").ok()?;
+        list.lines()
+            .find_map(|l| l.trim().strip_prefix("jiffies:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let started = std::time::Instant::now();
+    let Some(first) = jiffies() else { return 0 };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let Some(second) = jiffies() else { return 0 };
+    let rate = second.wrapping_sub(first) as f64 / started.elapsed().as_secs_f64();
+    nearest_hz(rate)
+}
+
+/// The `CONFIG_HZ` choice nearest to a measured tick rate.
+fn nearest_hz(rate: f64) -> u32 {
+    [100u32, 250, 300, 1000]
+        .into_iter()
+        .min_by(|a, b| {
+            (f64::from(*a) - rate)
+                .abs()
+                .total_cmp(&(f64::from(*b) - rate).abs())
+        })
+        .unwrap_or(1000)
+}
+
+/// The egress object with its kfunc calls resolved for the running kernel, and its load-time
+/// constants; [`EgressUnavailable`] where the kernel cannot give them.
+fn resolved() -> Result<(kfunc::AlignedObject, Globals), EgressUnavailable> {
+    let unavailable = |e: anyhow::Error| EgressUnavailable {
+        reason: format!("{e:#}"),
+    };
+    let kernel = kfunc::KernelFuncs::vmlinux().map_err(unavailable)?;
+    let (object, _) = kfunc::resolve(OBJECT, |name| kernel.id(name)).map_err(unavailable)?;
+    Ok((object, globals()?))
+}
+
+/// Whether the running kernel can run the egress programs, asked before anything is made.
+pub fn egress_available() -> Result<(), EgressUnavailable> {
+    resolved().map(drop)
+}
+
+/// The egress object, loaded with its maps pinned beside the datapath's.
+fn load(pins: &pins::Pins) -> Result<Ebpf> {
+    let (object, globals) = resolved()?;
+    let mut loader = EbpfLoader::new();
+    loader.default_map_pin_directory(pins.maps());
+    for (name, value) in &globals {
+        loader.override_global(name, value, true);
+    }
+    loader.load(&object).with_context(|| {
+        format!(
+            "cannot load dxdp's egress object with maps pinned in {}",
+            pins.maps().display()
+        )
+    })
+}
+
+/// `links/egress-IFINDEX` on a veth, `links/egress-back-IFINDEX` on a NIC.
+fn out_pin(pins: &pins::Pins, veth_ifindex: u32) -> PathBuf {
+    pins.links().join(format!("egress-{veth_ifindex}"))
+}
+
+fn back_pin(pins: &pins::Pins, nic_ifindex: u32) -> PathBuf {
+    pins.links().join(format!("egress-back-{nic_ifindex}"))
+}
+
+/// The object's maps, from the loaded object or from their pins.
+struct EgressMaps<D> {
+    veths: PerCpuHashMap<D, u32, EgressVeth>,
+    addrs: HashMap<D, u32, u32>,
+    live: DevMapHash<D>,
+    owners: HashMap<D, u32, EgressOwner>,
+}
+
+impl<'a> EgressMaps<&'a mut MapData> {
+    fn of(ebpf: &'a mut Ebpf) -> Result<Self> {
+        let [veths, addrs, live, owners] =
+            ebpf.maps_disjoint_mut([names::VETHS, names::ADDRS, names::LIVE, names::OWNERS]);
+        Ok(Self {
+            veths: PerCpuHashMap::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
+            addrs: HashMap::try_from(addrs.ok_or_else(|| missing(names::ADDRS))?)?,
+            live: DevMapHash::try_from(live.ok_or_else(|| missing(names::LIVE))?)?,
+            owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
+        })
+    }
+}
+
+impl EgressMaps<MapData> {
+    /// The pinned maps without loading the object (no kfuncs needed); `None` before the first
+    /// `egress on`.
+    fn pinned(maps: &Path) -> Result<Option<Self>> {
+        let open = |name: &str| -> Result<Option<MapData>> {
+            let path = maps.join(name);
+            if !path.exists() {
+                return Ok(None);
+            }
+            Ok(Some(MapData::from_pin(&path).with_context(|| {
+                format!("cannot open {}", path.display())
+            })?))
+        };
+        let (Some(veths), Some(addrs), Some(live), Some(owners)) = (
+            open(names::VETHS)?,
+            open(names::ADDRS)?,
+            open(names::LIVE)?,
+            open(names::OWNERS)?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            veths: PerCpuHashMap::try_from(Map::PerCpuHashMap(veths))?,
+            addrs: HashMap::try_from(Map::HashMap(addrs))?,
+            live: DevMapHash::try_from(Map::DevMapHash(live))?,
+            owners: HashMap::try_from(Map::HashMap(owners))?,
+        }))
+    }
+}
+
+impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMaps<D> {
+    /// Every enabled veth, its counters summed over CPUs.
+    fn records(&self) -> Result<Vec<EgressRecord>> {
+        let mut out = Vec::new();
+        for item in self.veths.iter() {
+            let (veth_ifindex, per_cpu) = item?;
+            let first = *per_cpu
+                .iter()
+                .next()
+                .context("a per-CPU value without CPUs")?;
+            let sum = |f: fn(&EgressVeth) -> u64| per_cpu.iter().map(f).sum::<u64>();
+            let owner = absent_is_none(self.owners.get(&veth_ifindex, 0))?;
+            out.push(EgressRecord {
+                container: owner.map_or_else(String::new, |o| unfixed_name(&o.name)),
+                veth_ifindex,
+                nic_ifindex: first.nic_ifindex,
+                addr: Ipv4Addr::from(first.addr.to_ne_bytes()),
+                created_unix_secs: owner.map_or(0, |o| o.created_unix_secs),
+                outbound: Traffic {
+                    packets: sum(|v| v.out_packets),
+                    bytes: sum(|v| v.out_bytes),
+                },
+                inbound: Traffic {
+                    packets: sum(|v| v.in_packets),
+                    bytes: sum(|v| v.in_bytes),
+                },
+                passed_packets: sum(|v| v.passed_packets),
+            });
+        }
+        out.sort_by(|a, b| (&a.container, a.veth_ifindex).cmp(&(&b.container, b.veth_ifindex)));
+        Ok(out)
+    }
+
+    /// Records `plan`'s veth (keeping the counters of one enabled before).
+    fn enable(&mut self, plan: &EgressPlan) -> Result<()> {
+        let veth_ifindex = plan.endpoint.host_ifindex;
+        let addr = u32::from_ne_bytes(plan.addr.octets());
+        let config = EgressVeth {
+            nic_ifindex: plan.nic_ifindex,
+            bridge_ifindex: plan.endpoint.bridge_ifindex,
+            addr,
+            mac: plan.endpoint.mac,
+            gateway_mac: plan.gateway_mac,
+            ..EgressVeth::default()
+        };
+        let cpus = nr_cpus().map_err(|(_, e)| e)?;
+        let old = absent_is_none(self.veths.get(&veth_ifindex, 0))?;
+        let values: Vec<EgressVeth> = (0..cpus)
+            .map(|cpu| {
+                let kept = old.as_ref().and_then(|o| o.get(cpu).copied());
+                let counters = kept.unwrap_or_default();
+                EgressVeth {
+                    out_packets: counters.out_packets,
+                    out_bytes: counters.out_bytes,
+                    in_packets: counters.in_packets,
+                    in_bytes: counters.in_bytes,
+                    passed_packets: counters.passed_packets,
+                    ..config
+                }
+            })
+            .collect();
+        self.veths
+            .insert(veth_ifindex, PerCpuValues::try_from(values)?, 0)?;
+        self.addrs.insert(addr, veth_ifindex, 0)?;
+        self.live.insert(veth_ifindex, veth_ifindex, None, 0)?;
+        let owner = EgressOwner {
+            created_unix_secs: now_unix_secs(),
+            name: fixed_name(&plan.container),
+        };
+        self.owners.insert(veth_ifindex, owner, 0)?;
+        Ok(())
+    }
+
+    /// Forgets `record`'s veth.
+    fn disable(&mut self, record: &EgressRecord) -> Result<()> {
+        let addr = u32::from_ne_bytes(record.addr.octets());
+        if absent_is_none(self.addrs.get(&addr, 0))? == Some(record.veth_ifindex) {
+            ignore_absent(self.addrs.remove(&addr))?;
+        }
+        ignore_absent(self.live.remove(record.veth_ifindex))?;
+        ignore_absent(self.owners.remove(&record.veth_ifindex))?;
+        ignore_absent(self.veths.remove(&record.veth_ifindex))
+    }
+}
+
+impl Datapath {
+    /// Containers whose outbound connections take the fast path.
+    pub fn egress(&mut self) -> Result<Vec<EgressRecord>> {
+        match EgressMaps::pinned(&self.pins.maps())? {
+            Some(maps) => maps.records(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Enables `plan`: the maps first, then the NIC's program, then the veth's (from which
+    /// packets start taking the fast path). Fails with [`EgressUnavailable`] before anything is
+    /// made where the kernel cannot run the programs.
+    pub fn egress_on(&mut self, plan: &EgressPlan) -> Result<()> {
+        let mut ebpf = load(&self.pins)?;
+        let progs = self.pins.progs();
+        let mut out = attach::pinned_classifier(
+            &mut ebpf,
+            names::OUT_PROGRAM,
+            &progs.join(names::OUT_PROGRAM),
+        )?;
+        let mut back = attach::pinned_classifier(
+            &mut ebpf,
+            names::BACK_PROGRAM,
+            &progs.join(names::BACK_PROGRAM),
+        )?;
+        EgressMaps::of(&mut ebpf)?.enable(plan)?;
+        attach::attach_pinned(
+            &mut back,
+            names::BACK_PROGRAM,
+            &back_pin(&self.pins, plan.nic_ifindex),
+            &plan.nic,
+        )?;
+        attach::attach_pinned(
+            &mut out,
+            names::OUT_PROGRAM,
+            &out_pin(&self.pins, plan.endpoint.host_ifindex),
+            &plan.endpoint.host_ifname,
+        )?;
+        Ok(())
+    }
+
+    /// Disables the veth `veth_ifindex`: its program first (its packets take Docker's path from
+    /// then on), then its records, then the NIC's program if no other container leaves by it.
+    /// `None` if it was not enabled.
+    pub fn egress_off(&mut self, veth_ifindex: u32) -> Result<Option<EgressRecord>> {
+        let Some(mut maps) = EgressMaps::pinned(&self.pins.maps())? else {
+            return Ok(None);
+        };
+        let records = maps.records()?;
+        let Some(record) = records.iter().find(|r| r.veth_ifindex == veth_ifindex) else {
+            return Ok(None);
+        };
+        pins::remove_if_present(&out_pin(&self.pins, veth_ifindex))?;
+        maps.disable(record)?;
+        let nic_in_use = records
+            .iter()
+            .any(|r| r.veth_ifindex != veth_ifindex && r.nic_ifindex == record.nic_ifindex);
+        if !nic_in_use {
+            pins::remove_if_present(&back_pin(&self.pins, record.nic_ifindex))?;
+        }
+        Ok(Some(record.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measured_tick_rates_round_to_the_kernel_choices() {
+        assert_eq!(nearest_hz(248.7), 250);
+        assert_eq!(nearest_hz(99.0), 100);
+        assert_eq!(nearest_hz(290.0), 300);
+        assert_eq!(nearest_hz(1003.0), 1000);
+        assert_eq!(nearest_hz(0.0), 100);
+    }
+
+    #[test]
+    fn attachment_pins_do_not_collide_with_the_ports_ones() {
+        let pins = pins::Pins::new(Path::new("/sys/fs/bpf/dxdp"));
+        assert_eq!(
+            out_pin(&pins, 7),
+            Path::new("/sys/fs/bpf/dxdp/links/egress-7")
+        );
+        assert_eq!(
+            back_pin(&pins, 2),
+            Path::new("/sys/fs/bpf/dxdp/links/egress-back-2")
+        );
+    }
+}

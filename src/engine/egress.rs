@@ -1,0 +1,119 @@
+//! The planner of the egress fast path (issue 36, docs/egress.md): what `dxdp egress on` makes
+//! for one container, or why it refuses.
+use std::net::IpAddr;
+
+use anyhow::Result;
+
+use crate::{
+    datapath::EgressPlan,
+    docker::Container,
+    firewall::{self, OutboundWay},
+    netlink::Interface,
+    ports,
+};
+
+/// How to leave the fast path off without the refusal: what every refusal ends with.
+const WAY_OUT: &str = "the container's connections stay on Docker's path";
+
+/// The container's IPv4 way out through `nic_name` (the default route's if `None`) as an
+/// [`EgressPlan`], or why it stays on Docker's path: no bridge endpoint with an IPv4 address,
+/// a NIC that is none, or a firewall rule (named) that could drop or change its established
+/// connections' packets. Changes nothing.
+pub fn plan_by_hand(
+    container: &Container,
+    nic_name: Option<&str>,
+    host: &[Interface],
+    rules: &firewall::Ruleset,
+) -> Result<Result<EgressPlan, String>> {
+    let name = &container.view.name;
+    let any_v4 = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let endpoint = match ports::endpoint_of(container, any_v4, host) {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => {
+            return Ok(Err(format!(
+                "container {name} has no IPv4 address on a bridge network; the egress fast \
+                 path carries IPv4 only (IPv6 and other drivers: not yet); {WAY_OUT}"
+            )));
+        }
+        Err(e) => return Ok(Err(format!("container {name}: {e}"))),
+    };
+    let Some(addr) = endpoint.addrs.iter().find_map(|a| match a {
+        IpAddr::V4(v4) => Some(*v4),
+        IpAddr::V6(_) => None,
+    }) else {
+        return Ok(Err(format!(
+            "container {name} has no IPv4 address on {}; {WAY_OUT}",
+            endpoint.bridge_name
+        )));
+    };
+    let Some(gateway_mac) = host
+        .iter()
+        .find(|i| i.index == endpoint.bridge_ifindex)
+        .and_then(|i| i.mac)
+    else {
+        return Ok(Err(format!(
+            "container {name}: bridge {} has no MAC address; {WAY_OUT}",
+            endpoint.bridge_name
+        )));
+    };
+    let addrs = ports::host_addresses()?;
+    let names: Vec<String> = nic_name.into_iter().map(str::to_owned).collect();
+    let nic = match ports::nics(&names, host, &addrs) {
+        Ok(mut nics) if !nics.is_empty() => nics.remove(0),
+        Ok(_) => return Ok(Err(format!("no NIC to leave by; {WAY_OUT}"))),
+        Err(e) => return Ok(Err(format!("{e:#}"))),
+    };
+    let outside = ports::container_prefixes(host, &addrs);
+    let way = OutboundWay {
+        nic: &nic.name,
+        bridge: &endpoint.bridge_name,
+        veth: &endpoint.host_ifname,
+        container_addr: IpAddr::V4(addr),
+        nic_addrs: &nic.addrs,
+        remotes_outside: &outside,
+    };
+    let blockers = rules.outbound_blockers(&way);
+    if !blockers.is_empty() {
+        return Ok(Err(refusal(name, &nic.name, &blockers)));
+    }
+    Ok(Ok(EgressPlan {
+        container: name.clone(),
+        endpoint,
+        addr,
+        gateway_mac,
+        nic_ifindex: nic.index,
+        nic: nic.name,
+    }))
+}
+
+/// Why `container`'s connections out of `nic` stay on Docker's path: the rules that could drop
+/// or change their packets there, which the fast path would skip.
+fn refusal(container: &str, nic: &str, blockers: &[firewall::Blocker]) -> String {
+    format!(
+        "container {container}: the egress fast path out of {nic} would bypass firewall rules \
+         that may drop or change its connections' packets on Docker's path: {}; remove or \
+         narrow the rule to enable it, or leave it off: {WAY_OUT}",
+        firewall::listed(blockers)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_rule_and_the_way_out() {
+        let blocker = firewall::Blocker {
+            table: "iptables filter".to_owned(),
+            chain: "DOCKER-USER".to_owned(),
+            rule: "-A DOCKER-USER -d 203.0.113.0/24 -j DROP".to_owned(),
+        };
+        let message = refusal("web", "eth0", &[blocker]);
+        assert!(message.contains("container web"), "{message}");
+        assert!(
+            message.contains("DOCKER-USER: -A DOCKER-USER -d 203.0.113.0/24 -j DROP"),
+            "{message}"
+        );
+        assert!(message.contains("stay on Docker's path"), "{message}");
+    }
+}

@@ -1,0 +1,365 @@
+//! Outbound connections of containers straight to the NIC, conntrack the only NAT table
+//! (`dxdp egress`, issue 36), on real containers of the host's dockerd. The "NIC" is a veth
+//! pair whose far end sits in a namespace the test makes (`Outside`), which plays the outside
+//! world with its servers; the host routes that subnet through the NIC, and the container
+//! reaches it through Docker's own masquerade. Every packet stays between the two.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use crate::support::{
+    Background, FirewallRule, Outside, World, in_container, in_ns, must, require_docker, run,
+};
+
+/// The transfers' ends (tests/integration/ingress_peer.py): paced over ~4 s, so that the test
+/// can enable the fast path while bytes flow.
+const PEER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/integration/ingress_peer.py"
+);
+const MEGABYTES: u64 = 48;
+const TRANSFER: Duration = Duration::from_secs(30);
+
+/// A file of random bytes and its sha256, and the file a transfer writes it to; both removed
+/// on drop.
+struct Payload {
+    path: PathBuf,
+    received: PathBuf,
+    sha: String,
+}
+
+impl Payload {
+    fn new(tag: &str) -> Self {
+        let path = PathBuf::from(format!("/tmp/dxt-egress-{}-{tag}", std::process::id()));
+        must(&[
+            "dd",
+            "if=/dev/urandom",
+            &format!("of={}", path.display()),
+            "bs=1M",
+            &format!("count={MEGABYTES}"),
+            "status=none",
+        ]);
+        let sha = sha256(&path);
+        let received = PathBuf::from(format!("{}-got", path.display()));
+        Self {
+            path,
+            received,
+            sha,
+        }
+    }
+
+    fn file(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn out(&self) -> String {
+        self.received.display().to_string()
+    }
+
+    /// Whether what the transfer wrote is the payload, byte for byte.
+    fn arrived_whole(&self) -> bool {
+        sha256(&self.received) == self.sha
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.received);
+    }
+}
+
+fn sha256(path: &Path) -> String {
+    run(&["sha256sum", &path.display().to_string()])
+        .stdout
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Waits (bounded) for both ends of a transfer.
+#[track_caller]
+fn finish(mut client: Background, mut server: Background) {
+    assert!(
+        client.wait_timeout(TRANSFER).is_some(),
+        "the client did not finish"
+    );
+    assert!(
+        server.wait_timeout(TRANSFER).is_some(),
+        "the server did not finish"
+    );
+}
+
+/// The container's egress counters from `dxdp status --json`: bytes out, bytes back, packets
+/// passed to Docker's path; `None` if it is not enabled.
+fn counters(world: &World, container: &str) -> Option<(u64, u64, u64)> {
+    let run = world.dxdp.run(&["status", "--json"]);
+    run.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    status["egress"].as_array()?.iter().find_map(|e| {
+        (e["container"] == container).then(|| {
+            (
+                e["outbound"]["bytes"].as_u64().unwrap_or(0),
+                e["inbound"]["bytes"].as_u64().unwrap_or(0),
+                e["passed_packets"].as_u64().unwrap_or(0),
+            )
+        })
+    })
+}
+
+/// The egress attachment pins under the world's pin directory.
+fn egress_pins(world: &World) -> Vec<String> {
+    std::fs::read_dir(world.dxdp.pin_dir.join("links"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("egress-"))
+        .collect()
+}
+
+/// `conntrack -L` of TCP connections to `dport`.
+fn conntrack_to(dport: u16) -> String {
+    let listed = run(&[
+        "conntrack",
+        "-L",
+        "-p",
+        "tcp",
+        "--dport",
+        &dport.to_string(),
+    ]);
+    listed.stdout
+}
+
+/// A connection that began on Docker's path keeps going across `egress on` and the fast path
+/// takes it over; uploads and downloads through the masquerade arrive whole (sha256) with the
+/// fast path's counters showing it carried the bulk; conntrack still lists the connections,
+/// masqueraded; a UDP stream comes back over the fast path; `egress off` puts the container back on Docker's path, where a new transfer
+/// works as before.
+#[test]
+fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr", &[]);
+    let c = world.run("egr", &["--network", &net], &["iperf3", "-s"]);
+    let pid = world.pid(&c);
+    let cip = world.ip(&c, &net);
+    let server = out.client_addr.clone();
+    let (early, upload, download, after) = (
+        Payload::new("early"),
+        Payload::new("up"),
+        Payload::new("down"),
+        Payload::new("after"),
+    );
+    let receive_outside = |payload: &Payload, port: u16| {
+        Background::spawn(&in_ns(
+            &out.ns.name,
+            &[
+                "python3",
+                PEER,
+                "receive",
+                &port.to_string(),
+                &payload.out(),
+            ],
+        ))
+    };
+    let send_from_container = |payload: &Payload, port: u16| {
+        Background::spawn(&in_container(
+            pid,
+            &[
+                "python3",
+                PEER,
+                "send",
+                &payload.file(),
+                &server,
+                &port.to_string(),
+            ],
+        ))
+    };
+
+    // A connection from before `egress on`: its first packets and its first second take
+    // Docker's path, the rest the fast path.
+    let early_server = receive_outside(&early, 7100);
+    std::thread::sleep(Duration::from_millis(300));
+    let early_client = send_from_container(&early, 7100);
+    std::thread::sleep(Duration::from_millis(1000));
+    let on = world.dxdp.run(&["egress", "on", &c, "--nic", &out.nic]);
+    on.assert_success();
+    eprintln!("{}", on.stdout.trim());
+    let during = conntrack_to(7100);
+    eprintln!("conntrack during the early transfer: {during}");
+    finish(early_client, early_server);
+    assert!(
+        early.arrived_whole(),
+        "a connection from before `egress on` lost bytes"
+    );
+    let (out_early, _, _) = counters(&world, &c).expect("egress enabled");
+    eprintln!("fast path after the early transfer: {out_early} bytes out");
+    assert!(
+        out_early > 8 << 20,
+        "the fast path should have taken over the running connection: {out_early} bytes"
+    );
+    // Conntrack kept the connection, masqueraded to the NIC's address.
+    let entry = during
+        .lines()
+        .find(|l| l.contains(&format!("src={cip} ")))
+        .unwrap_or_else(|| panic!("conntrack lost the connection: {during}"));
+    assert!(entry.contains("ESTABLISHED"), "{entry}");
+    assert!(
+        entry.contains(&format!("src={server} dst={} ", out.host_addr)),
+        "the reply tuple should hold the masquerade: {entry}"
+    );
+
+    // An upload and a download, each a new connection.
+    let up_server = receive_outside(&upload, 7101);
+    std::thread::sleep(Duration::from_millis(300));
+    finish(send_from_container(&upload, 7101), up_server);
+    assert!(upload.arrived_whole(), "the upload lost bytes");
+    let down_server = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "serve", &download.file(), "7102"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let down_client = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &server,
+            "7102",
+            &download.out(),
+        ],
+    ));
+    finish(down_client, down_server);
+    assert!(download.arrived_whole(), "the download lost bytes");
+    let (out_bytes, back_bytes, passed) = counters(&world, &c).expect("egress enabled");
+    eprintln!("fast path: {out_bytes} bytes out, {back_bytes} bytes back, {passed} passed");
+    let bulk = (MEGABYTES << 20) * 9 / 10;
+    assert!(
+        out_bytes - out_early > bulk,
+        "the upload's bulk should have taken the fast path: {} bytes",
+        out_bytes - out_early
+    );
+    assert!(
+        back_bytes > bulk,
+        "the download's bulk should have come back over the fast path: {back_bytes} bytes"
+    );
+    assert!(
+        passed > 0,
+        "the connections' first packets take Docker's path"
+    );
+    // Conntrack lists both, masqueraded.
+    for port in [7101, 7102] {
+        let listed = conntrack_to(port);
+        assert!(
+            listed.contains(&format!("src={cip} "))
+                && listed.contains(&format!("src={server} dst={} ", out.host_addr)),
+            "conntrack should list the connection to {port}, masqueraded: {listed}"
+        );
+    }
+
+    // UDP: a stream the container asked an outside server for comes back over the fast path
+    // once conntrack has seen the first answer.
+    let followed = Removed(PathBuf::from(format!(
+        "/tmp/dxt-egress-{}-udp",
+        std::process::id()
+    )));
+    let stream = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "udp-stream", "7300", "3"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let follower = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "udp-follow",
+            &server,
+            "7300",
+            &followed.0.display().to_string(),
+            "4",
+        ],
+    ));
+    finish(follower, stream);
+    let datagrams = std::fs::read_to_string(&followed.0)
+        .unwrap_or_default()
+        .lines()
+        .count() as u64;
+    let (_, back_udp, _) = counters(&world, &c).expect("egress enabled");
+    eprintln!(
+        "UDP stream: {datagrams} datagrams arrived, {} bytes back over the fast path",
+        back_udp - back_bytes
+    );
+    assert!(
+        datagrams > 200,
+        "the UDP stream lost datagrams: {datagrams}"
+    );
+    // Each datagram is a frame of at least 42 bytes; all but the first come back this way.
+    assert!(
+        back_udp - back_bytes >= (datagrams - 1) * 42,
+        "the UDP stream should have come back over the fast path: {} bytes",
+        back_udp - back_bytes
+    );
+
+    // Off: back on Docker's path, nothing of the fast path left.
+    world.dxdp.run(&["egress", "off", &c]).assert_success();
+    assert_eq!(counters(&world, &c), None);
+    assert_eq!(egress_pins(&world), Vec::<String>::new());
+    let after_server = receive_outside(&after, 7103);
+    std::thread::sleep(Duration::from_millis(300));
+    finish(send_from_container(&after, 7103), after_server);
+    assert!(
+        after.arrived_whole(),
+        "Docker's path after `egress off` lost bytes"
+    );
+}
+
+/// A file a test's peer writes, removed on drop.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A DOCKER-USER rule that could drop the container's outbound packets: `egress on` is refused,
+/// naming the rule, and nothing is made.
+#[test]
+fn a_docker_user_rule_refuses_egress_naming_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-fw", &[]);
+    let c = world.run("egr-fw", &["--network", &net], &["iperf3", "-s"]);
+    let cip = world.ip(&c, &net);
+    let rule_dst = format!("{}/32", out.client_addr);
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &format!("{cip}/32"), "-d", &rule_dst, "-j", "DROP"],
+    );
+    let refused = world.dxdp.run(&["egress", "on", &c, "--nic", &out.nic]);
+    eprintln!("{refused}");
+    assert!(!refused.success(), "egress on should be refused: {refused}");
+    assert!(
+        refused.stderr.contains("DOCKER-USER") && refused.stderr.contains(&rule_dst),
+        "the refusal should name the rule: {refused}"
+    );
+    assert!(
+        refused.stderr.contains("Docker's path"),
+        "the refusal should say the way out: {refused}"
+    );
+    assert_eq!(counters(&world, &c), None, "nothing should be enabled");
+    assert_eq!(egress_pins(&world), Vec::<String>::new());
+}
