@@ -250,13 +250,23 @@ impl Docker {
         Ok(out)
     }
 
-    /// A container by name, ID or unique ID prefix, or compose service name.
+    /// A container by name, ID, compose service name or unique ID prefix, in that order. The
+    /// engine's own lookup takes an ID prefix as readily as a name, so a service named like a
+    /// hex number ("db", "cafe") could resolve to whichever container's ID starts so: a service
+    /// and another container's ID prefix are refused as ambiguous, naming both.
     pub async fn find(&self, reference: &str) -> Result<Container> {
         let mut networks = NetworkCache::default();
-        match self.client.inspect_container(reference, None).await {
-            Ok(inspect) => return self.to_container(inspect, &mut networks).await,
-            Err(e) if not_found(&e) => {}
+        let by_engine = match self.client.inspect_container(reference, None).await {
+            Ok(inspect) => Some(inspect),
+            Err(e) if not_found(&e) => None,
             Err(e) => return Err(e).context(format!("cannot inspect container {reference}")),
+        };
+        let named = |inspect: &ContainerInspectResponse| {
+            inspect.id.as_deref() == Some(reference)
+                || inspect.name.as_deref().map(|n| n.trim_start_matches('/')) == Some(reference)
+        };
+        if let Some(inspect) = by_engine.as_ref().filter(|i| named(i)) {
+            return self.to_container(inspect.clone(), &mut networks).await;
         }
         let filters = HashMap::from([("label", vec![format!("{COMPOSE_SERVICE}={reference}")])]);
         let options = ListContainersOptionsBuilder::new()
@@ -264,17 +274,30 @@ impl Docker {
             .filters(&filters)
             .build();
         let found = self.client.list_containers(Some(options)).await?;
-        match found.as_slice() {
-            [] => bail!(
+        match (found.as_slice(), by_engine) {
+            ([], Some(by_prefix)) => self.to_container(by_prefix, &mut networks).await,
+            ([], None) => bail!(
                 "no container named {reference}: no container has that name, ID prefix or \
                  compose service; check `docker ps -a`"
             ),
-            [one] => {
+            ([one], Some(by_prefix)) if one.id != by_prefix.id => bail!(
+                "{reference} is ambiguous: compose service {reference}'s container {} and the \
+                 container {} whose ID starts with {reference}; name the container",
+                one.names
+                    .as_ref()
+                    .and_then(|n| n.first())
+                    .map_or("?", |n| n.trim_start_matches('/')),
+                by_prefix
+                    .name
+                    .as_deref()
+                    .map_or("?", |n| n.trim_start_matches('/'))
+            ),
+            ([one], _) => {
                 let id = one.id.clone().unwrap_or_default();
                 let inspect = self.client.inspect_container(&id, None).await?;
                 self.to_container(inspect, &mut networks).await
             }
-            many => {
+            (many, _) => {
                 let names: Vec<String> = many
                     .iter()
                     .filter_map(|s| s.names.as_ref()?.first().cloned())

@@ -10,7 +10,7 @@ use std::{
 use crate::{
     scenarios,
     support::{
-        self, Background, DOCKER, World, docker, docker_ok, link_between, require_docker,
+        self, Background, DOCKER, Engine, World, docker, docker_ok, link_between, require_docker,
         wait_until,
     },
 };
@@ -41,6 +41,34 @@ fn link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone(
     scenarios::link_by_name_and_id_prefix_carries_iperf3_and_leaves_a_third_container_alone(
         &mut world,
     );
+}
+
+/// A compose service named like another container's ID prefix: the engine's own lookup takes
+/// the prefix as readily as a name, and a service called "db" once resolved to whichever
+/// container's ID began with "db" (a podman-compose test linked `web` to itself, 1 run in 256).
+/// Both are named and nothing is linked; the service's container by its own name links.
+#[test]
+fn a_service_named_like_another_containers_id_prefix_is_refused_as_ambiguous() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let net = world.network("ambiguous", &[]);
+    let a = world.container("a", &["--network", &net]);
+    let prefix = world.id(&a)[..8].to_owned();
+    let service = format!("com.docker.compose.service={prefix}");
+    let b = world.container("b", &["--network", &net, "--label", &service]);
+    let c = world.container("c", &["--network", &net]);
+    let run = world.run_dxdp(&["link", &prefix, &c]);
+    run.assert_failure();
+    assert_eq!(run.code(), Some(1), "{run}");
+    assert!(
+        run.stderr.contains("ambiguous") && run.stderr.contains(&a) && run.stderr.contains(&b),
+        "the error names both containers: {run}"
+    );
+    world.dxdp.status().assert_empty();
+    world.run_dxdp(&["link", &b, &c]).assert_success();
+    world.run_dxdp(&["unlink", &b, &c]).assert_success();
 }
 
 /// [`scenarios::refuses_what_no_engine_can_link`], and Docker's own refusal: a pair on a network

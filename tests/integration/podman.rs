@@ -693,7 +693,7 @@ fn podman_compose_services_link_by_name_and_by_group() {
         format!(
             "services:\n\
              \x20 web:\n    image: {IMAGE}\n    networks: [app]\n    labels: {{ dxdp.enable: \"true\", dxdp.group: {group} }}\n\
-             \x20 db:\n    image: {IMAGE}\n    networks: [app]\n    labels: {{ dxdp.enable: \"true\", dxdp.group: {group} }}\n\
+             \x20 store:\n    image: {IMAGE}\n    networks: [app]\n    labels: {{ dxdp.enable: \"true\", dxdp.group: {group} }}\n\
              \x20 other:\n    image: {IMAGE}\n    networks: [app]\n\
              networks:\n  app: {{}}\n"
         ),
@@ -701,7 +701,7 @@ fn podman_compose_services_link_by_name_and_by_group() {
     .expect("compose file");
     let (web, db, other) = (
         format!("{project}_web_1"),
-        format!("{project}_db_1"),
+        format!("{project}_store_1"),
         format!("{project}_other_1"),
     );
     let net = format!("{project}_app");
@@ -718,13 +718,13 @@ fn podman_compose_services_link_by_name_and_by_group() {
     let _ = std::fs::remove_dir_all(&dir);
     up.assert_success();
 
-    let run = world.dxdp(&["link", "web", "db"]);
+    let run = world.dxdp(&["link", "web", "store"]);
     run.assert_success();
     assert!(
         run.stdout.contains(&web) && run.stdout.contains(&db) && run.stdout.contains(&net),
         "services resolved to their containers: {run}"
     );
-    world.dxdp(&["unlink", "db", "web"]).assert_success();
+    world.dxdp(&["unlink", "store", "web"]).assert_success();
     world.dxdp.status().assert_empty();
 
     world.dxdp(&["watch", "--once"]).assert_success();
