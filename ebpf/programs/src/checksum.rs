@@ -32,16 +32,6 @@ const STEP: usize = 64;
 /// GSO nor checked by its device is left to the stack.
 const MOST: usize = 9216;
 
-/// The buffers of a sum, in a per-CPU map of each object that sums (`SCRATCH`): too big for
-/// the programs' 512-byte stacks.
-#[repr(C)]
-pub struct Scratch {
-    /// Bytes of a packet being summed.
-    pub(crate) words: [u32; 16],
-    /// An IPv6 pseudo-header (an IPv4 one uses the first three words).
-    pub(crate) pseudo: [u32; 10],
-}
-
 /// A packet's layer-4 message as conntrack sums it.
 pub(crate) struct Message {
     pub(crate) v6: bool,

@@ -30,12 +30,13 @@ mod conntrack;
 #[allow(dead_code, unused_imports)]
 mod headers;
 mod rewrite;
+mod scratch;
 
 /// What `checksum` and `rewrite` take from the datapath's `maps`: this object's own scratch.
 mod maps {
     use aya_ebpf::{macros::map, maps::PerCpuArray};
 
-    use crate::checksum::Scratch;
+    use crate::scratch::Scratch;
 
     /// Each CPU's buffers of a checksum, used within one invocation; not pinned.
     #[map(name = "DXDP_EGRESS_SCRATCH")]

@@ -16,6 +16,7 @@ mod ingress;
 mod maps;
 mod rewrite;
 mod routes;
+mod scratch;
 mod verdict;
 
 use aya_ebpf::{

@@ -1,6 +1,5 @@
 //! The pinned maps, which userspace owns the contents of (the programs only read them and
 //! count), and one scratch map of the programs' own.
-use crate::checksum::Scratch;
 use aya_ebpf::{
     macros::map,
     maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, ProgramArray},
@@ -13,6 +12,8 @@ use dxdp_common::{
         FragmentKey, ICMP_ERROR_PROGRAMS, Opening, PortKey, PortOwner, PortTarget, side_table_size,
     },
 };
+
+use crate::scratch::Scratch;
 
 /// Managed host-side veths by ifindex, with the MAC their container may send from.
 #[map(name = "DXDP_ENDPOINTS")]
