@@ -265,9 +265,12 @@ impl Docker {
             inspect.id.as_deref() == Some(reference)
                 || inspect.name.as_deref().map(|n| n.trim_start_matches('/')) == Some(reference)
         };
-        if let Some(inspect) = by_engine.as_ref().filter(|i| named(i)) {
-            return self.to_container(inspect.clone(), &mut networks).await;
-        }
+        let by_engine = match by_engine {
+            Some(inspect) if named(&inspect) => {
+                return self.to_container(inspect, &mut networks).await;
+            }
+            by_prefix => by_prefix,
+        };
         let filters = HashMap::from([("label", vec![format!("{COMPOSE_SERVICE}={reference}")])]);
         let options = ListContainersOptionsBuilder::new()
             .all(true)

@@ -441,8 +441,9 @@ pub(super) fn apply(
             Err(err) => warn!(container = %w.container, "cannot expose: {err:#}"),
         }
     }
-    // A route's MTU may have changed since the last pass (a route notice, or the resync).
-    if !pinned.is_empty() || done.exposed > 0 {
+    // A route's MTU may have changed since the last pass (a route notice, or the resync). An
+    // exposure made in this pass has just mirrored them (`Datapath::expose`).
+    if !pinned.is_empty() && done.exposed == 0 {
         let changed = table.mirror_route_mtus()?;
         if changed > 0 {
             info!(
