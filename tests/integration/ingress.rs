@@ -1861,6 +1861,87 @@ fn replies_too_big_for_a_routes_mtu_teach_the_container_its_path_mtu() {
     big_answers_arrive_as_over_dockers_path(&mut world, &out, "routemtu", 17140, 7015);
 }
 
+/// Where the host has cached a path MTU to the client (1,300: an IPv6 "packet too big" it took
+/// for itself, as about its own traffic there), IPv6 forwarding holds replies to it:
+/// `ip6_finish_output` answers the container "packet too big" for each that is bigger, though
+/// the route and the NIC take 1,500. Over the fast path the same must happen: the container
+/// learns the path MTU and the same number of answers arrive. No map mirrors such a cache (the
+/// kernel announces none of it); `bpf_fib_lookup`, asked with the reply's length, answers from
+/// it. Without that (the programs of the build before), the fast path delivered all five
+/// 1,470-byte answers and the container learnt nothing, where Docker's path delivered four and
+/// taught it 1,300 (found by the differential harness's long run, seed 6262 cases 15 and 42).
+#[test]
+fn replies_too_big_for_a_cached_path_mtu_teach_the_container_as_dockers_path_does() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    // On the NIC's route, which goes when the test's guard deletes the NIC.
+    let planted = out.run(
+        &[
+            "python3",
+            PEER,
+            "ptb6",
+            &out.host_addr6,
+            &out.client_addr6,
+            "1300",
+        ],
+        Duration::from_secs(5),
+    );
+    planted.assert_success();
+    let cached = must(&["ip", "-6", "route", "get", &out.client_addr6]);
+    assert!(
+        cached.contains("mtu 1300"),
+        "the host did not cache a path MTU to {}: {cached}",
+        out.client_addr6
+    );
+    let web = dual_stack_web(&mut world, &out, "cachedmtu", 17150, "7016/udp");
+    let pid = world.pid(&web);
+    let size = "1422";
+    let _server = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "udp-big", "7016", size],
+    ));
+    wait_for_udp_server(pid, 7016);
+    let host = out.host_addr6.as_str();
+    let round = || -> (u32, String) {
+        quietly(&in_container(pid, &["ip", "-6", "route", "flush", "cache"]));
+        let run = out.run(
+            &["python3", PEER, "udp-ask-big", host, "17150", "5", size],
+            Duration::from_secs(30),
+        );
+        run.assert_success();
+        let learnt = must(&in_container(
+            pid,
+            &["ip", "-6", "route", "get", &out.client_addr6],
+        ));
+        (run.stdout.trim().parse().expect("a count"), learnt)
+    };
+    let (docker, docker_learnt) = round();
+    assert!(
+        docker == 4 && docker_learnt.contains("mtu 1300"),
+        "Docker's path did not hold the answers to the host's cached path MTU: {docker} of 5 \
+         arrived; the container's route: {docker_learnt}"
+    );
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let (fast, fast_learnt) = round();
+    assert!(
+        fast == docker && fast_learnt.contains("mtu 1300"),
+        "over the fast path {fast} of 5 answers arrived (Docker's path: {docker}) and the \
+         container's route to the client is: {fast_learnt}"
+    );
+    let (_, outbound, _) = counters_at(&world, Some(host), 17150, "udp").expect("exposed");
+    assert!(
+        outbound >= 6,
+        "the answers' fragments did not take the fast path"
+    );
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
 /// Five UDP answers of 1,450 bytes on the wire (1,470 in IPv6) from a container published at
 /// `port` (its server on `udp_port`), to the client of `out`, in each family, over Docker's path
 /// and then over the fast path, the container's cached path MTUs forgotten before each round:

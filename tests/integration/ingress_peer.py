@@ -19,11 +19,14 @@
   udp-follow HOST PORT OUT SECONDS
                                start HOST PORT's stream and append a line to OUT for each
                                datagram that arrives, for SECONDS
+  ptb6 HOST CLIENT MTU         send HOST a "packet too big" (MTU) quoting an echo request HOST
+                               sent CLIENT: the host caches MTU as its path MTU to CLIENT
 
 Paced: 40 slices 0.1 s apart, so that the test can expose and unexpose while bytes flow.
 Every socket has a timeout, so that nothing outlives a failed test by long.
 """
 import socket
+import struct
 import sys
 import time
 
@@ -153,6 +156,14 @@ def main(argv):
                     out.write(s.recv(64).decode() + "\n")
                 except (socket.timeout, ConnectionRefusedError):
                     pass
+    elif mode == "ptb6":
+        host, client = (socket.inet_pton(socket.AF_INET6, a) for a in argv[2:4])
+        echo = struct.pack("!BBHHH", 128, 0, 0, 1, 1) + b"q" * 64
+        quoted = struct.pack("!IHBB", 6 << 28, len(echo), 58, 64) + host + client + echo
+        # The kernel sums an ICMPv6 raw socket's messages.
+        error = struct.pack("!BBHI", 2, 0, 0, int(argv[4])) + quoted
+        s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        s.sendto(error, (argv[2], 0))
     else:
         sys.exit(f"unknown mode {mode}")
 

@@ -95,7 +95,9 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     };
     // A fragment too big for the NIC takes the stack, whose answer ("fragmentation needed")
     // the container heeds for the datagrams after.
-    if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &key.dst, key.v6 != 0, None) {
+    if !fits_mtu(ctx, port.nic_ifindex)
+        || !routes::fit(ctx, &key.dst, key.v6 != 0, None, port.nic_ifindex)
+    {
         return Some(TC_ACT_UNSPEC);
     }
     let translated = translate(ctx, &fragment, &port);

@@ -192,7 +192,7 @@ pub fn reply(ctx: &TcContext) -> i32 {
     };
     known.touch();
     let port = known.port();
-    if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &q.to, q.v6, None) {
+    if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &q.to, q.v6, None, port.nic_ifindex) {
         return TC_ACT_UNSPEC;
     }
     let translated = translate(ctx, q, &port.addr, port.port);

@@ -401,7 +401,13 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     // big for the NIC) is the stack's to answer or drop, as on Docker's path.
     if !packet.forwardable
         || !fits_mtu(ctx, port.nic_ifindex)
-        || !routes::fit(ctx, &packet.dst, packet.v6, Some((packet.proto, packet.l4)))
+        || !routes::fit(
+            ctx,
+            &packet.dst,
+            packet.v6,
+            Some((packet.proto, packet.l4)),
+            port.nic_ifindex,
+        )
     {
         return Some(TC_ACT_UNSPEC);
     }

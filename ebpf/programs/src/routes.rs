@@ -7,56 +7,126 @@
 //! the table then, so that the longest prefix is the route the host takes), and a reply too big
 //! for its route goes to the stack, which answers the container as on Docker's path.
 use aya_ebpf::{
+    bindings::{BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LOOKUP_SKIP_NEIGH, bpf_fib_lookup},
+    helpers::generated::bpf_fib_lookup as fib_lookup,
     macros::map,
-    maps::{LpmTrie, lpm_trie::Key},
+    maps::{LpmTrie, PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
 use dxdp_common::ingress::DEFAULT_MAX_ROUTES;
 
-use crate::headers::{ETH_HLEN, PROTO_TCP, TCP_DOFF_OFF, UDP_HLEN};
+use crate::headers::{ETH_HLEN, IPV6_HLEN, PROTO_TCP, TCP_DOFF_OFF, UDP_HLEN, words};
+
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+/// The least MTU a path may have (RFC 8200; RFC 791's 68): no cached one is below.
+const IPV6_MIN_MTU: usize = 1280;
+const IPV4_MIN_MTU: usize = 68;
 
 /// Destination prefixes (IPv4 v4-mapped: its prefix length plus 96) to the MTU forwarding
 /// checks packets to them against; 0 where the route sets none (the device's, checked apart).
 #[map(name = "DXDP_ROUTE_MTUS")]
 static ROUTE_MTUS: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(DEFAULT_MAX_ROUTES, 0);
 
-/// Whether the packet (its IP header at `ETH_HLEN`), or each of its GSO segments, fits the MTU
-/// of the route to `dst`, where the mirrored routes set one. `layer4` is the protocol and
-/// header offset of a TCP or UDP packet, which may be GSO; `None` for one that never is (a
-/// fragment, an ICMP error).
+/// The route lookup's parameters: 64 bytes the callers' stacks have no room for.
+#[map(name = "DXDP_ROUTE_SCRATCH")]
+static ROUTE_SCRATCH: PerCpuArray<bpf_fib_lookup> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether the packet (its IP header at `ETH_HLEN`), or each of its GSO segments, fits what
+/// the host's forwarding would hold it to on its way to `dst` out of `nic_ifindex`: the
+/// route's MTU where the mirrored routes set one, and a path MTU the host has cached for `dst`
+/// ([`fits_cached_path_mtu`]). `layer4` is the protocol and header offset of a TCP or UDP
+/// packet, which may be GSO; `None` for one that never is (a fragment, an ICMP error).
 #[inline(always)]
-pub(crate) fn fit(ctx: &TcContext, dst: &[u8; 16], v6: bool, layer4: Option<(u8, usize)>) -> bool {
-    let Some(&mtu) = ROUTE_MTUS.get(Key::new(128, *dst)) else {
-        return true;
+pub(crate) fn fit(
+    ctx: &TcContext,
+    dst: &[u8; 16],
+    v6: bool,
+    layer4: Option<(u8, usize)>,
+    nic_ifindex: u32,
+) -> bool {
+    let Some(len) = forwarded_len(ctx, v6, layer4) else {
+        return false;
     };
-    if mtu == 0 {
-        return true;
+    if let Some(&mtu) = ROUTE_MTUS.get(Key::new(128, *dst))
+        && mtu != 0
+        && len > mtu as usize
+    {
+        return false;
     }
+    fits_cached_path_mtu(ctx, dst, v6, len, nic_ifindex)
+}
+
+/// The length forwarding measures against an MTU: the packet's IP length, or for a GSO packet
+/// one segment's (what `skb_gso_validate_network_len` measures: its payload and headers).
+#[inline(always)]
+fn forwarded_len(ctx: &TcContext, v6: bool, layer4: Option<(u8, usize)>) -> Option<usize> {
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     let gso_size = unsafe { (*ctx.skb.skb).gso_size } as usize;
-    let len = if let (true, Some((proto, l4))) = (gso_size != 0, layer4) {
-        // What `skb_gso_validate_network_len` measures: one segment's payload and headers.
+    if let (true, Some((proto, l4))) = (gso_size != 0, layer4) {
         let l4_header = if proto == PROTO_TCP {
-            match ctx.load::<u8>(l4 + TCP_DOFF_OFF) {
-                Ok(offset) => (offset >> 4) as usize * 4,
-                Err(_) => return false,
-            }
+            (ctx.load::<u8>(l4 + TCP_DOFF_OFF).ok()? >> 4) as usize * 4
         } else {
             UDP_HLEN as usize
         };
-        l4 - ETH_HLEN + l4_header + gso_size
+        return Some(l4 - ETH_HLEN + l4_header + gso_size);
+    }
+    let length = if v6 {
+        u16::from_be_bytes(ctx.load::<[u8; 2]>(ETH_HLEN + 4).ok()?) as usize + IPV6_HLEN
     } else {
-        let length = if v6 {
-            ctx.load::<[u8; 2]>(ETH_HLEN + 4)
-                .map(|l| u16::from_be_bytes(l) as usize + crate::headers::IPV6_HLEN)
-        } else {
-            ctx.load::<[u8; 2]>(ETH_HLEN + 2)
-                .map(|l| u16::from_be_bytes(l) as usize)
-        };
-        match length {
-            Ok(length) => length,
-            Err(_) => return false,
-        }
+        u16::from_be_bytes(ctx.load::<[u8; 2]>(ETH_HLEN + 2).ok()?) as usize
     };
-    len <= mtu as usize
+    Some(length)
+}
+
+/// Whether a packet of `len` bytes to `dst` fits the path MTU the host has cached for it (a
+/// route exception, learnt from "packet too big" or "fragmentation needed" errors the host
+/// took for itself). IPv6 forwarding holds a packet to it (`ip6_finish_output` measures
+/// against the exception's MTU and answers "packet too big"); IPv4 forwarding to one that is
+/// locked (learnt below `min_pmtu`), or to every one with `ip_forward_use_pmtu`. No map can
+/// mirror these: the kernel caches them as errors arrive and announces nothing. So the route
+/// lookup is asked, with the length: `bpf_fib_lookup` answers "fragmentation needed" above
+/// `ip6_mtu_from_fib6`'s or `ip_mtu_from_fib_result`'s MTU, which take the cached one. For
+/// IPv4 that is every cached MTU, locked or not: a packet over an unlocked one takes the stack,
+/// which forwards it as the fast path would have, only slower. Packets no cached MTU can be
+/// below (IPv6's minimum link MTU, IPv4's minimum) skip the lookup.
+#[inline(always)]
+fn fits_cached_path_mtu(
+    ctx: &TcContext,
+    dst: &[u8; 16],
+    v6: bool,
+    len: usize,
+    nic_ifindex: u32,
+) -> bool {
+    if len <= if v6 { IPV6_MIN_MTU } else { IPV4_MIN_MTU } {
+        return true;
+    }
+    let Some(params) = ROUTE_SCRATCH.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's copy of the scratch value, valid for this invocation and used by
+    // nothing else while the program runs.
+    let params = unsafe { &mut *params };
+    // SAFETY: plain data; every field the lookup reads is set below or zero.
+    *params = unsafe { core::mem::zeroed() };
+    params.ifindex = nic_ifindex;
+    params.__bindgen_anon_1.tot_len = len.min(u16::MAX as usize) as u16;
+    if v6 {
+        params.family = AF_INET6;
+        params.__bindgen_anon_4.ipv6_dst = words(dst);
+    } else {
+        params.family = AF_INET;
+        params.__bindgen_anon_4.ipv4_dst = words(dst)[3];
+    }
+    // SAFETY: the helper reads and writes `params`, this CPU's scratch value.
+    let rc = unsafe {
+        fib_lookup(
+            ctx.skb.skb as *mut _,
+            params,
+            core::mem::size_of::<bpf_fib_lookup>() as i32,
+            BPF_FIB_LOOKUP_SKIP_NEIGH,
+        )
+    };
+    // Any other answer is not about the size: the callers' own checks judge the route.
+    rc != BPF_FIB_LKUP_RET_FRAG_NEEDED as i64
 }
