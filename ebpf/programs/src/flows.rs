@@ -2,21 +2,17 @@
 //! the NIC's packets, the container's replies, their fragments and the ICMP errors about them
 //! all look up, and how a packet enters the container or leaves through the NIC.
 use aya_ebpf::{
-    bindings::{BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, bpf_fib_lookup},
-    helpers::generated::{
-        bpf_fib_lookup as fib_lookup, bpf_ktime_get_ns, bpf_redirect_neigh, bpf_redirect_peer,
-    },
+    bindings::{TC_ACT_SHOT, bpf_fib_lookup},
+    helpers::generated::{bpf_ktime_get_ns, bpf_redirect_neigh, bpf_redirect_peer},
     programs::TcContext,
 };
 use dxdp_common::ingress::{Flow, FlowKey, Opening, PortKey, PortTarget};
 
 use crate::{
-    headers::{PACKET_HOST, PROTO_UDP, words},
+    fib,
+    headers::{PACKET_HOST, PROTO_UDP},
     maps::{FLOWS, OPENING, PORTS, UDP_FLOWS},
 };
-
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
 
 /// A connection in the tables, by the table it is in.
 #[derive(Clone, Copy)]
@@ -192,29 +188,10 @@ pub(crate) fn routes_back(
     remote: End,
     nic_ifindex: u32,
 ) -> bool {
-    // SAFETY: plain data; every field the lookup reads is set below or zero.
-    *params = unsafe { core::mem::zeroed() };
+    fib::ask(params, v6, &local.0, &remote.0, nic_ifindex);
     params.l4_protocol = proto;
     params.sport = local.1.to_be();
     params.dport = remote.1.to_be();
-    params.ifindex = nic_ifindex;
-    if v6 {
-        params.family = AF_INET6;
-        params.__bindgen_anon_3.ipv6_src = words(&local.0);
-        params.__bindgen_anon_4.ipv6_dst = words(&remote.0);
-    } else {
-        params.family = AF_INET;
-        params.__bindgen_anon_3.ipv4_src = words(&local.0)[3];
-        params.__bindgen_anon_4.ipv4_dst = words(&remote.0)[3];
-    }
-    // SAFETY: the helper reads and writes `params`, the caller's (its stack or scratch memory).
-    let rc = unsafe {
-        fib_lookup(
-            ctx.skb.skb as *mut _,
-            params,
-            core::mem::size_of::<bpf_fib_lookup>() as i32,
-            BPF_FIB_LOOKUP_SKIP_NEIGH,
-        )
-    };
+    let rc = fib::lookup(ctx, params);
     rc == 0 && params.ifindex == nic_ifindex
 }

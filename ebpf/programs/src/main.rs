@@ -8,6 +8,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod checksum;
+mod fib;
 mod flows;
 mod fragments;
 mod headers;

@@ -7,18 +7,18 @@
 //! the table then, so that the longest prefix is the route the host takes), and a reply too big
 //! for its route goes to the stack, which answers the container as on Docker's path.
 use aya_ebpf::{
-    bindings::{BPF_FIB_LKUP_RET_FRAG_NEEDED, BPF_FIB_LOOKUP_SKIP_NEIGH, bpf_fib_lookup},
-    helpers::generated::bpf_fib_lookup as fib_lookup,
+    bindings::{BPF_FIB_LKUP_RET_FRAG_NEEDED, bpf_fib_lookup},
     macros::map,
     maps::{LpmTrie, PerCpuArray, lpm_trie::Key},
     programs::TcContext,
 };
 use dxdp_common::ingress::DEFAULT_MAX_ROUTES;
 
-use crate::headers::{ETH_HLEN, IPV6_HLEN, PROTO_TCP, TCP_DOFF_OFF, UDP_HLEN, words};
+use crate::{
+    fib,
+    headers::{ETH_HLEN, IPV6_HLEN, PROTO_TCP, TCP_DOFF_OFF, UDP_HLEN},
+};
 
-const AF_INET: u8 = 2;
-const AF_INET6: u8 = 10;
 /// The least MTU a path may have (RFC 8200; RFC 791's 68): no cached one is below.
 const IPV6_MIN_MTU: usize = 1280;
 const IPV4_MIN_MTU: usize = 68;
@@ -107,26 +107,9 @@ fn fits_cached_path_mtu(
     // SAFETY: this CPU's copy of the scratch value, valid for this invocation and used by
     // nothing else while the program runs.
     let params = unsafe { &mut *params };
-    // SAFETY: plain data; every field the lookup reads is set below or zero.
-    *params = unsafe { core::mem::zeroed() };
-    params.ifindex = nic_ifindex;
+    fib::ask(params, v6, &[0; 16], dst, nic_ifindex);
     params.__bindgen_anon_1.tot_len = len.min(u16::MAX as usize) as u16;
-    if v6 {
-        params.family = AF_INET6;
-        params.__bindgen_anon_4.ipv6_dst = words(dst);
-    } else {
-        params.family = AF_INET;
-        params.__bindgen_anon_4.ipv4_dst = words(dst)[3];
-    }
-    // SAFETY: the helper reads and writes `params`, this CPU's scratch value.
-    let rc = unsafe {
-        fib_lookup(
-            ctx.skb.skb as *mut _,
-            params,
-            core::mem::size_of::<bpf_fib_lookup>() as i32,
-            BPF_FIB_LOOKUP_SKIP_NEIGH,
-        )
-    };
+    let rc = fib::lookup(ctx, params);
     // Any other answer is not about the size: the callers' own checks judge the route.
     rc != BPF_FIB_LKUP_RET_FRAG_NEEDED as i64
 }
