@@ -19,9 +19,8 @@ use crate::{
     headers::{ETH_HLEN, IPV6_HLEN, PROTO_TCP, TCP_DOFF_OFF, UDP_HLEN},
 };
 
-/// The least MTU a path may have (RFC 8200; RFC 791's 68): no cached one is below.
+/// The least MTU an IPv6 path may have (RFC 8200): no cached one is below.
 const IPV6_MIN_MTU: usize = 1280;
-const IPV4_MIN_MTU: usize = 68;
 
 /// Destination prefixes (IPv4 v4-mapped: its prefix length plus 96) to the MTU forwarding
 /// checks packets to them against; 0 where the route sets none (the device's, checked apart).
@@ -80,16 +79,17 @@ fn forwarded_len(ctx: &TcContext, v6: bool, layer4: Option<(u8, usize)>) -> Opti
 }
 
 /// Whether a packet of `len` bytes to `dst` fits the path MTU the host has cached for it (a
-/// route exception, learnt from "packet too big" or "fragmentation needed" errors the host
-/// took for itself). IPv6 forwarding holds a packet to it (`ip6_finish_output` measures
-/// against the exception's MTU and answers "packet too big"); IPv4 forwarding to one that is
-/// locked (learnt below `min_pmtu`), or to every one with `ip_forward_use_pmtu`. No map can
-/// mirror these: the kernel caches them as errors arrive and announces nothing. So the route
-/// lookup is asked, with the length: `bpf_fib_lookup` answers "fragmentation needed" above
-/// `ip6_mtu_from_fib6`'s or `ip_mtu_from_fib_result`'s MTU, which take the cached one. For
-/// IPv4 that is every cached MTU, locked or not: a packet over an unlocked one takes the stack,
-/// which forwards it as the fast path would have, only slower. Packets no cached MTU can be
-/// below (IPv6's minimum link MTU, IPv4's minimum) skip the lookup.
+/// route exception, learnt from a "packet too big" error the host took for itself), where
+/// forwarding heeds it. IPv6 forwarding does: `ip6_forward` checks the device's `mtu6`, but
+/// `ip6_finish_output` then measures the packet against the route's MTU, the exception's, and
+/// `ip6_fragment` answers "packet too big". No map can mirror these: the kernel caches them as
+/// errors arrive and announces nothing. So the route lookup is asked, with the length:
+/// `bpf_fib_lookup` answers "fragmentation needed" above `ip6_mtu_from_fib6`'s MTU, which is
+/// the cached one where there is one. IPv4 forwarding heeds a cached MTU only when it is locked
+/// (learnt below `min_pmtu`) or with `ip_forward_use_pmtu`, which the lookup cannot tell apart
+/// from one it ignores, and a packet handed to the stack that the stack then forwards would
+/// leave untranslated: IPv4 is not asked (docs/ingress.md). Packets no cached MTU can be below
+/// (IPv6's minimum link MTU) skip the lookup.
 #[inline(always)]
 fn fits_cached_path_mtu(
     ctx: &TcContext,
@@ -98,7 +98,7 @@ fn fits_cached_path_mtu(
     len: usize,
     nic_ifindex: u32,
 ) -> bool {
-    if len <= if v6 { IPV6_MIN_MTU } else { IPV4_MIN_MTU } {
+    if !v6 || len <= IPV6_MIN_MTU {
         return true;
     }
     let Some(params) = ROUTE_SCRATCH.get_ptr_mut(0) else {
@@ -107,7 +107,7 @@ fn fits_cached_path_mtu(
     // SAFETY: this CPU's copy of the scratch value, valid for this invocation and used by
     // nothing else while the program runs.
     let params = unsafe { &mut *params };
-    fib::ask(params, v6, &[0; 16], dst, nic_ifindex);
+    fib::ask(params, true, &[0; 16], dst, nic_ifindex);
     params.__bindgen_anon_1.tot_len = len.min(u16::MAX as usize) as u16;
     let rc = fib::lookup(ctx, params);
     // Any other answer is not about the size: the callers' own checks judge the route.
