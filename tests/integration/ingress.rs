@@ -1934,19 +1934,6 @@ fn replies_too_big_for_a_cached_path_mtu_teach_the_container_as_dockers_path_doe
         "over the fast path {fast} of 5 answers arrived (Docker's path: {docker}) and the \
          container's route to the client is: {fast_learnt}"
     );
-    eprintln!(
-        "conntrack after the fast path's round: {}",
-        crate::support::run(&[
-            "conntrack",
-            "-L",
-            "-f",
-            "ipv6",
-            "-p",
-            "udp",
-            "--orig-port-src",
-            "7016"
-        ])
-    );
     let (_, outbound, _) = counters_at(&world, Some(host), 17150, "udp").expect("exposed");
     assert!(
         outbound >= 6,
