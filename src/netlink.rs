@@ -305,53 +305,8 @@ const MTU_LOCK: u32 = 1 << 2;
 
 /// The unicast routes of the calling thread's namespace's main table, both families.
 pub fn main_table_routes() -> Result<Vec<HostRoute>> {
-    use netlink_packet_route::route::{
-        RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType,
-    };
+    use netlink_packet_route::route::RouteMessage;
     use rtnetlink::RouteMessageBuilder;
-    fn to_route(msg: RouteMessage) -> Option<HostRoute> {
-        let table = msg
-            .attributes
-            .iter()
-            .find_map(|a| match a {
-                RouteAttribute::Table(t) => Some(*t),
-                _ => None,
-            })
-            .unwrap_or(u32::from(msg.header.table));
-        if table != MAIN_TABLE || msg.header.kind != RouteType::Unicast {
-            return None;
-        }
-        let mut route = HostRoute {
-            dst: match msg.header.address_family {
-                netlink_packet_route::AddressFamily::Inet6 => {
-                    std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-                }
-                _ => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            },
-            prefix_len: msg.header.destination_prefix_length,
-            priority: 0,
-            mtu: 0,
-            mtu_locked: false,
-        };
-        for attribute in &msg.attributes {
-            match attribute {
-                RouteAttribute::Destination(RouteAddress::Inet(a)) => route.dst = (*a).into(),
-                RouteAttribute::Destination(RouteAddress::Inet6(a)) => route.dst = (*a).into(),
-                RouteAttribute::Priority(p) => route.priority = *p,
-                RouteAttribute::Metrics(metrics) => {
-                    for metric in metrics {
-                        match metric {
-                            RouteMetric::Mtu(mtu) => route.mtu = *mtu,
-                            RouteMetric::Lock(lock) => route.mtu_locked = lock & MTU_LOCK != 0,
-                            _ => {}
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        Some(route)
-    }
     ask_here(async |handle| {
         let mut routes = Vec::new();
         for request in [
@@ -360,11 +315,66 @@ pub fn main_table_routes() -> Result<Vec<HostRoute>> {
         ] {
             let msgs: Vec<RouteMessage> =
                 handle.route().get(request).execute().try_collect().await?;
-            routes.extend(msgs.into_iter().filter_map(to_route));
+            routes.extend(msgs.into_iter().filter_map(host_route));
         }
         Ok(routes)
     })
     .context("cannot list the host's routes (rtnetlink)")
+}
+
+/// The route `msg` describes, if it is a unicast route of the main table. A cached exception
+/// (`RTM_F_CLONED`: a path MTU the host learnt from an error, or a redirect) is not a route:
+/// rtnetlink dumps them with the routes to a socket without strict checking, and mirrored as
+/// one its MTU would send to the stack replies that forwarding (IPv4, unlocked) sends on, and
+/// that would leave it masqueraded (differential long run, seed 6262 case 987).
+fn host_route(msg: netlink_packet_route::route::RouteMessage) -> Option<HostRoute> {
+    use netlink_packet_route::route::{
+        RouteAddress, RouteAttribute, RouteFlags, RouteMetric, RouteType,
+    };
+    if msg.header.flags.contains(RouteFlags::Cloned) {
+        return None;
+    }
+    let table = msg
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(u32::from(msg.header.table));
+    if table != MAIN_TABLE || msg.header.kind != RouteType::Unicast {
+        return None;
+    }
+    let mut route = HostRoute {
+        dst: match msg.header.address_family {
+            netlink_packet_route::AddressFamily::Inet6 => {
+                std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            }
+            _ => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        },
+        prefix_len: msg.header.destination_prefix_length,
+        priority: 0,
+        mtu: 0,
+        mtu_locked: false,
+    };
+    for attribute in &msg.attributes {
+        match attribute {
+            RouteAttribute::Destination(RouteAddress::Inet(a)) => route.dst = (*a).into(),
+            RouteAttribute::Destination(RouteAddress::Inet6(a)) => route.dst = (*a).into(),
+            RouteAttribute::Priority(p) => route.priority = *p,
+            RouteAttribute::Metrics(metrics) => {
+                for metric in metrics {
+                    match metric {
+                        RouteMetric::Mtu(mtu) => route.mtu = *mtu,
+                        RouteMetric::Lock(lock) => route.mtu_locked = lock & MTU_LOCK != 0,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(route)
 }
 
 fn ask_here<T>(request: impl AsyncFnOnce(rtnetlink::Handle) -> Result<T>) -> Result<T> {
@@ -430,4 +440,48 @@ pub fn format_mac(mac: &MacAddr) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_route::{
+        AddressFamily,
+        route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteType},
+    };
+
+    use super::{HostRoute, MAIN_TABLE, host_route};
+
+    /// A /32 to 10.0.0.2 in the main table with an MTU of 600, flagged `flags`.
+    fn route_with_mtu(flags: RouteFlags) -> RouteMessage {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = AddressFamily::Inet;
+        msg.header.destination_prefix_length = 32;
+        msg.header.table = MAIN_TABLE as u8;
+        msg.header.kind = RouteType::Unicast;
+        msg.header.flags = flags;
+        msg.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet([10, 0, 0, 2].into())),
+            RouteAttribute::Metrics(vec![RouteMetric::Mtu(600)]),
+        ];
+        msg
+    }
+
+    #[test]
+    fn a_route_with_an_mtu_is_read_as_a_route() {
+        assert_eq!(
+            host_route(route_with_mtu(RouteFlags::empty())),
+            Some(HostRoute {
+                dst: [10, 0, 0, 2].into(),
+                prefix_len: 32,
+                priority: 0,
+                mtu: 600,
+                mtu_locked: false,
+            })
+        );
+    }
+
+    #[test]
+    fn a_cached_path_mtu_is_not_a_route() {
+        assert_eq!(host_route(route_with_mtu(RouteFlags::Cloned)), None);
+    }
 }
