@@ -11,8 +11,9 @@
 //! - [`packet_socket`]: AF_PACKET sockets that inject and observe inside namespaces;
 //! - [`record`]: a frame normalised to what both paths must agree on;
 //! - [`exposed`]: the exposed-port topology (`dxdp expose`);
-//! - [`links`]: the link topology (`dxdp link`, tc and xdp), on a bridge network of the host's
-//!   or on a Swarm overlay network (linked inside its sandbox);
+//! - [`links`]: the link topology (`dxdp link`, tc and xdp);
+//! - [`segment`]: the link topology's network, a bridge network of the host's or a Swarm overlay
+//!   network (linked inside its sandbox), and the namespace holding its bridge;
 //! - [`allowlist`]: the expected differences.
 //!
 //! `DXDP_DIFF_SEED`, `DXDP_DIFF_FIRST` and `DXDP_DIFF_CASES` choose the cases; `DXDP_BIN` runs
@@ -26,6 +27,7 @@ mod links;
 mod packet_socket;
 mod record;
 mod runner;
+mod segment;
 
 use std::time::Duration;
 
@@ -189,7 +191,7 @@ fn links_match_the_bridge() {
         return;
     }
     assert_paths_match(
-        links::Links::<links::Bridge>::new,
+        links::Links::<segment::Bridge>::new,
         ci_budget(CI_LINK_CASES, CI_LINK_TIME),
     );
 }
@@ -201,7 +203,7 @@ fn links_match_the_bridge_long() {
     if !prerequisites() {
         return;
     }
-    assert_paths_match(links::Links::<links::Bridge>::new, long_budget());
+    assert_paths_match(links::Links::<segment::Bridge>::new, long_budget());
 }
 
 /// CI's run of the link topology on a Swarm overlay network: a fixed seed, a budget of cases,
@@ -212,7 +214,7 @@ fn overlay_links_match_the_overlay_bridge() {
         return;
     }
     assert_paths_match(
-        links::Links::<links::Overlay>::new,
+        links::Links::<segment::Overlay>::new,
         ci_budget(CI_OVERLAY_CASES, CI_OVERLAY_TIME),
     );
 }
@@ -225,5 +227,5 @@ fn overlay_links_match_the_overlay_bridge_long() {
     if !prerequisites() || !swarm_can_be_made() {
         return;
     }
-    assert_paths_match(links::Links::<links::Overlay>::new, long_budget());
+    assert_paths_match(links::Links::<segment::Overlay>::new, long_budget());
 }
