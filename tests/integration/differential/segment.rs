@@ -42,7 +42,8 @@ impl Segment for Bridge {
     }
 }
 
-/// A dual-stack attachable overlay network on a one-node swarm the test makes (and leaves):
+/// A dual-stack attachable overlay network (an IPv4 subnet of the test's, an IPv6 one of the
+/// swarm's choosing) on a one-node swarm the test makes (and leaves):
 /// the containers' veths end on `br0` in the network's sandbox namespace, whose FORWARD chain
 /// filters bridged frames (br_netfilter), and whose VXLAN device sets the network's MTU.
 pub struct Overlay {
@@ -64,7 +65,13 @@ impl Segment for Overlay {
     }
 
     fn network(&self, world: &mut World) -> (String, Option<PathBuf>) {
-        let net = world.network_v6("overlay", true, &["--driver", "overlay", "--attachable"]);
+        // IPv6 from the swarm's own pool: an IPv6 subnet of the test's makes Docker 28's swarm
+        // allocator fail ("cannot find address pool for poolID:…/invalid Prefix"), and no
+        // container can attach.
+        let net = world.network(
+            "overlay",
+            &["--ipv6", "--driver", "overlay", "--attachable"],
+        );
         let sandbox = sandbox_netns(&sandbox_of(&net));
         (net, Some(sandbox))
     }
