@@ -1,19 +1,20 @@
 //! packaging/swarm/dxdp-stack.yml deployed as its README says, on a one-node swarm of the
 //! host's dockerd: the global dxdp service runs and links a labeled pair of containers.
 //!
-//! The test makes the swarm itself (`docker swarm init` on 127.0.0.1) and leaves it at the end,
-//! with what swarm mode made (the `ingress` network, and `docker_gwbridge`, which `swarm leave`
-//! keeps). A dockerd that is in a swarm already is someone else's: the test does not run there
-//! (it fails under CI=true, as any test that cannot run). Everything is undone by guards, in
+//! The test makes the swarm itself (`docker swarm init` on 127.0.0.1, `support::Swarm`) and leaves
+//! it at the end, with what swarm mode made (the `ingress` network, and `docker_gwbridge`, which
+//! `swarm leave` keeps). A dockerd that is in a swarm already is someone else's: the test does not
+//! run there (it fails under CI=true, as any test that cannot run). Everything is undone by guards, in
 //! reverse order, also when an assertion fails: the stack, the containers and the network, the
 //! pin directory, the mounts made shared (bpffs, the one holding /run), the swarm.
 
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    DOCKER, DXDP, Run, SharedMount, Status, World, assert_promtool_accepts, can_run, docker_ok,
-    free_port, link_between, metrics_text, missing_tools, quietly, require_docker, run_for,
-    scrape_metrics, try_run, wait_until,
+    DOCKER, DXDP, FirewallRule, Run, SharedMount, Status, Swarm, World, assert_promtool_accepts,
+    can_run, docker_ok, free_port, link_between, metrics_text, missing_tools, network_exists,
+    quietly, require_docker, run_for, sandbox_netns, sandbox_of, scrape_metrics, swarm_can_be_made,
+    swarm_state, try_docker, wait_until,
 };
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -23,103 +24,6 @@ const STACK_IMAGE: &str = "dxdp:local";
 const BPFFS: &str = "/sys/fs/bpf";
 /// Made by swarm mode: `ingress` by `swarm init`, `docker_gwbridge` with the first task.
 const SWARM_NETWORKS: [&str; 2] = ["ingress", "docker_gwbridge"];
-
-/// `docker ARGS…` within 60 s; `None` if it could not run or overran. Never panics: the guards
-/// below call it from `drop`, also while a failed assertion unwinds.
-fn docker(args: &[&str]) -> Option<Run> {
-    let mut argv = vec![DOCKER];
-    argv.extend_from_slice(args);
-    match try_run(&argv, Duration::from_secs(60)) {
-        Ok(run) => Some(run),
-        Err(e) => {
-            eprintln!("{e}");
-            None
-        }
-    }
-}
-
-/// `docker info`'s swarm state: `inactive`, `pending`, `active`, `error` or `locked`; empty if
-/// dockerd did not answer.
-fn swarm_state() -> String {
-    docker(&["info", "--format", "{{.Swarm.LocalNodeState}}"])
-        .map(|run| run.stdout.trim().to_owned())
-        .unwrap_or_default()
-}
-
-fn network_exists(name: &str) -> bool {
-    docker(&["network", "inspect", name]).is_some_and(|run| run.success())
-}
-
-/// A swarm this test initialized; left on drop (or by [`Swarm::leave`]), taking with it what
-/// swarm mode made: `docker_gwbridge` is removed unless it was there before.
-struct Swarm {
-    gwbridge_was_there: bool,
-    left: bool,
-}
-
-impl Swarm {
-    #[track_caller]
-    fn init() -> Self {
-        let swarm = Self {
-            gwbridge_was_there: network_exists("docker_gwbridge"),
-            left: false,
-        };
-        // Loopback only: a one-node swarm needs no reachable address, and nothing outside this
-        // host gets a port 2377 to talk to.
-        docker_ok(&[
-            "swarm",
-            "init",
-            "--advertise-addr",
-            "127.0.0.1",
-            "--listen-addr",
-            "127.0.0.1:2377",
-        ]);
-        swarm
-    }
-
-    /// Leaves the swarm and removes `docker_gwbridge` if swarm mode made it; what failed, if
-    /// anything.
-    fn leave(&mut self) -> Result<(), String> {
-        if self.left {
-            return Ok(());
-        }
-        self.left = true;
-        let left = docker(&["swarm", "leave", "--force"]);
-        if swarm_state() != "inactive" {
-            return Err(match left {
-                Some(run) => format!("cannot leave the swarm: {run}"),
-                None => "cannot leave the swarm".to_owned(),
-            });
-        }
-        if self.gwbridge_was_there {
-            return Ok(());
-        }
-        // The ingress sandbox may still hold the bridge for a moment after the leave.
-        let mut last = None;
-        let removed = wait_until(Duration::from_secs(20), || {
-            if !network_exists("docker_gwbridge") {
-                return true;
-            }
-            let run = docker(&["network", "rm", "docker_gwbridge"]);
-            let done = run.as_ref().is_some_and(Run::success);
-            last = run;
-            done
-        });
-        match (removed, last) {
-            (true, _) => Ok(()),
-            (false, Some(run)) => Err(format!("cannot remove docker_gwbridge: {run}")),
-            (false, None) => Err("docker_gwbridge stayed".to_owned()),
-        }
-    }
-}
-
-impl Drop for Swarm {
-    fn drop(&mut self) {
-        if let Err(e) = self.leave() {
-            eprintln!("cleanup: {e}");
-        }
-    }
-}
 
 /// A deployed stack: `docker stack rm` on drop, then a bounded wait until its containers are
 /// gone (the removal is asynchronous, and the swarm must not be left under a running task).
@@ -173,8 +77,8 @@ impl Stack {
     fn diagnostics(&self) -> String {
         let service = format!("{}_dxdp", self.name);
         let shown = |run: Option<Run>| run.map(|r| r.to_string()).unwrap_or_default();
-        let ps = shown(docker(&["service", "ps", "--no-trunc", &service]));
-        let logs = shown(docker(&["service", "logs", "--raw", &service]));
+        let ps = shown(try_docker(&["service", "ps", "--no-trunc", &service]));
+        let logs = shown(try_docker(&["service", "logs", "--raw", &service]));
         format!("{ps}\n{logs}")
     }
 }
@@ -183,7 +87,7 @@ impl Drop for Stack {
     fn drop(&mut self) {
         quietly(&[DOCKER, "stack", "rm", &self.name]);
         let gone = wait_until(Duration::from_secs(60), || {
-            docker(&["ps", "-aq", "--filter", &self.label()])
+            try_docker(&["ps", "-aq", "--filter", &self.label()])
                 .is_some_and(|run| run.success() && run.stdout.trim().is_empty())
         });
         if !gone {
@@ -323,37 +227,21 @@ fn stack_watch_links_a_labeled_pair_on_a_one_node_swarm() {
     eprintln!("swarm stack test took {:?}", started.elapsed());
 }
 
-/// Leaves the swarm if `Swarm::init` cannot run here (a swarm someone else made, live-restore);
-/// otherwise `None` after telling the runner why (a failure under CI).
-fn swarm_can_be_made() -> bool {
-    let state = swarm_state();
-    let mut problems = Vec::new();
-    if state != "inactive" {
-        problems.push(format!(
-            "the host's dockerd is in a swarm already (state {state}); this test makes a swarm of \
-             its own and leaves it, so it does not run in one it did not make"
-        ));
-    } else if docker_ok(&["info", "--format", "{{.LiveRestoreEnabled}}"]) == "true" {
-        problems.push("dockerd runs with live-restore, which swarm mode refuses".to_owned());
-    }
-    can_run(problems)
-}
-
 /// Bulk (iperf3, 2 s) and pings from `a` to `b` at `ip_b` ride their link, both ways, while
 /// pings from `a` to a third container at `ip_c` take `br0` and are answered.
 #[track_caller]
 fn assert_link_carries(world: &World, (a, b): (&str, &str), ip_b: &str, ip_c: &str) {
     docker_ok(&["exec", "-d", b, "iperf3", "-s", "-1"]);
     let listening = wait_until(Duration::from_secs(5), || {
-        docker(&["exec", b, "ss", "-Hltn", "sport = :5201"])
+        try_docker(&["exec", b, "ss", "-Hltn", "sport = :5201"])
             .is_some_and(|r| !r.stdout.trim().is_empty())
     });
     assert!(listening, "iperf3 did not listen in {b}");
-    let iperf =
-        docker(&["exec", a, "timeout", "15", "iperf3", "-c", ip_b, "-t", "2"]).expect("iperf3 ran");
+    let iperf = try_docker(&["exec", a, "timeout", "15", "iperf3", "-c", ip_b, "-t", "2"])
+        .expect("iperf3 ran");
     assert!(iperf.success(), "iperf3 {a} -> {b}: {iperf}");
     for ip in [ip_b, ip_c] {
-        let ping = docker(&[
+        let ping = try_docker(&[
             "exec", a, "ping", "-c", "3", "-i", "0.2", "-W", "1", "-w", "5", ip,
         ])
         .expect("ping ran");
@@ -381,14 +269,6 @@ fn dxdp_ok(dxdp: &crate::support::Dxdp, args: &[&str]) -> String {
     run.stdout
 }
 
-/// `nsenter --net=SANDBOX ARGV…`: a command inside an overlay network's sandbox namespace.
-fn in_sandbox(sandbox: &str, argv: &[&str]) -> Run {
-    let net = format!("--net=/var/run/docker/netns/{sandbox}");
-    let mut full = vec!["nsenter", net.as_str()];
-    full.extend_from_slice(argv);
-    run_for(&full, Duration::from_secs(20))
-}
-
 /// The packets `/metrics` at `addr` counts over the link from `a` to `b` on `net`, in the
 /// overlay sandbox `sandbox` (the series labeled `sandbox`); `None` without such a series.
 fn overlay_link_packets(addr: &str, (a, b): (&str, &str), net: &str, sandbox: &str) -> Option<f64> {
@@ -400,33 +280,6 @@ fn overlay_link_packets(addr: &str, (a, b): (&str, &str), net: &str, sandbox: &s
         .into_iter()
         .find(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
         .map(|(_, packets)| packets)
-}
-
-/// An iptables rule in a sandbox, deleted on drop.
-struct SandboxRule {
-    sandbox: String,
-    rule: Vec<String>,
-}
-
-impl SandboxRule {
-    #[track_caller]
-    fn insert(sandbox: &str, rule: &[&str]) -> Self {
-        let mut argv = vec!["iptables", "-I"];
-        argv.extend_from_slice(rule);
-        in_sandbox(sandbox, &argv).assert_success();
-        Self {
-            sandbox: sandbox.to_owned(),
-            rule: rule.iter().map(|s| (*s).to_owned()).collect(),
-        }
-    }
-}
-
-impl Drop for SandboxRule {
-    fn drop(&mut self) {
-        let mut argv = vec!["iptables", "-D"];
-        argv.extend(self.rule.iter().map(String::as_str));
-        in_sandbox(&self.sandbox, &argv);
-    }
 }
 
 /// Two containers of one node on an attachable overlay network are linked by `dxdp link`
@@ -452,8 +305,7 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
     let a = world.run("a", &on_net, &["sleep", "600"]);
     let b = world.run("b", &on_net, &["sleep", "600"]);
     let c = world.run("c", &on_net, &["sleep", "600"]);
-    let net_id = docker_ok(&["network", "inspect", "-f", "{{.Id}}", &net]);
-    let sandbox: String = format!("1-{net_id}").chars().take(12).collect();
+    let sandbox = sandbox_of(&net);
     let (ip_b, ip_c) = (world.ip(&b, &net), world.ip(&c, &net));
 
     for datapath in ["tc", "xdp"] {
@@ -508,9 +360,11 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
     // A rule in the sandbox, where the pair's frames are filtered (br_netfilter), keeps it on
     // br0; without the rule the same link is made.
     let ip_a = world.ip(&a, &net);
-    let rule = SandboxRule::insert(
-        &sandbox,
-        &["FORWARD", "-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
+    let rule = FirewallRule::insert_in(
+        &sandbox_netns(&sandbox),
+        "iptables",
+        "FORWARD",
+        &["-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
     );
     let refused = world.dxdp.run(&["link", &a, &b]);
     assert!(
@@ -544,7 +398,7 @@ fn overlay_pair_links_by_hand_inside_the_networks_sandbox() {
     world.remove(&[a.clone(), c.clone()]);
     let sites = world.dxdp.pin_dir.join("overlay");
     let sandbox_gone = wait_until(Duration::from_secs(30), || {
-        let _ = docker(&["network", "rm", &net]);
+        let _ = try_docker(&["network", "rm", &net]);
         !std::path::Path::new(&format!("/var/run/docker/netns/{sandbox}")).exists()
     });
     assert!(sandbox_gone, "the sandbox {sandbox} outlived its network");
@@ -606,8 +460,7 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
     let a = world.run("a", &labeled, &["sleep", "600"]);
     let b = world.run("b", &labeled, &["sleep", "600"]);
     let c = world.run("c", &["--network", net.as_str()], &["sleep", "600"]);
-    let net_id = docker_ok(&["network", "inspect", "-f", "{{.Id}}", &net]);
-    let sandbox: String = format!("1-{net_id}").chars().take(12).collect();
+    let sandbox = sandbox_of(&net);
     let (ip_a, ip_b, ip_c) = (world.ip(&a, &net), world.ip(&b, &net), world.ip(&c, &net));
     let linked = |world: &World| {
         link_between(&world.dxdp.status(), &a, &b)
@@ -631,7 +484,7 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
         )
     });
     assert!(before >= 3.0, "the overlay link's series counts {before}");
-    let ping = docker(&[
+    let ping = try_docker(&[
         "exec", &a, "ping", "-c", "5", "-i", "0.2", "-W", "1", "-w", "5", &ip_b,
     ])
     .expect("ping ran");
@@ -652,9 +505,11 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
     }
 
     // A rule in the sandbox: the next resync takes the link away and says why.
-    let rule = SandboxRule::insert(
-        &sandbox,
-        &["FORWARD", "-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
+    let rule = FirewallRule::insert_in(
+        &sandbox_netns(&sandbox),
+        "iptables",
+        "FORWARD",
+        &["-s", &ip_a, "-d", &ip_b, "-j", "DROP"],
     );
     assert!(
         wait_until(Duration::from_secs(15), || world
@@ -693,7 +548,7 @@ fn watch_links_a_labeled_overlay_pair_inside_the_networks_sandbox() {
     // The network's removal takes the sandbox; the next whole pass its pinned state.
     world.remove(&[a.clone(), c.clone()]);
     let sandbox_gone = wait_until(Duration::from_secs(30), || {
-        let _ = docker(&["network", "rm", &net]);
+        let _ = try_docker(&["network", "rm", &net]);
         !std::path::Path::new(&format!("/var/run/docker/netns/{sandbox}")).exists()
     });
     assert!(sandbox_gone, "the sandbox {sandbox} outlived its network");
@@ -756,7 +611,7 @@ impl Service {
     /// Names of the service's running task containers.
     fn tasks(&self) -> Vec<String> {
         let filter = format!("label=com.docker.swarm.service.name={}", self.name);
-        docker(&["ps", "--filter", &filter, "--format", "{{.Names}}"])
+        try_docker(&["ps", "--filter", &filter, "--format", "{{.Names}}"])
             .map(|run| run.stdout.lines().map(str::to_owned).collect())
             .unwrap_or_default()
     }

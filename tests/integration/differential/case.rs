@@ -159,9 +159,18 @@ pub struct Case {
     pub l4: L4,
 }
 
+/// The MTU of the exposed topology's wire and of a bridge network: what a full-size packet fills.
+pub const WIRE_MTU: u16 = 1500;
+
 impl Case {
     /// Case `index` of the run with `seed`: a function of the two alone.
     pub fn generate(seed: u64, index: u64) -> Self {
+        Self::generate_within(seed, index, WIRE_MTU)
+    }
+
+    /// Case `index` of the run with `seed` on a path whose MTU is `mtu`: its full-size datagrams
+    /// fill `mtu` bytes, otherwise it is the case [`Case::generate`] draws.
+    pub fn generate_within(seed: u64, index: u64, mtu: u16) -> Self {
         let mut rng = Rng::from_seed(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let family = if rng.below(2) == 0 {
             Family::V4
@@ -243,9 +252,9 @@ impl Case {
                 }
             }
             2 => {
-                // Up to a full 1500-byte packet of either family, its L3 edge's header bytes
-                // included: the wire (the NIC's MTU) carries nothing larger.
-                let largest = full_udp(family, l3);
+                // Up to a full packet of either family, its L3 edge's header bytes included:
+                // the wire (the NIC's MTU, or the network's) carries nothing larger.
+                let largest = full_udp(family, l3, mtu);
                 let payload = [0, 1, 32, 512, largest][rng.below(5) as usize];
                 let length = if rng.below(10) < 8 {
                     UdpLength::Exact
@@ -273,9 +282,9 @@ impl Case {
     }
 }
 
-/// The UDP payload that fills a 1500-byte IP packet of `family` with `l3`'s header bytes:
+/// The UDP payload that fills an IP packet of `mtu` bytes of `family` with `l3`'s header bytes:
 /// IPv4 options (4 bytes of NOPs), an IPv6 hop-by-hop or fragment header (8).
-fn full_udp(family: Family, l3: L3Edge) -> u16 {
+fn full_udp(family: Family, l3: L3Edge, mtu: u16) -> u16 {
     let (header, extension) = match family {
         Family::V4 => (20, if l3 == L3Edge::Options { 4 } else { 0 }),
         Family::V6 => (
@@ -286,7 +295,7 @@ fn full_udp(family: Family, l3: L3Edge) -> u16 {
             },
         ),
     };
-    1500 - header - extension - 8
+    mtu - header - extension - 8
 }
 
 impl fmt::Display for Case {
@@ -320,7 +329,7 @@ pub enum Message {
     /// The base case's IP packet.
     Ip,
     /// A UDP datagram to B's port larger than B's MTU (A's side of the veth has a larger one):
-    /// `over` bytes past a full 1500-byte packet.
+    /// `over` bytes past a full packet of the network's MTU.
     Oversized { over: u16 },
     /// IPv4 only: an ARP request (or reply) for B's address, whose sender protocol address is
     /// the base case's source; `lie`: its sender hardware address is not A's MAC.
@@ -360,6 +369,8 @@ pub enum Rule {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkCase {
     pub base: Case,
+    /// The network's MTU, B's: what a full-size packet fills and an oversized one passes.
+    pub mtu: u16,
     pub wire: Wire,
     pub message: Message,
     pub datapath: Datapath,
@@ -367,9 +378,10 @@ pub struct LinkCase {
 }
 
 impl LinkCase {
-    /// Case `index` of the run with `seed`: a function of the two alone.
-    pub fn generate(seed: u64, index: u64) -> Self {
-        let base = Case::generate(seed, index);
+    /// Case `index` of the run with `seed` on a network whose MTU is `mtu`: a function of the
+    /// three alone (the cases of two MTUs differ in the sizes of full and oversized datagrams).
+    pub fn generate(seed: u64, index: u64, mtu: u16) -> Self {
+        let base = Case::generate_within(seed, index, mtu);
         let mut rng = Rng::from_seed(!seed ^ index.wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
         let wire = if rng.below(10) < 7 {
             Wire::Base
@@ -412,6 +424,7 @@ impl LinkCase {
         };
         Self {
             base,
+            mtu,
             wire,
             message,
             datapath,
@@ -422,8 +435,8 @@ impl LinkCase {
 
 impl LinkCase {
     /// The IP packet the case sends, for `Message::Ip` and `Message::Oversized`: the base case,
-    /// or for an oversized one a whole UDP datagram to B's port `over` bytes past a full
-    /// 1500-byte packet, in the base case's family, addresses, L2 and TTL.
+    /// or for an oversized one a whole UDP datagram to B's port `over` bytes past a full packet
+    /// of the network's MTU, in the base case's family, addresses, L2 and TTL.
     pub fn ip_case(&self) -> Case {
         let Message::Oversized { over } = self.message else {
             return self.base;
@@ -437,7 +450,7 @@ impl LinkCase {
             l4: L4::Udp {
                 sport: 30000 + (self.base.index % 30000) as u16,
                 dport: Port::Published,
-                payload: full_udp(self.base.family, l3) + over,
+                payload: full_udp(self.base.family, l3, self.mtu) + over,
                 length: UdpLength::Exact,
             },
             l3,
@@ -451,7 +464,9 @@ impl fmt::Display for LinkCase {
         let base = self.ip_case();
         match self.message {
             Message::Ip => write!(f, "{base}")?,
-            Message::Oversized { over } => write!(f, "{base} (oversized: {over} past 1500)")?,
+            Message::Oversized { over } => {
+                write!(f, "{base} (oversized: {over} past {})", self.mtu)?;
+            }
             // Layers 3 and 4 are not the base case's: say only what the message uses of it.
             message => write!(
                 f,

@@ -1,11 +1,15 @@
-//! The link topology: three containers A, B and C on one dual-stack user-defined bridge
-//! network, B serving TCP (iperf3's listener) and UDP (an echo). Docker's path: A and B not
-//! linked, their frames cross the bridge; dxdp's path: `dxdp link A B` (tc, or xdp as the case
-//! says). Every case is a frame A puts on its own `eth0` with a packet socket, addressed to B
-//! (or beside it); the observers are `eth0` of B, of A (what came back) and of C, the bridge's
-//! own interface on the host, and for MTU errors B's path MTU towards A. A link must deliver or
-//! drop each frame as the bridge does, byte for byte: MACs, VLAN tag and TTL are compared, and a
-//! frame B receives is marked `as sent` when it is the very frame A sent.
+//! The link topology: three containers A, B and C on one dual-stack network, B serving TCP
+//! (iperf3's listener) and UDP (an echo). Docker's path: A and B not linked, their frames cross
+//! the network's bridge; dxdp's path: `dxdp link A B` (tc, or xdp as the case says). Every case
+//! is a frame A puts on its own `eth0` with a packet socket, addressed to B (or beside it); the
+//! observers are `eth0` of B, of A (what came back) and of C, the bridge's own interface, and
+//! for MTU errors B's path MTU towards A. A link must deliver or drop each frame as the bridge
+//! does, byte for byte: MACs, VLAN tag and TTL are compared, and a frame B receives is marked
+//! `as sent` when it is the very frame A sent.
+//!
+//! The network is a [`Segment`]: a user-defined bridge network of the host's ([`Bridge`]), or an
+//! attachable Swarm overlay network ([`Overlay`]), whose bridge `br0` is in the overlay's
+//! sandbox namespace, where dxdp links the pair (`segment.rs`).
 
 use std::{
     net::{IpAddr, UdpSocket},
@@ -21,10 +25,11 @@ use super::{
     packet_socket::PacketSocket,
     record::{Own, link_line},
     runner::{Allowance, Observation, Topology},
+    segment::{Crossing, Segment},
 };
 use crate::support::{
-    Background, FirewallRule, LinkGuard, NetnsGuard, World, iface_name, in_container, in_netns,
-    must, netns_of, run,
+    Background, FirewallRule, LinkGuard, NetnsGuard, World, container_iface, iface_name,
+    in_container, in_netns, must, netns_of, run,
 };
 
 /// As the exposed topology's: a reply comes back well within it, the first retransmission not.
@@ -32,8 +37,8 @@ const WINDOW: Duration = Duration::from_millis(300);
 /// B's listeners.
 const TCP_PORT: u16 = 5201;
 const UDP_PORT: u16 = 7002;
-/// A's side of its veth takes frames this large, B's and the bridge's stay at 1500: what a
-/// link does with a frame too big for B's MTU is a case of its own.
+/// A's side of its veth takes frames this large, B's and the bridge's stay at the network's
+/// MTU: what a link does with a frame too big for B's MTU is a case of its own.
 const A_MTU: u32 = 9000;
 /// How long Docker announces a container's addresses after it starts (advertise_addr_nmsgs 3,
 /// advertise_addr_ms 1000), with a margin.
@@ -48,19 +53,25 @@ struct Member {
     pid: u32,
     mac: [u8; 6],
     ip: (IpAddr, IpAddr),
+    /// The ifindex of its veth's other end, in the bridge's namespace.
+    port: u64,
 }
 
 impl Member {
     fn new(world: &World, name: String, net: &str) -> Self {
         let pid = world.pid(&name);
+        let mac_text = world.mac(&name, net);
+        let (iface, port) = container_iface(pid, &mac_text);
+        assert_eq!(iface, "eth0", "{name}'s interface on {net}");
         Self {
-            mac: mac(&world.mac(&name, net)),
+            mac: mac(&mac_text),
             ip: (
                 world.ip(&name, net).parse().expect("an IPv4 address"),
                 world.ip6(&name, net).parse().expect("an IPv6 address"),
             ),
             name,
             pid,
+            port: port.into(),
         }
     }
 
@@ -76,8 +87,9 @@ impl Member {
     }
 }
 
-pub struct Links {
-    // Dropped first: sockets, processes and the rule; then the sink; then the world.
+pub struct Links<S: Segment> {
+    // Dropped first: sockets, processes and the rule; then the sink; then the world; then
+    // what the network needed.
     a_eth: PacketSocket,
     b_eth: PacketSocket,
     c_eth: PacketSocket,
@@ -90,20 +102,24 @@ pub struct Links {
     b: Member,
     c: Member,
     gateway: (IpAddr, IpAddr),
-    /// The host's MACs on the network: the bridge's, and those of its ends of A's, B's and
-    /// C's veths (bridge ports, from which the host resolves neighbours too).
+    /// The MACs of the bridge's namespace on the network: the bridge's, and those of its ports
+    /// (the far ends of A's, B's and C's veths, from which the host resolves neighbours too).
     host_macs: Vec<String>,
     /// The third octet of the network's subnet: the test's other addresses use it too.
     k: u32,
+    crossing: Crossing,
     _elsewhere: LinkGuard,
     _sink: NetnsGuard,
     world: World,
+    _segment: S,
 }
 
-impl Links {
+impl<S: Segment> Links<S> {
     pub fn new() -> Self {
+        let segment = S::prepare();
         let mut world = World::shared();
-        let net = world.network_v6("links", true, &[]);
+        let (net, bridge_netns) = segment.network(&mut world);
+        let crossing = Crossing::new(bridge_netns);
         let idle = ["sleep", "infinity"];
         let a = world.run("a", &["--network", &net], &idle);
         let b = world.run("b", &["--network", &net], &["iperf3", "-s"]);
@@ -144,50 +160,67 @@ impl Links {
             .parse()
             .expect("K");
 
-        // A takes bigger frames than B: its end and the host's end of its veth.
-        let (a_veth, _) = world.veth(&a.name, &net);
+        // A takes bigger frames than B: its end and the bridge's end of its veth.
+        let interfaces = crossing.interfaces();
+        let port = |member: &Member| {
+            interfaces.get(&member.port).unwrap_or_else(|| {
+                panic!(
+                    "{}'s veth has no end {} in {}",
+                    member.name,
+                    member.port,
+                    crossing.netns.display()
+                )
+            })
+        };
+        let a_port = port(&a);
         let mtu = A_MTU.to_string();
-        must(&["ip", "link", "set", &a_veth, "mtu", &mtu]);
+        must(&crossing.argv(&["ip", "link", "set", &a_port.name, "mtu", &mtu]));
         must(&in_container(
             a.pid,
             &["ip", "link", "set", "eth0", "mtu", &mtu],
         ));
-        let bridge = std::fs::read_link(format!("/sys/class/net/{a_veth}/master"))
-            .expect("A's veth is a bridge port")
-            .file_name()
-            .expect("a bridge name")
-            .to_string_lossy()
-            .into_owned();
-        // The host's addresses on the network, Docker's gateways: on the bridge.
-        let on_bridge = must(&[
-            "ip", "-o", "addr", "show", "dev", &bridge, "scope", "global",
+        let bridge = a_port
+            .master
+            .clone()
+            .unwrap_or_else(|| panic!("A's veth {} is no bridge's port", a_port.name));
+        // The addresses of the bridge's namespace on the network, Docker's gateways: on the
+        // bridge. An overlay's `br0` holds the IPv4 gateway only; its IPv6 gateway is an
+        // address of the subnet nobody holds, as Docker's IPAM reserved it.
+        let on_bridge = crossing.addresses(&bridge);
+        let reserved = world.docker_ok(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range .IPAM.Config}}{{.Gateway}} {{end}}",
+            &net,
         ]);
         let gateway = |v4: bool| -> IpAddr {
+            let reserved = reserved.split_whitespace().filter_map(|a| a.parse().ok());
             on_bridge
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .windows(2)
-                .filter(|w| w[0] == if v4 { "inet" } else { "inet6" })
-                .map(|w| w[1].split('/').next().unwrap_or_default())
-                .filter_map(|a| a.parse().ok())
-                .next()
-                .unwrap_or_else(|| panic!("no gateway of each family on {bridge}: {on_bridge}"))
+                .iter()
+                .copied()
+                .chain(reserved)
+                .find(|a: &IpAddr| a.is_ipv4() == v4)
+                .unwrap_or_else(|| {
+                    panic!("no gateway of each family on {bridge} ({on_bridge:?}) or {net}")
+                })
         };
         let gateway = (gateway(true), gateway(false));
-        let address = |dev: &str| {
-            std::fs::read_to_string(format!("/sys/class/net/{dev}/address"))
-                .unwrap_or_else(|e| panic!("the MAC of {dev}: {e}"))
-                .trim()
-                .to_owned()
-        };
-        let mut host_macs = vec![address(&bridge), address(&a_veth)];
-        for member in [&b, &c] {
-            host_macs.push(address(&world.veth(&member.name, &net).0));
+        let mut host_macs = vec![
+            interfaces
+                .values()
+                .find(|i| i.name == bridge)
+                .map(|i| i.mac.clone())
+                .expect("the bridge's MAC"),
+        ];
+        for member in [&a, &b, &c] {
+            host_macs.push(port(member).mac.clone());
         }
 
-        // B answers the addresses no container has through its gateway, the host: they are
-        // routed to a veth of the test's whose far end sits alone in a namespace, to a MAC
-        // nobody has, so that no answer leaves the machine or draws an error back later.
+        // B answers the addresses no container has through its default gateway, the host (on a
+        // bridge network, the bridge; on an overlay, `docker_gwbridge`): they are routed to a
+        // veth of the test's whose far end sits alone in a namespace, to a MAC nobody has, so
+        // that no answer leaves the machine or draws an error back later.
         let sink = NetnsGuard::create(&format!("{}-lsink{k}", world.prefix));
         let elsewhere = iface_name();
         let far_end = iface_name();
@@ -208,10 +241,7 @@ impl Links {
             a_eth: PacketSocket::open(&a.netns(), "eth0"),
             b_eth: PacketSocket::open(&b.netns(), "eth0"),
             c_eth: PacketSocket::open(&c.netns(), "eth0"),
-            bridge_eth: PacketSocket::open(
-                &PathBuf::from(format!("/proc/{}/ns/net", std::process::id())),
-                &bridge,
-            ),
+            bridge_eth: PacketSocket::open(&crossing.netns, &bridge),
             _echo: echo,
             rule: Rule::None,
             rule_guard: None,
@@ -222,9 +252,11 @@ impl Links {
             gateway,
             host_macs,
             k,
+            crossing,
             _elsewhere: elsewhere_guard,
             _sink: sink,
             world,
+            _segment: segment,
         };
         let routed = [
             (Family::V4, Source::Martian(1)),
@@ -321,9 +353,8 @@ impl Links {
             let f = if family == Family::V4 { "ipv4" } else { "ipv6" };
             let addr = member.ip(family).to_string();
             commands.push(
-                ["conntrack", "-D", "-f", f, "-s", &addr]
-                    .map(str::to_owned)
-                    .to_vec(),
+                self.crossing
+                    .argv(&["conntrack", "-D", "-f", f, "-s", &addr]),
             );
             if neighbours(case) {
                 commands.push(in_container(
@@ -442,7 +473,8 @@ impl Links {
         }
     }
 
-    /// The rule `case` wants, on both paths (the bridge's is the same bridge).
+    /// The rule `case` wants, on both paths (the bridge's is the same bridge), in the chain
+    /// that filters the bridge's frames.
     fn set_rule(&mut self, rule: Rule) {
         if self.rule == rule {
             return;
@@ -454,9 +486,9 @@ impl Links {
                 Family::V6 => ("ip6tables", self.a.ip.1, self.b.ip.1),
             };
             let (a, b) = (a.to_string(), b.to_string());
-            self.rule_guard = Some(FirewallRule::insert(
+            self.rule_guard = Some(self.crossing.rule(
                 tool,
-                "DOCKER-USER",
+                S::CHAIN,
                 &["-s", &a, "-d", &b, "-p", "tcp", "-j", "DROP"],
             ));
         }
@@ -464,13 +496,13 @@ impl Links {
     }
 }
 
-impl Topology for Links {
+impl<S: Segment> Topology for Links<S> {
     type Case = LinkCase;
-    const TEST: &'static str = "differential::links_match_the_bridge";
+    const TEST: &'static str = S::TEST;
     const NORMALISED: &'static [Allowance] = allowlist::LINKS_NORMALISED;
 
     fn case(&self, seed: u64, index: u64) -> LinkCase {
-        LinkCase::generate(seed, index)
+        LinkCase::generate(seed, index, S::MTU)
     }
 
     fn make_dockers(&mut self, case: &LinkCase) {
@@ -494,7 +526,9 @@ impl Topology for Links {
         }
         let outcome = self.world.dxdp.run(&args);
         outcome.assert_success();
-        if case.rule != Rule::None {
+        if let Rule::DropTcp(family) = case.rule
+            && self.crossing.filters(family)
+        {
             assert!(
                 outcome.stdout.contains("only") || outcome.stderr.contains("only"),
                 "case {case}: the rule should narrow the link to one family: {outcome}"
@@ -625,7 +659,10 @@ fn mac(text: &str) -> [u8; 6] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::differential::case::Case;
+    use crate::differential::{
+        case::{Case, WIRE_MTU},
+        segment::OVERLAY_MTU,
+    };
 
     const A_MAC: [u8; 6] = [0x02, 0x42, 0x0a, 0, 0, 2];
     const B_MAC: [u8; 6] = [0x02, 0x42, 0x0a, 0, 0, 3];
@@ -671,9 +708,9 @@ mod tests {
     /// about the case's own addresses and port.
     #[test]
     fn a_link_case_records_the_frame_it_sent() {
-        for seed in [39, 4242, 5151] {
+        for (seed, mtu) in [(39, WIRE_MTU), (4242, WIRE_MTU), (5151, OVERLAY_MTU)] {
             for index in 0..3000 {
-                let case = LinkCase::generate(seed, index);
+                let case = LinkCase::generate(seed, index, mtu);
                 let target = target(&case);
                 let bytes = message(&case, &target, A_MAC);
                 let (a, _, _) = addresses(case.base.family);
@@ -691,7 +728,7 @@ mod tests {
     #[test]
     fn a_link_case_leaves_out_what_is_not_its_own() {
         let case = (0..)
-            .map(|index| LinkCase::generate(4242, index))
+            .map(|index| LinkCase::generate(4242, index, WIRE_MTU))
             .find(|c| {
                 c.base.family == Family::V6
                     && matches!(c.message, Message::Neighbour { advert: false, .. })

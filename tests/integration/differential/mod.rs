@@ -12,6 +12,8 @@
 //! - [`record`]: a frame normalised to what both paths must agree on;
 //! - [`exposed`]: the exposed-port topology (`dxdp expose`);
 //! - [`links`]: the link topology (`dxdp link`, tc and xdp);
+//! - [`segment`]: the link topology's network, a bridge network of the host's or a Swarm overlay
+//!   network (linked inside its sandbox), and the namespace holding its bridge;
 //! - [`allowlist`]: the expected differences.
 //!
 //! `DXDP_DIFF_SEED`, `DXDP_DIFF_FIRST` and `DXDP_DIFF_CASES` choose the cases; `DXDP_BIN` runs
@@ -25,10 +27,11 @@ mod links;
 mod packet_socket;
 mod record;
 mod runner;
+mod segment;
 
 use std::time::Duration;
 
-use crate::support::{can_run, missing_tools, require_docker};
+use crate::support::{can_run, missing_tools, require_docker, swarm_can_be_made};
 
 use self::runner::{Budget, Report};
 
@@ -40,6 +43,10 @@ const CI_TIME: Duration = Duration::from_secs(200);
 /// The link topology's: 1.3 to 1.5 s each (two paths, 300 ms windows, link and unlink between).
 const CI_LINK_CASES: u64 = 72;
 const CI_LINK_TIME: Duration = Duration::from_secs(115);
+/// The overlay's: 1.2 to 1.3 s each as the link topology's, and a swarm, an overlay network and
+/// its containers made and undone around them (10 s).
+const CI_OVERLAY_CASES: u64 = 110;
+const CI_OVERLAY_TIME: Duration = Duration::from_secs(150);
 
 fn env_number(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -61,6 +68,18 @@ fn assert_no_difference(report: &Report) {
         report.differences.is_empty(),
         "{report}; each is printed above with its rerun command"
     );
+}
+
+/// Sends the cases of `seed` and `budget` through a topology `make` sets up, and fails on any
+/// difference.
+#[track_caller]
+fn assert_paths_match<T: runner::Topology>(
+    make: impl FnOnce() -> T,
+    (seed, budget): (u64, Budget),
+) {
+    let mut topology = make();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
 }
 
 fn ci_budget(cases: u64, time: Duration) -> (u64, Budget) {
@@ -96,10 +115,7 @@ fn exposed_ports_match_dockers_path() {
     if !prerequisites() {
         return;
     }
-    let (seed, budget) = ci_budget(CI_CASES, CI_TIME);
-    let mut topology = exposed::ExposedPorts::new();
-    let report = runner::run(&mut topology, seed, &budget);
-    assert_no_difference(&report);
+    assert_paths_match(exposed::ExposedPorts::new, ci_budget(CI_CASES, CI_TIME));
 }
 
 /// Cases of the long runs that found the fast path's own differences, sent again on every CI
@@ -165,10 +181,7 @@ fn exposed_ports_match_dockers_path_long() {
     if !prerequisites() {
         return;
     }
-    let (seed, budget) = long_budget();
-    let mut topology = exposed::ExposedPorts::new();
-    let report = runner::run(&mut topology, seed, &budget);
-    assert_no_difference(&report);
+    assert_paths_match(exposed::ExposedPorts::new, long_budget());
 }
 
 /// CI's run of the link topology: a fixed seed, a budget of cases, tc and xdp links.
@@ -177,10 +190,10 @@ fn links_match_the_bridge() {
     if !prerequisites() {
         return;
     }
-    let (seed, budget) = ci_budget(CI_LINK_CASES, CI_LINK_TIME);
-    let mut topology = links::Links::new();
-    let report = runner::run(&mut topology, seed, &budget);
-    assert_no_difference(&report);
+    assert_paths_match(
+        links::Links::<segment::Bridge>::new,
+        ci_budget(CI_LINK_CASES, CI_LINK_TIME),
+    );
 }
 
 /// The long run of the link topology, by hand (scripts/differential.sh --topology links).
@@ -190,8 +203,29 @@ fn links_match_the_bridge_long() {
     if !prerequisites() {
         return;
     }
-    let (seed, budget) = long_budget();
-    let mut topology = links::Links::new();
-    let report = runner::run(&mut topology, seed, &budget);
-    assert_no_difference(&report);
+    assert_paths_match(links::Links::<segment::Bridge>::new, long_budget());
+}
+
+/// CI's run of the link topology on a Swarm overlay network: a fixed seed, a budget of cases,
+/// tc and xdp links inside the overlay's sandbox, Docker's path being its `br0`.
+#[test]
+fn overlay_links_match_the_overlay_bridge() {
+    if !prerequisites() || !swarm_can_be_made() {
+        return;
+    }
+    assert_paths_match(
+        links::Links::<segment::Overlay>::new,
+        ci_budget(CI_OVERLAY_CASES, CI_OVERLAY_TIME),
+    );
+}
+
+/// The long run of the overlay link topology, by hand (scripts/differential.sh --topology
+/// overlay).
+#[test]
+#[ignore = "long: scripts/differential.sh --topology overlay --seed N --minutes M"]
+fn overlay_links_match_the_overlay_bridge_long() {
+    if !prerequisites() || !swarm_can_be_made() {
+        return;
+    }
+    assert_paths_match(links::Links::<segment::Overlay>::new, long_budget());
 }

@@ -78,9 +78,12 @@ impl Drop for LinkGuard {
     }
 }
 
-/// One rule inserted at the head of an iptables/ip6tables chain; exactly that rule is deleted on
-/// drop (`-D` removes the first rule that matches the same specification).
+/// One rule inserted at the head of an iptables/ip6tables chain, of the host's or of another
+/// network namespace's; exactly that rule is deleted on drop (`-D` removes the first rule that
+/// matches the same specification).
 pub struct FirewallRule {
+    /// `nsenter --net=NS` for a namespace's rule; empty for the host's.
+    within: Vec<String>,
     tool: &'static str,
     chain: String,
     spec: Vec<String>,
@@ -89,15 +92,40 @@ pub struct FirewallRule {
 impl FirewallRule {
     #[track_caller]
     pub fn insert(tool: &'static str, chain: &str, spec: &[&str]) -> Self {
-        let spec: Vec<String> = spec.iter().map(|s| (*s).to_owned()).collect();
-        let mut argv = vec![tool.to_owned(), "-w".into(), "-I".into(), chain.to_owned()];
-        argv.extend(spec.iter().cloned());
-        must(&argv);
-        Self {
+        Self::insert_within(Vec::new(), tool, chain, spec)
+    }
+
+    /// [`FirewallRule::insert`] inside the network namespace at `netns` (an overlay network's
+    /// sandbox, say).
+    #[track_caller]
+    pub fn insert_in(netns: &Path, tool: &'static str, chain: &str, spec: &[&str]) -> Self {
+        let within = vec!["nsenter".to_owned(), format!("--net={}", netns.display())];
+        Self::insert_within(within, tool, chain, spec)
+    }
+
+    #[track_caller]
+    fn insert_within(within: Vec<String>, tool: &'static str, chain: &str, spec: &[&str]) -> Self {
+        let rule = Self {
+            within,
             tool,
             chain: chain.to_owned(),
-            spec,
-        }
+            spec: spec.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        must(&rule.argv("-I"));
+        rule
+    }
+
+    /// `[nsenter --net=NS] TOOL -w OP CHAIN SPEC…`.
+    fn argv(&self, op: &str) -> Vec<String> {
+        let mut argv = self.within.clone();
+        argv.extend([
+            self.tool.to_owned(),
+            "-w".into(),
+            op.into(),
+            self.chain.clone(),
+        ]);
+        argv.extend(self.spec.iter().cloned());
+        argv
     }
 
     /// `iptables -I FORWARD -i BR -o BR -j ACCEPT`: with br_netfilter loaded (docker loads it) and
@@ -114,14 +142,7 @@ impl FirewallRule {
 
 impl Drop for FirewallRule {
     fn drop(&mut self) {
-        let mut argv = vec![
-            self.tool.to_owned(),
-            "-w".into(),
-            "-D".into(),
-            self.chain.clone(),
-        ];
-        argv.extend(self.spec.iter().cloned());
-        quietly(&argv);
+        quietly(&self.argv("-D"));
     }
 }
 

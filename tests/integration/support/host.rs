@@ -77,6 +77,18 @@ pub fn host_ifindexes() -> std::collections::BTreeMap<u32, String> {
 /// namespace of process `pid`, found through the container's own sysfs.
 #[track_caller]
 pub fn host_veth(pid: u32, mac: &str) -> (String, u32) {
+    let (_, iflink) = container_iface(pid, mac);
+    let name = host_ifindexes()
+        .remove(&iflink)
+        .unwrap_or_else(|| panic!("no host interface has ifindex {iflink} (peer of {mac})"));
+    (name, iflink)
+}
+
+/// The interface carrying `mac` inside the network namespace of process `pid`: its name there,
+/// and the ifindex of its peer (a veth's other end, in whichever namespace it is), found through
+/// the container's own sysfs.
+#[track_caller]
+pub fn container_iface(pid: u32, mac: &str) -> (String, u32) {
     let root = PathBuf::from(format!("/proc/{pid}/root/sys/class/net"));
     let mac = mac.to_ascii_lowercase();
     for entry in std::fs::read_dir(&root)
@@ -92,10 +104,7 @@ pub fn host_veth(pid: u32, mac: &str) -> (String, u32) {
             .trim()
             .parse()
             .unwrap_or_else(|e| panic!("iflink of {}: {e}", entry.path().display()));
-        let name = host_ifindexes()
-            .remove(&iflink)
-            .unwrap_or_else(|| panic!("no host interface has ifindex {iflink} (peer of {mac})"));
-        return (name, iflink);
+        return (entry.file_name().to_string_lossy().into_owned(), iflink);
     }
     panic!("process {pid} has no interface with MAC {mac}");
 }

@@ -22,6 +22,7 @@
 //! - [`labeled`]: labeled containers as planned, the links they call for, convergence;
 //! - [`rng`]: seeded randomness and `DXDP_SOAK`;
 //! - [`rcu_switch`]: the kernel's RCU expedite switch, put back on drop, and sampled;
+//! - [`one_node_swarm`]: a one-node swarm of the host's dockerd, and overlay sandboxes on it;
 //! - [`swarm_nodes`]: a real multi-node Swarm, dockerd nodes in namespaces of their own with
 //!   VXLAN between them (scripts/swarm-nodes.sh);
 //! - [`library`]: the dxdp library items the tests use, in one place.
@@ -40,6 +41,7 @@ pub mod labeled;
 pub mod library;
 pub mod names;
 pub mod netns;
+pub mod one_node_swarm;
 pub mod outside;
 pub mod pinned;
 pub mod prereq;
@@ -54,6 +56,6 @@ pub mod world;
 
 pub use self::{
     bench_report::*, bpf::*, docker_cli::*, docker_proxy::*, dxdp::*, engine::*, guards::*,
-    host::*, labeled::*, names::*, netns::*, outside::*, pinned::*, prereq::*, process::*,
-    rcu_switch::*, rng::*, swarm_nodes::*, topology::*, traffic::*, watch::*, world::*,
+    host::*, labeled::*, names::*, netns::*, one_node_swarm::*, outside::*, pinned::*, prereq::*,
+    process::*, rcu_switch::*, rng::*, swarm_nodes::*, topology::*, traffic::*, watch::*, world::*,
 };
