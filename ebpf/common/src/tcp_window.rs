@@ -157,22 +157,29 @@ pub const fn flags_valid(flags: u8) -> bool {
     )
 }
 
+/// The option byte at `i`, 0 (end of list) past the buffer: an index the compiler need not
+/// prove in bounds (a panic's call would fail the verifier).
+#[inline(always)]
+const fn byte(options: &[u8; TCP_OPTIONS_MAX], i: usize) -> u8 {
+    if i < TCP_OPTIONS_MAX { options[i] } else { 0 }
+}
+
 /// `tcp_sack`: the highest right edge of the SACK blocks among the `len` option bytes of
 /// `options` (`ack` if none is after it). The timestamp-only layout is answered at once.
 #[inline(always)]
 pub const fn highest_sack(options: &[u8; TCP_OPTIONS_MAX], len: usize, ack: u32) -> u32 {
     let mut sack = ack;
     if len == 12
-        && options[0] == TCPOPT_NOP
-        && options[1] == TCPOPT_NOP
-        && options[2] == TCPOPT_TIMESTAMP
-        && options[3] == TCPOLEN_TIMESTAMP
+        && byte(options, 0) == TCPOPT_NOP
+        && byte(options, 1) == TCPOPT_NOP
+        && byte(options, 2) == TCPOPT_TIMESTAMP
+        && byte(options, 3) == TCPOLEN_TIMESTAMP
     {
         return sack;
     }
     let mut i = 0;
     while i < TCP_OPTIONS_MAX && i < len {
-        let opcode = options[i];
+        let opcode = byte(options, i);
         if opcode == TCPOPT_EOL {
             return sack;
         }
@@ -183,22 +190,22 @@ pub const fn highest_sack(options: &[u8; TCP_OPTIONS_MAX], len: usize, ack: u32)
         if i + 1 >= len || i + 1 >= TCP_OPTIONS_MAX {
             return sack;
         }
-        let opsize = options[i + 1] as usize;
+        let opsize = byte(options, i + 1) as usize;
         if opsize < 2 || opsize > len - i {
             return sack;
         }
         if opcode == TCPOPT_SACK
             && opsize >= TCPOLEN_SACK_BASE + TCPOLEN_SACK_PERBLOCK
-            && (opsize - TCPOLEN_SACK_BASE) % TCPOLEN_SACK_PERBLOCK == 0
+            && (opsize - TCPOLEN_SACK_BASE).is_multiple_of(TCPOLEN_SACK_PERBLOCK)
         {
             // Each block is a left and a right edge; the right one counts.
             let mut at = i + TCPOLEN_SACK_BASE + 4;
             while at + 4 <= i + opsize && at + 4 <= TCP_OPTIONS_MAX {
                 let edge = u32::from_be_bytes([
-                    options[at],
-                    options[at + 1],
-                    options[at + 2],
-                    options[at + 3],
+                    byte(options, at),
+                    byte(options, at + 1),
+                    byte(options, at + 2),
+                    byte(options, at + 3),
                 ]);
                 if after(edge, sack) {
                     sack = edge;
@@ -372,3 +379,10 @@ pub fn judge(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::WindowKey {}
+    unsafe impl aya::Pod for super::TcpWindow {}
+}
