@@ -41,7 +41,8 @@ const TCPOLEN_SACK_PERBLOCK: usize = 8;
 /// connection is simply not taken over.
 pub const DEFAULT_MAX_WINDOWS: u32 = 65_536;
 
-/// One direction's `struct ip_ct_tcp_state`, as conntrack keeps it.
+/// One direction's `struct ip_ct_tcp_state`, as conntrack keeps it, and the fast path's own
+/// note of a FIN (`fin`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpSide {
@@ -51,7 +52,9 @@ pub struct TcpSide {
     pub td_maxack: u32,
     pub td_scale: u8,
     pub flags: u8,
-    pub _pad: u16,
+    /// 1 once this side's FIN was carried (not conntrack's: its entry is not told).
+    pub fin: u8,
+    pub _pad: u8,
 }
 
 /// The fast path's copy of a carried connection's windows (`DXDP_EGRESS_WINDOWS`' value):
@@ -374,7 +377,28 @@ pub fn judge(
     if segment.flags & TCP_RST != 0 && rst_invalid(receiver, segment.seq, ignore_invalid_rst) {
         return Some(Verdict::Invalid);
     }
-    Some(in_window(sender, receiver, segment, be_liberal))
+    let verdict = in_window(sender, receiver, segment, be_liberal);
+    if verdict == Verdict::Accept && segment.flags & TCP_FIN != 0 {
+        sender.fin = 1;
+    }
+    Some(verdict)
+}
+
+/// Whether `segment`, just let through in direction `dir`, ends the connection: both sides
+/// sent a FIN and this, itself no FIN, acknowledges the other's (the last ACK; conntrack would
+/// go TIME_WAIT): the fast path drops its copy then, so that copies do not outlive their
+/// connections.
+#[inline(always)]
+pub const fn closes(window: &TcpWindow, dir: usize, segment: &Segment) -> bool {
+    let (sender, receiver) = if dir == 0 {
+        (&window.seen[0], &window.seen[1])
+    } else {
+        (&window.seen[1], &window.seen[0])
+    };
+    sender.fin != 0
+        && receiver.fin != 0
+        && segment.flags & (TCP_ACK | TCP_FIN) == TCP_ACK
+        && segment.ack == receiver.td_end
 }
 
 #[cfg(test)]

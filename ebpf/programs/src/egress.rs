@@ -354,7 +354,8 @@ unsafe fn judge(
 /// direction `dir`, on the fast path's copy of the entry's windows (taken from `ct` when the
 /// connection is first carried): `None` where the copy cannot be had (the map is full, the
 /// kernel's offsets unknown, or conntrack would learn the sender's side from this packet), so
-/// the segment goes to conntrack. An RST it lets through ends the copy.
+/// the segment goes to conntrack. An RST it lets through, or the ACK of the second FIN, ends
+/// the copy.
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
@@ -419,7 +420,10 @@ unsafe fn window_allows(
         DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
         DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
     )?;
-    if verdict != Verdict::Invalid && segment.flags & TCP_RST != 0 {
+    // An RST let through, or the last ACK of a closing: the copy has served.
+    if verdict != Verdict::Invalid
+        && (segment.flags & TCP_RST != 0 || tcp_window::closes(window, dir as usize, &segment))
+    {
         let _ = WINDOWS.remove(key);
     }
     Some(verdict)
@@ -469,6 +473,7 @@ unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
             td_maxack: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXACK.load()))?,
             td_scale: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_SCALE.load()))?,
             flags: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_FLAGS.load()))?,
+            fin: 0,
             _pad: 0,
         })
     }

@@ -11,6 +11,7 @@ fn established() -> TcpWindow {
         td_maxack: peer_end,
         td_scale: 7,
         flags: FLAG_WINDOW_SCALE | FLAG_SACK_PERM | FLAG_MAXACK_SET,
+        fin: 0,
         _pad: 0,
     };
     TcpWindow {
@@ -221,4 +222,24 @@ fn a_sack_beyond_the_receivers_end_is_invalid() {
     let mut seg = data(5001, 1001, 0);
     seg.sack = 1001 + 5000;
     assert_eq!(judge(&mut w, 1, &seg, false, false), Some(Verdict::Invalid));
+}
+
+#[test]
+fn the_last_ack_of_both_fins_closes_the_copy() {
+    let mut w = established();
+    let fin = Segment::new(1001, 5001, 512, TCP_FIN | TCP_ACK, 0);
+    assert_eq!(judge(&mut w, 0, &fin, false, false), Some(Verdict::Accept));
+    assert!(!closes(&w, 0, &fin));
+    let fin_ack = Segment::new(5001, 1002, 512, TCP_FIN | TCP_ACK, 0);
+    assert_eq!(
+        judge(&mut w, 1, &fin_ack, false, false),
+        Some(Verdict::Accept)
+    );
+    assert!(
+        !closes(&w, 1, &fin_ack),
+        "the server's FIN is not acknowledged yet"
+    );
+    let last = Segment::new(1002, 5002, 512, TCP_ACK, 0);
+    assert_eq!(judge(&mut w, 0, &last, false, false), Some(Verdict::Accept));
+    assert!(closes(&w, 0, &last));
 }
