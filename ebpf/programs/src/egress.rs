@@ -45,7 +45,9 @@ mod maps {
 
 use aya_ebpf::{
     Global,
-    bindings::{BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
+    bindings::{
+        BPF_ANY, BPF_FIB_LOOKUP_SKIP_NEIGH, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup,
+    },
     helpers::generated::{
         bpf_fib_lookup as fib_lookup, bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer,
     },
@@ -430,19 +432,23 @@ unsafe fn window_allows(
 }
 
 /// The copy of `ct`'s windows under `key`: the one in the map if it was taken from `ct`,
-/// else a new one taken now; `None` if the map is full or a field cannot be read.
+/// else a new one taken now; `None` if the map is full or a field cannot be read. Where two
+/// CPUs take a new copy at once (the connection's first carried segments both ways), the one
+/// that comes second uses the first's, so that neither's update is overwritten.
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
 unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut TcpWindow> {
     let conn = ct as usize as u64;
-    if let Some(window) = WINDOWS.get_ptr_mut(key) {
+    let existing = |key: &WindowKey| {
+        let window = WINDOWS.get_ptr_mut(key)?;
         // SAFETY: a map value, valid for this invocation.
         let window = unsafe { &mut *window };
-        if window.conn == conn {
-            return Some(window);
-        }
+        (window.conn == conn).then_some(window)
+    };
+    if let Some(window) = existing(key) {
+        return Some(window);
     }
     let stride = DXDP_EGRESS_SEEN_STRIDE.load();
     // SAFETY: the caller's.
@@ -452,9 +458,17 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut Tcp
             seen: [side(ct, 0)?, side(ct, stride)?],
         }
     };
-    WINDOWS.insert(key, taken, 0).ok()?;
-    // SAFETY: a map value, valid for this invocation.
-    WINDOWS.get_ptr_mut(key).map(|w| unsafe { &mut *w })
+    // A copy of another entry of the tuple is replaced; a copy of this one another CPU has
+    // just taken is kept.
+    let flags = if WINDOWS.get_ptr_mut(key).is_some() {
+        BPF_ANY
+    } else {
+        BPF_NOEXIST
+    };
+    if WINDOWS.insert(key, taken, flags.into()).is_err() && flags == BPF_ANY {
+        return None;
+    }
+    existing(key)
 }
 
 /// `proto.tcp.seen[]` of `ct`, `shift` bytes on from `seen[0]`.
