@@ -200,8 +200,9 @@ def tcp_frame(dst_mac, src_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, w
 def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
     sport, dport = int(sport), int(dport)
     src, dst = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800)) as s:
-        s.bind((iface, 0x0800))
+    # ETH_P_ALL: the frames a device sends reach only such packet sockets.
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)) as s:
+        s.bind((iface, 0x0003))
         s.settimeout(0.5)
         deadline = time.monotonic() + 5
         watched = None
@@ -211,7 +212,8 @@ def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
             except socket.timeout:
                 continue
             ip = data[14:]
-            if len(ip) < 40 or ip[9] != 6 or ip[12:16] != src or ip[16:20] != dst:
+            if (data[12:14] != b"\x08\x00" or len(ip) < 40 or ip[9] != 6 or ip[12:16] != src
+                    or ip[16:20] != dst):
                 continue
             tcp = ip[(ip[0] & 0xF) * 4:]
             ports = struct.unpack("!HH", tcp[:4])
