@@ -32,13 +32,18 @@ struct Payload {
 
 impl Payload {
     fn new(tag: &str) -> Self {
+        Self::sized(tag, MEGABYTES)
+    }
+
+    /// `megabytes` of random bytes (a transfer paces them over ~4 s whatever their size).
+    fn sized(tag: &str, megabytes: u64) -> Self {
         let path = PathBuf::from(format!("/tmp/dxt-egress-{}-{tag}", std::process::id()));
         must(&[
             "dd",
             "if=/dev/urandom",
             &format!("of={}", path.display()),
             "bs=1M",
-            &format!("count={MEGABYTES}"),
+            &format!("count={megabytes}"),
             "status=none",
         ]);
         let sha = sha256(&path);
@@ -508,7 +513,13 @@ fn connections_survive_egress_on_and_off_in_the_middle() {
     let c = world.run("egr-off", &["--network", &net], &["iperf3", "-s"]);
     let pid = world.pid(&c);
     let server = out.client_addr.clone();
-    let (upload, download) = (Payload::new("off-up"), Payload::new("off-down"));
+    // 160 MB over ~4 s each way: the fast path carries more than any window conntrack knows
+    // of (tcp_rmem's 32 MB at most), so that conntrack cannot catch up by itself (its overshoot
+    // rule lets a segment less than a window past its view through and learns from it).
+    let (upload, download) = (
+        Payload::sized("off-up", 160),
+        Payload::sized("off-down", 160),
+    );
     let up_server = Background::spawn(&in_ns(
         &out.ns.name,
         &["python3", PEER, "receive", "7120", &upload.out()],
@@ -548,7 +559,7 @@ fn connections_survive_egress_on_and_off_in_the_middle() {
     finish(up_client, up_server);
     finish(down_client, down_server);
     assert!(
-        out_bytes > 4 << 20 && back_bytes > 4 << 20,
+        out_bytes > 40 << 20 && back_bytes > 40 << 20,
         "the fast path should have carried both transfers for a while: {out_bytes} out, \
          {back_bytes} back"
     );
