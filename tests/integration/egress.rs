@@ -454,7 +454,13 @@ fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
             &seen.0.display().to_string(),
         ],
     ));
-    std::thread::sleep(Duration::from_millis(500));
+    let ready = PathBuf::from(format!("{}.ready", seen.0.display()));
+    let _ready_removed = Removed(ready.clone());
+    let watching = std::time::Instant::now();
+    while !ready.exists() && watching.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "the watch in the container did not start");
     let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
         .expect("the NIC's MAC");
     let forged = out.run(

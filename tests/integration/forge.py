@@ -35,7 +35,8 @@
       tests/integration/egress.rs in its outside namespace.
   forge.py tcp-watch IFACE SECONDS OUT
       Writes to OUT the IP IDs (hex) of the IPv4 TCP packets IFACE receives over SECONDS whose ID
-      is 0xd0XX (tcp-window's), one a line. Run in a container's namespace.
+      is 0xd0XX (tcp-window's), one a line; OUT.ready (empty) once it watches. Run in a
+      container's namespace.
   forge.py receive PORT QUIET_SECONDS [TOTAL_SECONDS]
       Binds UDP PORT on every address, prints "ready", then counts datagrams until none came for
       QUIET_SECONDS (or TOTAL_SECONDS in all, 10 by default) or one ending in "-last" came,
@@ -240,6 +241,7 @@ def tcp_watch(iface, seconds, out):
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800)) as s:
         s.bind((iface, 0x0800))
         s.settimeout(0.2)
+        open(out + ".ready", "w").close()
         deadline = time.monotonic() + float(seconds)
         while time.monotonic() < deadline:
             try:
