@@ -34,8 +34,8 @@
       far end too), 0xd003 an ACK with the watched segment's numbers (in window). Run by
       tests/integration/egress.rs in its outside namespace.
   forge.py tcp-watch IFACE SECONDS OUT
-      Writes to OUT the IP IDs (hex) of the IPv4 TCP packets IFACE receives over SECONDS whose ID
-      is 0xd0XX (tcp-window's), one a line; OUT.ready (empty) once it watches. Run in a
+      Writes to OUT the IP IDs (hex) of the segments tcp-window forged that IFACE receives over
+      SECONDS (told by ID, flags and payload), one a line; OUT.ready (empty) once it watches. Run in a
       container's namespace.
   forge.py receive PORT QUIET_SECONDS [TOTAL_SECONDS]
       Binds UDP PORT on every address, prints "ready", then counts datagrams until none came for
@@ -253,8 +253,15 @@ def tcp_watch(iface, seconds, out):
             if meta[2] == 4 or len(ip) < 20 or ip[9] != 6:
                 continue
             ident = struct.unpack("!H", ip[4:6])[0]
-            if ident >> 8 == 0xD0:
-                seen.append(f"{ident:#06x}")
+            tcp = ip[(ip[0] & 0xF) * 4:]
+            payload = tcp[(tcp[12] >> 4) * 4:]
+            # By what tcp-window forged, not the ID alone: the far end's own IDs pass 0xd0XX.
+            if ident == 0xD001 and tcp[13] & 0x04:
+                seen.append("0xd001 rst")
+            elif ident == 0xD002 and b"dxdp-forged-out-of-window" in payload:
+                seen.append("0xd002 data")
+            elif ident == 0xD003 and tcp[13] & 0x3F == 0x10 and not payload:
+                seen.append("0xd003 ack")
     with open(out, "w") as f:
         f.write("".join(line + "\n" for line in seen))
 
