@@ -23,7 +23,12 @@ pub fn run(pin_dir: &Path, capacity: Capacity) -> Result<ExitCode> {
         }
     }
     crate::overlay::remove_all_sites(pin_dir)?;
-    removed += Datapath::open(pin_dir, capacity)?.purge()?;
+    let mut datapath = Datapath::open(pin_dir, capacity)?;
+    // Connections the egress fast path carries keep going on Docker's path (docs/egress.md).
+    if let Err(e) = datapath.egress_hand_back_all() {
+        eprintln!("dxdp: warning: egress connections not handed back to conntrack: {e:#}");
+    }
+    removed += datapath.purge()?;
     println!(
         "removed {removed} link(s) and everything pinned at {}",
         pin_dir.display()

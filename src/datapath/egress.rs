@@ -21,10 +21,11 @@ use aya::{
 use dxdp_common::{
     MacAddr,
     egress::{EgressOwner, EgressVeth, names},
+    tcp_window::{TcpWindow, WindowKey},
 };
 
 use super::{
-    Datapath, Traffic, attach, btf_layout, kfunc, pins,
+    Datapath, Traffic, attach, btf_layout, handback, kfunc, pins,
     record::{fixed_name, now_unix_secs, unfixed_name},
     state::{absent_is_none, ignore_absent, missing},
 };
@@ -93,12 +94,17 @@ fn globals() -> Result<Globals, EgressUnavailable> {
     let original_src = tuplehash + tuple + at("nf_conntrack_tuple", "src")?;
     let reply_dst = tuplehash + hash + tuple + at("nf_conntrack_tuple", "dst")?;
     let tcp_state = at("nf_conn", "proto")? + at("ip_ct_tcp", "state")?;
-    let timeout = |name: &str| -> u32 {
+    // proto.tcp.seen[0], a `struct ip_ct_tcp_state`; seen[1] follows it.
+    let seen = at("nf_conn", "proto")? + at("ip_ct_tcp", "seen")?;
+    let in_seen = |m: &str| at("ip_ct_tcp_state", m).map(|off| seen + off);
+    let sysctl = |name: &str| -> Option<u32> {
         std::fs::read_to_string(format!("/proc/sys/net/netfilter/nf_conntrack_{name}"))
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
-            .map_or(0, |secs| secs.saturating_mul(1000))
     };
+    let timeout = |name: &str| sysctl(name).map_or(0, |secs| secs.saturating_mul(1000));
+    // Absent (an older kernel), they are off, as there.
+    let switch = |name: &str| u32::from(sysctl(name).unwrap_or(0) != 0);
     Ok(vec![
         (names::OFF_STATUS, at("nf_conn", "status")?),
         (names::OFF_TIMEOUT, at("nf_conn", "timeout")?),
@@ -107,6 +113,18 @@ fn globals() -> Result<Globals, EgressUnavailable> {
         (names::OFF_ORIG_SRC_PORT, original_src + u),
         (names::OFF_REPLY_DST_IP, reply_dst + u3),
         (names::OFF_REPLY_DST_PORT, reply_dst + u),
+        (names::OFF_SEEN_END, in_seen("td_end")?),
+        (names::OFF_SEEN_MAXEND, in_seen("td_maxend")?),
+        (names::OFF_SEEN_MAXWIN, in_seen("td_maxwin")?),
+        (names::OFF_SEEN_MAXACK, in_seen("td_maxack")?),
+        (names::OFF_SEEN_SCALE, in_seen("td_scale")?),
+        (names::OFF_SEEN_FLAGS, in_seen("flags")?),
+        (names::SEEN_STRIDE, size("ip_ct_tcp_state")?),
+        (names::TCP_BE_LIBERAL, switch("tcp_be_liberal")),
+        (
+            names::TCP_IGNORE_INVALID_RST,
+            switch("tcp_ignore_invalid_rst"),
+        ),
         (
             names::TCP_ESTABLISHED_MS,
             timeout("tcp_timeout_established"),
@@ -203,17 +221,28 @@ struct EgressMaps<D> {
     addrs: HashMap<D, u32, u32>,
     live: DevMapHash<D>,
     owners: HashMap<D, u32, EgressOwner>,
+    /// Absent where a binary before the window copies enabled egress and none has loaded the
+    /// object since.
+    windows: Option<HashMap<D, WindowKey, TcpWindow>>,
 }
 
 impl<'a> EgressMaps<&'a mut MapData> {
     fn of(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [veths, addrs, live, owners] =
-            ebpf.maps_disjoint_mut([names::VETHS, names::ADDRS, names::LIVE, names::OWNERS]);
+        let [veths, addrs, live, owners, windows] = ebpf.maps_disjoint_mut([
+            names::VETHS,
+            names::ADDRS,
+            names::LIVE,
+            names::OWNERS,
+            names::WINDOWS,
+        ]);
         Ok(Self {
             veths: PerCpuHashMap::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
             addrs: HashMap::try_from(addrs.ok_or_else(|| missing(names::ADDRS))?)?,
             live: DevMapHash::try_from(live.ok_or_else(|| missing(names::LIVE))?)?,
             owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
+            windows: Some(HashMap::try_from(
+                windows.ok_or_else(|| missing(names::WINDOWS))?,
+            )?),
         })
     }
 }
@@ -239,11 +268,15 @@ impl EgressMaps<MapData> {
         ) else {
             return Ok(None);
         };
+        let windows = open(names::WINDOWS)?
+            .map(|w| HashMap::try_from(Map::HashMap(w)))
+            .transpose()?;
         Ok(Some(Self {
             veths: PerCpuHashMap::try_from(Map::PerCpuHashMap(veths))?,
             addrs: HashMap::try_from(Map::HashMap(addrs))?,
             live: DevMapHash::try_from(Map::DevMapHash(live))?,
             owners: HashMap::try_from(Map::HashMap(owners))?,
+            windows,
         }))
     }
 }
@@ -321,6 +354,33 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
         Ok(())
     }
 
+    /// The TCP connections of the container at `addr` the fast path carries (has a window
+    /// copy of), every container's for `None`.
+    fn carried(&self, addr: Option<Ipv4Addr>) -> Result<Vec<WindowKey>> {
+        let Some(windows) = &self.windows else {
+            return Ok(Vec::new());
+        };
+        let wanted = addr.map(|a| u32::from_ne_bytes(a.octets()));
+        let mut keys = Vec::new();
+        for key in windows.keys() {
+            let key = key?;
+            if wanted.is_none_or(|a| a == key.container) {
+                keys.push(key);
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Forgets the window copies `keys`.
+    fn forget_windows(&mut self, keys: &[WindowKey]) -> Result<()> {
+        if let Some(windows) = &mut self.windows {
+            for key in keys {
+                ignore_absent(windows.remove(key))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Forgets `record`'s veth.
     fn disable(&mut self, record: &EgressRecord) -> Result<()> {
         let addr = u32::from_ne_bytes(record.addr.octets());
@@ -374,9 +434,12 @@ impl Datapath {
         Ok(())
     }
 
-    /// Disables the veth `veth_ifindex`: its program first (its packets take Docker's path from
-    /// then on), then its records, then the NIC's program if no other container leaves by it.
-    /// `None` if it was not enabled.
+    /// Disables the veth `veth_ifindex`: the TCP connections the fast path carries for it are
+    /// handed back to conntrack first ([`handback`]; if conntrack refuses, nothing is changed
+    /// and they stay on the fast path), then its program goes (its packets take Docker's path
+    /// from then on), then its records, then the NIC's program if no other container leaves by
+    /// it; connections taken over meanwhile are handed back after. `None` if it was not
+    /// enabled.
     pub fn egress_off(&mut self, veth_ifindex: u32) -> Result<Option<EgressRecord>> {
         let Some(mut maps) = EgressMaps::pinned(&self.pins.maps())? else {
             return Ok(None);
@@ -385,6 +448,14 @@ impl Datapath {
         let Some(record) = records.iter().find(|r| r.veth_ifindex == veth_ifindex) else {
             return Ok(None);
         };
+        let carried = maps.carried(Some(record.addr))?;
+        handback::hand_back(&carried).with_context(|| {
+            format!(
+                "cannot hand {} connection(s) of {} back to conntrack; its fast path is left on",
+                carried.len(),
+                record.container
+            )
+        })?;
         pins::remove_if_present(&out_pin(&self.pins, veth_ifindex))?;
         maps.disable(record)?;
         let nic_in_use = records
@@ -393,13 +464,69 @@ impl Datapath {
         if !nic_in_use {
             pins::remove_if_present(&back_pin(&self.pins, record.nic_ifindex))?;
         }
+        // Connections first carried between the hand-back and the detach.
+        let late: Vec<WindowKey> = maps
+            .carried(Some(record.addr))?
+            .into_iter()
+            .filter(|k| !carried.contains(k))
+            .collect();
+        handback::hand_back(&late).with_context(|| {
+            format!(
+                "cannot hand {} connection(s) of {} back to conntrack",
+                late.len(),
+                record.container
+            )
+        })?;
+        maps.forget_windows(&carried)?;
+        maps.forget_windows(&late)?;
         Ok(Some(record.clone()))
+    }
+
+    /// Hands every connection the egress fast path carries back to conntrack (before
+    /// `cleanup` removes the programs); how many were.
+    pub fn egress_hand_back_all(&mut self) -> Result<usize> {
+        let Some(maps) = EgressMaps::pinned(&self.pins.maps())? else {
+            return Ok(0);
+        };
+        let carried = maps.carried(None)?;
+        Ok(handback::hand_back(&carried)?)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The object loads and both programs pass the running kernel's verifier (with the window
+    /// copies' code, whose stack frames must stay under 512 bytes), in a pin directory of the
+    /// test's own; skipped without root or the kfuncs.
+    #[test]
+    fn the_egress_programs_pass_the_verifier() {
+        if !nix::unistd::Uid::effective().is_root() || resolved().is_err() {
+            eprintln!("skipping: needs root and conntrack's kfuncs in vmlinux BTF");
+            return;
+        }
+        let root = PathBuf::from(format!(
+            "/sys/fs/bpf/dxdp-egress-verify-{}",
+            std::process::id()
+        ));
+        let pins = pins::Pins::new(&root);
+        std::fs::create_dir_all(pins.maps()).unwrap();
+        let loaded = load(&pins).and_then(|mut ebpf| {
+            for name in [names::OUT_PROGRAM, names::BACK_PROGRAM] {
+                let program: &mut aya::programs::SchedClassifier = ebpf
+                    .program_mut(name)
+                    .with_context(|| format!("no {name}"))?
+                    .try_into()?;
+                program
+                    .load()
+                    .map_err(|e| anyhow::anyhow!("{name}: {e:?}"))?;
+            }
+            Ok(())
+        });
+        let _ = std::fs::remove_dir_all(&root);
+        loaded.unwrap();
+    }
 
     #[test]
     fn measured_tick_rates_round_to_the_kernel_choices() {

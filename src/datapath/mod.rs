@@ -5,6 +5,7 @@ pub mod btf_layout;
 mod choice;
 mod egress;
 mod fixups;
+mod handback;
 mod icmp_programs;
 pub mod kfunc;
 mod links;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::support::{
-    Background, FirewallRule, Outside, World, in_container, in_ns, must, require_docker, run,
+    Background, FORGE, FirewallRule, Outside, World, in_container, in_ns, must, require_docker, run,
 };
 
 /// The transfers' ends (tests/integration/ingress_peer.py): paced over ~4 s, so that the test
@@ -32,13 +32,18 @@ struct Payload {
 
 impl Payload {
     fn new(tag: &str) -> Self {
+        Self::sized(tag, MEGABYTES)
+    }
+
+    /// `megabytes` of random bytes (a transfer paces them over ~4 s whatever their size).
+    fn sized(tag: &str, megabytes: u64) -> Self {
         let path = PathBuf::from(format!("/tmp/dxt-egress-{}-{tag}", std::process::id()));
         must(&[
             "dd",
             "if=/dev/urandom",
             &format!("of={}", path.display()),
             "bs=1M",
-            &format!("count={MEGABYTES}"),
+            &format!("count={megabytes}"),
             "status=none",
         ]);
         let sha = sha256(&path);
@@ -362,4 +367,214 @@ fn a_docker_user_rule_refuses_egress_naming_it() {
     );
     assert_eq!(counters(&world, &c), None, "nothing should be enabled");
     assert_eq!(egress_pins(&world), Vec::<String>::new());
+}
+
+/// The TCP connection to `dport` conntrack lists for the container at `cip`: its line.
+fn entry_to(cip: &str, dport: u16) -> Option<String> {
+    conntrack_to(dport)
+        .lines()
+        .find(|l| l.contains(&format!("src={cip} ")))
+        .map(str::to_owned)
+}
+
+/// A conntrack line's field `name=` in its reply tuple (the second occurrence).
+fn reply_field(entry: &str, name: &str) -> String {
+    entry
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix(name))
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Seconds left of a conntrack line's entry (`tcp 6 SECONDS STATE …`).
+fn seconds_left(entry: &str) -> u64 {
+    entry
+        .split_whitespace()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Segments forged from outside into a connection the fast path carries, addressed to its
+/// masqueraded address and port (tests/integration/forge.py `tcp-window`): an RST and a data
+/// segment far past the window, which conntrack would mark INVALID on Docker's path (so
+/// MASQUERADE never translates them back and they never reach the container), do not reach
+/// the container and do not cut the entry's timeout; an ACK in the window still arrives, as on
+/// Docker's path; the download they were forged into arrives whole.
+#[test]
+fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-win", &[]);
+    let c = world.run("egr-win", &["--network", &net], &["iperf3", "-s"]);
+    let pid = world.pid(&c);
+    let cip = world.ip(&c, &net);
+    let server = out.client_addr.clone();
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    let download = Payload::new("window");
+    let seen = Removed(PathBuf::from(format!(
+        "/tmp/dxt-egress-{}-seen",
+        std::process::id()
+    )));
+    let down_server = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "serve", &download.file(), "7110"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let down_client = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &server,
+            "7110",
+            &download.out(),
+        ],
+    ));
+    std::thread::sleep(Duration::from_millis(1200));
+    let entry = entry_to(&cip, 7110).expect("conntrack lists the download");
+    let masqueraded = reply_field(&entry, "dport=");
+    eprintln!("conntrack: {entry}");
+    let mut watch = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            FORGE,
+            "tcp-watch",
+            "eth0",
+            "3",
+            &seen.0.display().to_string(),
+        ],
+    ));
+    let ready = PathBuf::from(format!("{}.ready", seen.0.display()));
+    let _ready_removed = Removed(ready.clone());
+    let watching = std::time::Instant::now();
+    while !ready.exists() && watching.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(ready.exists(), "the watch in the container did not start");
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let forged = out.run(
+        &[
+            "python3",
+            FORGE,
+            "tcp-window",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            &server,
+            &out.host_addr,
+            "7110",
+            &masqueraded,
+        ],
+        Duration::from_secs(10),
+    );
+    forged.assert_success();
+    eprintln!("{}", forged.stdout.trim());
+    let after = entry_to(&cip, 7110).unwrap_or_default();
+    eprintln!("conntrack after the forged segments: {after}");
+    assert!(watch.wait_timeout(Duration::from_secs(10)).is_some());
+    let arrived = std::fs::read_to_string(&seen.0).unwrap_or_default();
+    eprintln!("forged segments that reached the container: {arrived:?}");
+    finish(down_client, down_server);
+    assert!(
+        !arrived.contains("0xd001"),
+        "an RST out of the window reached the container"
+    );
+    assert!(
+        !arrived.contains("0xd002"),
+        "a data segment out of the window reached the container"
+    );
+    assert!(
+        arrived.contains("0xd003"),
+        "an ACK in the window should reach the container, as on Docker's path: {arrived:?}"
+    );
+    assert!(
+        seconds_left(&after) > 60,
+        "the forged RST cut the entry's timeout: {after}"
+    );
+    assert!(download.arrived_whole(), "the download lost bytes");
+}
+
+/// `egress off` in the middle of an upload and a download the fast path carries, and `egress
+/// on` in the middle of them before: both arrive whole (sha256), the connections handed back
+/// to conntrack (docs/egress.md, "Turning it off") so that Docker's path carries them on.
+#[test]
+fn connections_survive_egress_on_and_off_in_the_middle() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-off", &[]);
+    let c = world.run("egr-off", &["--network", &net], &["iperf3", "-s"]);
+    let pid = world.pid(&c);
+    let server = out.client_addr.clone();
+    // 160 MB over ~4 s each way: the fast path carries more than any window conntrack knows
+    // of (tcp_rmem's 32 MB at most), so that conntrack cannot catch up by itself (its overshoot
+    // rule lets a segment less than a window past its view through and learns from it).
+    let (upload, download) = (
+        Payload::sized("off-up", 160),
+        Payload::sized("off-down", 160),
+    );
+    let up_server = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "receive", "7120", &upload.out()],
+    ));
+    let down_server = Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "serve", &download.file(), "7121"],
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    let up_client = Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "send", &upload.file(), &server, "7120"],
+    ));
+    let down_client = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &server,
+            "7121",
+            &download.out(),
+        ],
+    ));
+    // Docker's path first, then the fast path, then Docker's path again.
+    std::thread::sleep(Duration::from_millis(800));
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (out_bytes, back_bytes, _) = counters(&world, &c).expect("egress enabled");
+    eprintln!("fast path before off: {out_bytes} bytes out, {back_bytes} back");
+    let off = world.dxdp.run(&["egress", "off", &c]);
+    eprintln!("{off}");
+    off.assert_success();
+    finish(up_client, up_server);
+    finish(down_client, down_server);
+    assert!(
+        out_bytes > 40 << 20 && back_bytes > 40 << 20,
+        "the fast path should have carried both transfers for a while: {out_bytes} out, \
+         {back_bytes} back"
+    );
+    assert!(
+        upload.arrived_whole(),
+        "the upload lost bytes across egress on and off"
+    );
+    assert!(
+        download.arrived_whole(),
+        "the download lost bytes across egress on and off"
+    );
 }

@@ -26,6 +26,17 @@
       tag, TTL or hop limit 0 or 1, a bad IPv4 header checksum, an IP or UDP length that does
       not fit, TCP flags conntrack refuses), or "valid" ("valid-last": the last a `receive`
       counts). Run by tests/integration/ingress.rs.
+  forge.py tcp-window IFACE DST_MAC SRC_MAC SRC_IP DST_IP SPORT DPORT
+      Watches IFACE (bounded, 5 s) for a segment SRC_IP:SPORT -> DST_IP:DPORT that the far end
+      sends, then forges three more of that connection onto IFACE, told apart by their IP ID:
+      0xd001 an RST whose sequence number is 2^30 past the window, 0xd002 a data segment as far
+      past it (its ACK as far, so that a reset the stack answers it with is out of window for the
+      far end too), 0xd003 an ACK with the watched segment's numbers (in window). Run by
+      tests/integration/egress.rs in its outside namespace.
+  forge.py tcp-watch IFACE SECONDS OUT
+      Writes to OUT the IP IDs (hex) of the segments tcp-window forged that IFACE receives over
+      SECONDS (told by ID, flags and payload), one a line; OUT.ready (empty) once it watches. Run in a
+      container's namespace.
   forge.py receive PORT QUIET_SECONDS [TOTAL_SECONDS]
       Binds UDP PORT on every address, prints "ready", then counts datagrams until none came for
       QUIET_SECONDS (or TOTAL_SECONDS in all, 10 by default) or one ending in "-last" came,
@@ -180,6 +191,81 @@ def odd(iface, nic_mac, src_mac, src_ip, dst_ip, port, kind):
         s.send(frame(dst_mac, src_mac, src_ip, dst_ip, *packet, 9, **how))
 
 
+def tcp_frame(dst_mac, src_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, win, ident,
+              payload=b""):
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 5 << 4,
+                      flags, win, 0, 0) + payload
+    return frame(dst_mac, src_mac, src_ip, dst_ip, 6, tcp, 16, ident)
+
+
+def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
+    sport, dport = int(sport), int(dport)
+    src, dst = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
+    # ETH_P_ALL: the frames a device sends reach only such packet sockets.
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)) as s:
+        s.bind((iface, 0x0003))
+        s.settimeout(0.5)
+        deadline = time.monotonic() + 5
+        watched = None
+        while watched is None and time.monotonic() < deadline:
+            try:
+                data = s.recv(65535)
+            except socket.timeout:
+                continue
+            ip = data[14:]
+            if (data[12:14] != b"\x08\x00" or len(ip) < 40 or ip[9] != 6 or ip[12:16] != src
+                    or ip[16:20] != dst):
+                continue
+            tcp = ip[(ip[0] & 0xF) * 4:]
+            ports = struct.unpack("!HH", tcp[:4])
+            if ports == (sport, dport):
+                watched = struct.unpack("!IIxxH", tcp[4:16])
+        if watched is None:
+            sys.exit("no segment of the connection seen")
+        seq, ack, win = watched
+        print(f"watched seq={seq} ack={ack} win={win}", flush=True)
+        far = 1 << 30
+        for ident, fields in [
+            (0xD001, dict(seq=seq + far, ack=0, flags=0x04, win=0)),
+            (0xD002, dict(seq=seq + far, ack=ack + far, flags=0x18, win=win,
+                          payload=b"dxdp-forged-out-of-window")),
+            (0xD003, dict(seq=seq, ack=ack, flags=0x10, win=win)),
+        ]:
+            s.send(tcp_frame(nic_mac, src_mac, src_ip, dst_ip, sport, dport, ident=ident,
+                             **fields))
+            time.sleep(0.05)
+
+
+def tcp_watch(iface, seconds, out):
+    seen = []
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800)) as s:
+        s.bind((iface, 0x0800))
+        s.settimeout(0.2)
+        open(out + ".ready", "w").close()
+        deadline = time.monotonic() + float(seconds)
+        while time.monotonic() < deadline:
+            try:
+                data, meta = s.recvfrom(65535)
+            except socket.timeout:
+                continue
+            ip = data[14:]
+            # Received (not sent: PACKET_OUTGOING is 4), TCP, an ID of tcp-window's.
+            if meta[2] == 4 or len(ip) < 20 or ip[9] != 6:
+                continue
+            ident = struct.unpack("!H", ip[4:6])[0]
+            tcp = ip[(ip[0] & 0xF) * 4:]
+            payload = tcp[(tcp[12] >> 4) * 4:]
+            # By what tcp-window forged, not the ID alone: the far end's own IDs pass 0xd0XX.
+            if ident == 0xD001 and tcp[13] & 0x04:
+                seen.append("0xd001 rst")
+            elif ident == 0xD002 and b"dxdp-forged-out-of-window" in payload:
+                seen.append("0xd002 data")
+            elif ident == 0xD003 and tcp[13] & 0x3F == 0x10 and not payload:
+                seen.append("0xd003 ack")
+    with open(out, "w") as f:
+        f.write("".join(line + "\n" for line in seen))
+
+
 def receive(port, quiet, total="10"):
     with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
         s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -200,4 +286,5 @@ def receive(port, quiet, total="10"):
 
 if __name__ == "__main__":
     {"send": send, "syn": syn, "udp-flood": udp_flood, "too-big": too_big, "odd": odd,
-     "receive": receive}[sys.argv[1]](*sys.argv[2:])
+     "receive": receive, "tcp-window": tcp_window, "tcp-watch": tcp_watch,
+     }[sys.argv[1]](*sys.argv[2:])

@@ -14,6 +14,9 @@ pub mod names {
     pub const LIVE: &str = "DXDP_EGRESS_LIVE";
     /// Who enabled each veth ([`super::EgressOwner`]).
     pub const OWNERS: &str = "DXDP_EGRESS_OWNERS";
+    /// The fast path's copy of each carried TCP connection's windows
+    /// ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::TcpWindow`]).
+    pub const WINDOWS: &str = "DXDP_EGRESS_WINDOWS";
     /// TCX ingress on an enabled container's host veth: its packets out of the NIC.
     pub const OUT_PROGRAM: &str = "dxdp_egress";
     /// TCX ingress on the NIC: the replies into the container.
@@ -30,6 +33,17 @@ pub mod names {
     /// `tuplehash[IP_CT_DIR_REPLY].tuple.dst`: the masqueraded address and port.
     pub const OFF_REPLY_DST_IP: &str = "DXDP_EGRESS_OFF_REPLY_DST_IP";
     pub const OFF_REPLY_DST_PORT: &str = "DXDP_EGRESS_OFF_REPLY_DST_PORT";
+    /// `proto.tcp.seen[0]`'s fields (`struct ip_ct_tcp_state`), and `seen[1]`'s distance.
+    pub const OFF_SEEN_END: &str = "DXDP_EGRESS_OFF_SEEN_END";
+    pub const OFF_SEEN_MAXEND: &str = "DXDP_EGRESS_OFF_SEEN_MAXEND";
+    pub const OFF_SEEN_MAXWIN: &str = "DXDP_EGRESS_OFF_SEEN_MAXWIN";
+    pub const OFF_SEEN_MAXACK: &str = "DXDP_EGRESS_OFF_SEEN_MAXACK";
+    pub const OFF_SEEN_SCALE: &str = "DXDP_EGRESS_OFF_SEEN_SCALE";
+    pub const OFF_SEEN_FLAGS: &str = "DXDP_EGRESS_OFF_SEEN_FLAGS";
+    pub const SEEN_STRIDE: &str = "DXDP_EGRESS_SEEN_STRIDE";
+    /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` (0 or 1).
+    pub const TCP_BE_LIBERAL: &str = "DXDP_EGRESS_TCP_BE_LIBERAL";
+    pub const TCP_IGNORE_INVALID_RST: &str = "DXDP_EGRESS_TCP_IGNORE_INVALID_RST";
     /// The timeouts conntrack itself gives an entry on each packet, in milliseconds, and the
     /// kernel's tick rate, which `nf_conn.timeout` counts in.
     pub const TCP_ESTABLISHED_MS: &str = "DXDP_EGRESS_TCP_ESTABLISHED_MS";

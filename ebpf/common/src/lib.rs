@@ -300,3 +300,4 @@ pub mod egress;
 pub mod ingress;
 pub mod sock;
 pub mod stack;
+pub mod tcp_window;

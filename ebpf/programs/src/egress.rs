@@ -45,7 +45,9 @@ mod maps {
 
 use aya_ebpf::{
     Global,
-    bindings::{BPF_FIB_LOOKUP_SKIP_NEIGH, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
+    bindings::{
+        BPF_ANY, BPF_FIB_LOOKUP_SKIP_NEIGH, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup,
+    },
     helpers::generated::{
         bpf_fib_lookup as fib_lookup, bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer,
     },
@@ -53,8 +55,14 @@ use aya_ebpf::{
     maps::{DevMapHash, HashMap, PerCpuHashMap},
     programs::TcContext,
 };
-use dxdp_common::egress::{
-    DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
+use dxdp_common::{
+    egress::{
+        DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
+    },
+    tcp_window::{
+        self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Segment, TCP_OPTIONS_MAX, TcpSide, TcpWindow,
+        Verdict, WindowKey, highest_sack,
+    },
 };
 
 use conntrack::{
@@ -67,9 +75,9 @@ use headers::{
 };
 use rewrite::Sums;
 
-const TCP_FIN: u8 = 0x01;
-const TCP_SYN: u8 = 0x02;
-const TCP_RST: u8 = 0x04;
+use tcp_window::{TCP_FIN, TCP_RST, TCP_SYN};
+/// A TCP header without options.
+const TCP_HLEN: usize = 20;
 const AF_INET: u8 = 2;
 /// Ports, and UDP's length and checksum: what is read of layer 4 first.
 const L4_READ: usize = 8;
@@ -82,6 +90,12 @@ static ADDRS: HashMap<u32, u32> = HashMap::pinned(DEFAULT_MAX_EGRESS, 0);
 
 #[map(name = "DXDP_EGRESS_LIVE")]
 static LIVE: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_EGRESS, 0);
+
+/// The fast path's copy of each carried TCP connection's windows (`dxdp_common::tcp_window`),
+/// by original tuple: taken from its conntrack entry when first carried, moved on by each
+/// carried segment as conntrack would have. When full, a new connection is not taken over.
+#[map(name = "DXDP_EGRESS_WINDOWS")]
+static WINDOWS: HashMap<WindowKey, TcpWindow> = HashMap::pinned(DEFAULT_MAX_WINDOWS, 0);
 
 /// Userspace's only (who enabled a veth, when): declared here so that the object creates it.
 #[map(name = "DXDP_EGRESS_OWNERS")]
@@ -104,6 +118,26 @@ static DXDP_EGRESS_OFF_ORIG_SRC_PORT: Global<u32> = Global::new(0);
 static DXDP_EGRESS_OFF_REPLY_DST_IP: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_OFF_REPLY_DST_PORT: Global<u32> = Global::new(0);
+/// `proto.tcp.seen[0]`'s fields (`struct ip_ct_tcp_state`), and the distance to `seen[1]`.
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_END: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_MAXEND: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_MAXWIN: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_MAXACK: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_SCALE: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_OFF_SEEN_FLAGS: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_SEEN_STRIDE: Global<u32> = Global::new(0);
+/// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst`, read at load.
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_TCP_BE_LIBERAL: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_EGRESS_TCP_IGNORE_INVALID_RST: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_TCP_ESTABLISHED_MS: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
@@ -252,8 +286,22 @@ fn conntrack_says<T>(
     let judged = unsafe { judge(ct, packet, opts.dir == dir, dir) };
     let taken = judged.and_then(|(carried, state, timeout)| {
         let mine = ours(&carried)?;
-        // SAFETY: as above.
-        unsafe { keep_alive(ct, packet, state, timeout) };
+        let refresh = if packet.proto == PROTO_TCP {
+            // SAFETY: as above.
+            match unsafe { window_allows(ctx, ct, packet, dir, &carried) }? {
+                Verdict::Accept => true,
+                // Conntrack lets it through keeping its entry (and NAT), untracked.
+                Verdict::Ignore => false,
+                // INVALID on Docker's path: conntrack and Docker's rules decide there.
+                Verdict::Invalid => return None,
+            }
+        } else {
+            true
+        };
+        if refresh {
+            // SAFETY: as above.
+            unsafe { keep_alive(ct, packet, state, timeout) };
+        }
         Some((carried, mine))
     });
     // SAFETY: as above.
@@ -301,6 +349,147 @@ unsafe fn judge(
         let port = u16::from_be(field::<u16>(ct, port_at)?);
         let timeout = field::<u32>(ct, DXDP_EGRESS_OFF_TIMEOUT.load())?;
         Some((Carried { addr, port }, state, timeout))
+    }
+}
+
+/// Conntrack's window check of the TCP segment `packet` of the carried entry `ct`, seen in
+/// direction `dir`, on the fast path's copy of the entry's windows (taken from `ct` when the
+/// connection is first carried): `None` where the copy cannot be had (the map is full, the
+/// kernel's offsets unknown, or conntrack would learn the sender's side from this packet), so
+/// the segment goes to conntrack. An RST it lets through, or the ACK of the second FIN, ends
+/// the copy.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn window_allows(
+    ctx: &TcContext,
+    ct: *mut NfConn,
+    packet: &Packet,
+    dir: u8,
+    carried: &Carried,
+) -> Option<Verdict> {
+    // seq, ack, data offset, flags, window.
+    let header: [u8; 12] = ctx.load(ETH_HLEN + IPV4_HLEN + 4).ok()?;
+    let seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let ack = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    let doff = (header[8] >> 4) as usize * 4;
+    let win = u16::from_be_bytes([header[10], header[11]]);
+    if doff < TCP_HLEN || packet.l4_len < doff {
+        // `tcp_error`: truncated.
+        return Some(Verdict::Invalid);
+    }
+    let mut segment = Segment::new(seq, ack, win, header[9], (packet.l4_len - doff) as u32);
+    let key = if dir == DIR_ORIGINAL {
+        WindowKey {
+            container: u32::from_ne_bytes(packet.src),
+            server: u32::from_ne_bytes(packet.dst),
+            container_port: packet.sport.to_be(),
+            server_port: packet.dport.to_be(),
+        }
+    } else {
+        WindowKey {
+            container: u32::from_ne_bytes(carried.addr),
+            server: u32::from_ne_bytes(packet.src),
+            container_port: carried.port.to_be(),
+            server_port: packet.sport.to_be(),
+        }
+    };
+    // SAFETY: the caller's.
+    let window = unsafe { window_of(ct, &key) }?;
+    let receiver = if dir == DIR_ORIGINAL {
+        window.seen[1].flags
+    } else {
+        window.seen[0].flags
+    };
+    let options_len = doff - TCP_HLEN;
+    if receiver & FLAG_SACK_PERM != 0 && options_len > 0 {
+        let mut options = [0u8; TCP_OPTIONS_MAX];
+        let mut at = 0;
+        while at < TCP_OPTIONS_MAX {
+            if at < options_len {
+                let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + TCP_HLEN + at).ok()?;
+                options[at..at + 4].copy_from_slice(&word);
+            }
+            at += 4;
+        }
+        segment.sack = highest_sack(&options, options_len, ack);
+    }
+    let verdict = tcp_window::judge(
+        window,
+        dir as usize,
+        &segment,
+        DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
+        DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
+    )?;
+    // An RST let through, or the last ACK of a closing: the copy has served.
+    if verdict != Verdict::Invalid
+        && (segment.flags & TCP_RST != 0 || tcp_window::closes(window, dir as usize, &segment))
+    {
+        let _ = WINDOWS.remove(key);
+    }
+    Some(verdict)
+}
+
+/// The copy of `ct`'s windows under `key`: the one in the map if it was taken from `ct`,
+/// else a new one taken now; `None` if the map is full or a field cannot be read. Where two
+/// CPUs take a new copy at once (the connection's first carried segments both ways), the one
+/// that comes second uses the first's, so that neither's update is overwritten.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut TcpWindow> {
+    let conn = ct as usize as u64;
+    let existing = |key: &WindowKey| {
+        let window = WINDOWS.get_ptr_mut(key)?;
+        // SAFETY: a map value, valid for this invocation.
+        let window = unsafe { &mut *window };
+        (window.conn == conn).then_some(window)
+    };
+    if let Some(window) = existing(key) {
+        return Some(window);
+    }
+    let stride = DXDP_EGRESS_SEEN_STRIDE.load();
+    // SAFETY: the caller's.
+    let taken = unsafe {
+        TcpWindow {
+            conn,
+            seen: [side(ct, 0)?, side(ct, stride)?],
+        }
+    };
+    // A copy of another entry of the tuple is replaced; a copy of this one another CPU has
+    // just taken is kept.
+    let flags = if WINDOWS.get_ptr_mut(key).is_some() {
+        BPF_ANY
+    } else {
+        BPF_NOEXIST
+    };
+    if WINDOWS.insert(key, taken, flags.into()).is_err() && flags == BPF_ANY {
+        return None;
+    }
+    existing(key)
+}
+
+/// `proto.tcp.seen[]` of `ct`, `shift` bytes on from `seen[0]`.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
+    let at = |offset: u32| if offset == 0 { 0 } else { offset + shift };
+    // SAFETY: the caller's; each field at its offset in the running kernel's BTF.
+    unsafe {
+        Some(TcpSide {
+            td_end: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_END.load()))?,
+            td_maxend: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXEND.load()))?,
+            td_maxwin: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXWIN.load()))?,
+            td_maxack: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXACK.load()))?,
+            td_scale: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_SCALE.load()))?,
+            flags: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_FLAGS.load()))?,
+            fin: 0,
+            _pad: 0,
+        })
     }
 }
 
