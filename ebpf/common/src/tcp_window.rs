@@ -15,15 +15,12 @@ pub const FLAG_BE_LIBERAL: u8 = 0x08;
 pub const FLAG_DATA_UNACKNOWLEDGED: u8 = 0x10;
 pub const FLAG_MAXACK_SET: u8 = 0x20;
 
-/// TCP header flag bits (the 14th byte).
-pub const TCP_FIN: u8 = 0x01;
-pub const TCP_SYN: u8 = 0x02;
-pub const TCP_RST: u8 = 0x04;
-pub const TCP_PSH: u8 = 0x08;
-pub const TCP_ACK: u8 = 0x10;
-pub const TCP_URG: u8 = 0x20;
-pub const TCP_ECE: u8 = 0x40;
-pub const TCP_CWR: u8 = 0x80;
+/// TCP header flag bits, and the flag combinations conntrack takes (`tcp_error`'s check), as
+/// the published ports' fast path reads them.
+pub use crate::ingress::{
+    TCP_ACK, TCP_CWR, TCP_ECE, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, TCP_URG,
+    tcp_flags_valid as flags_valid,
+};
 
 /// The most option bytes a TCP header carries.
 pub const TCP_OPTIONS_MAX: usize = 40;
@@ -140,24 +137,6 @@ pub const fn before(a: u32, b: u32) -> bool {
 #[inline(always)]
 pub const fn after(a: u32, b: u32) -> bool {
     before(b, a)
-}
-
-/// `tcp_error`'s flag check: the combinations conntrack takes (PSH, ECE and CWR aside).
-#[inline(always)]
-pub const fn flags_valid(flags: u8) -> bool {
-    let f = flags & !(TCP_ECE | TCP_CWR | TCP_PSH);
-    matches!(
-        f,
-        TCP_SYN
-            | 0x22 // SYN|URG
-            | 0x12 // SYN|ACK
-            | TCP_RST
-            | 0x14 // RST|ACK
-            | 0x11 // FIN|ACK
-            | 0x31 // FIN|ACK|URG
-            | TCP_ACK
-            | 0x30 // ACK|URG
-    )
 }
 
 /// The option byte at `i`, 0 (end of list) past the buffer: an index the compiler need not
