@@ -26,6 +26,10 @@
       tag, TTL or hop limit 0 or 1, a bad IPv4 header checksum, an IP or UDP length that does
       not fit, TCP flags conntrack refuses), or "valid" ("valid-last": the last a `receive`
       counts). Run by tests/integration/ingress.rs.
+  forge.py syn-ack IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT
+      From SRC_IP port 41000 to DST_IP:PORT: a SYN, then (0.3 s later) a SYN-ACK of the same
+      connection, which conntrack marks INVALID from the side that opened it. Run by
+      tests/integration/ingress.rs in its client namespace.
   forge.py tcp-window IFACE DST_MAC SRC_MAC SRC_IP DST_IP SPORT DPORT
       Watches IFACE (bounded, 5 s) for a segment SRC_IP:SPORT -> DST_IP:DPORT that the far end
       sends, then forges three more of that connection onto IFACE, told apart by their IP ID:
@@ -123,6 +127,15 @@ def syn(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
                 time.sleep(0.001)
 
 
+def syn_ack(iface, dst_mac, src_mac, src_ip, dst_ip, port):
+    sport, isn = 41000, 0x5EED
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
+        s.send(segment(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), 0x02, isn, 0))
+        time.sleep(0.3)
+        s.send(segment(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), 0x12, isn, 1))
+
+
 def udp_flood(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((iface, 0))
@@ -198,16 +211,15 @@ def tcp_frame(dst_mac, src_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, w
     return frame(dst_mac, src_mac, src_ip, dst_ip, 6, tcp, 16, ident)
 
 
-def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
-    sport, dport = int(sport), int(dport)
-    src, dst = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
+def watch_segment(iface, src, dst, sport, dport):
+    """(seq, ack, win) of the next segment SRC:SPORT -> DST:DPORT that IFACE sends or receives
+    from now on (a fresh socket: none queued before), or None within 5 s."""
     # ETH_P_ALL: the frames a device sends reach only such packet sockets.
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003)) as s:
         s.bind((iface, 0x0003))
         s.settimeout(0.5)
         deadline = time.monotonic() + 5
-        watched = None
-        while watched is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 data = s.recv(65535)
             except socket.timeout:
@@ -217,23 +229,40 @@ def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
                     or ip[16:20] != dst):
                 continue
             tcp = ip[(ip[0] & 0xF) * 4:]
-            ports = struct.unpack("!HH", tcp[:4])
-            if ports == (sport, dport):
-                watched = struct.unpack("!IIxxH", tcp[4:16])
-        if watched is None:
-            sys.exit("no segment of the connection seen")
-        seq, ack, win = watched
-        print(f"watched seq={seq} ack={ack} win={win}", flush=True)
-        far = 1 << 30
+            if struct.unpack("!HH", tcp[:4]) == (sport, dport):
+                return struct.unpack("!IIxxH", tcp[4:16])
+    return None
+
+
+def tcp_window(iface, nic_mac, src_mac, src_ip, dst_ip, sport, dport):
+    sport, dport = int(sport), int(dport)
+    src, dst = ipaddress.ip_address(src_ip).packed, ipaddress.ip_address(dst_ip).packed
+    watched = watch_segment(iface, src, dst, sport, dport)
+    if watched is None:
+        sys.exit("no segment of the connection seen")
+    seq, ack, win = watched
+    print(f"watched seq={seq} ack={ack} win={win}", flush=True)
+    far = 1 << 30
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((iface, 0))
         for ident, fields in [
             (0xD001, dict(seq=seq + far, ack=0, flags=0x04, win=0)),
             (0xD002, dict(seq=seq + far, ack=ack + far, flags=0x18, win=win,
                           payload=b"dxdp-forged-out-of-window")),
-            (0xD003, dict(seq=seq, ack=ack, flags=0x10, win=win)),
         ]:
             s.send(tcp_frame(nic_mac, src_mac, src_ip, dst_ip, sport, dport, ident=ident,
                              **fields))
             time.sleep(0.05)
+        # The numbers of a segment seen just now: the far end's stream moves on meanwhile, and
+        # an ACK whose sequence number fell more than the receiver's window behind it is out
+        # of the window (conntrack would mark it INVALID too).
+        fresh = watch_segment(iface, src, dst, sport, dport)
+        if fresh is None:
+            sys.exit("no segment of the connection seen for the ACK in the window")
+        seq, ack, win = fresh
+        print(f"fresh seq={seq} ack={ack} win={win}", flush=True)
+        s.send(tcp_frame(nic_mac, src_mac, src_ip, dst_ip, sport, dport, ident=0xD003, seq=seq,
+                         ack=ack, flags=0x10, win=win))
 
 
 def tcp_watch(iface, seconds, out):
@@ -285,6 +314,6 @@ def receive(port, quiet, total="10"):
 
 
 if __name__ == "__main__":
-    {"send": send, "syn": syn, "udp-flood": udp_flood, "too-big": too_big, "odd": odd,
-     "receive": receive, "tcp-window": tcp_window, "tcp-watch": tcp_watch,
+    {"send": send, "syn": syn, "syn-ack": syn_ack, "udp-flood": udp_flood, "too-big": too_big,
+     "odd": odd, "receive": receive, "tcp-window": tcp_window, "tcp-watch": tcp_watch,
      }[sys.argv[1]](*sys.argv[2:])
