@@ -1814,6 +1814,84 @@ fn frames_the_stack_would_not_forward_to_the_container_stay_off_the_fast_path() 
     world.dxdp.run(&["unexpose", &web]).assert_success();
 }
 
+/// A client's own SYN-ACK, sent after its SYN of the same connection, is one conntrack marks
+/// INVALID ("client can't send SYN and then SYN/ACK"), so Docker's path never delivers it: the
+/// fast path, which carried the SYN, hands it to the stack instead (where conntrack, which
+/// never saw the connection, refuses it all the same), over IPv4 and IPv6. The container's
+/// SYN-ACK is dropped in its own namespace, so that the connection stays where the client's
+/// SYN left it (the differential harness's seed 7373, case 510; before, the fast path carried
+/// it: in +2, passed +0).
+#[test]
+fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let port = 17160u16;
+    let net = world.network_v6("synack", true, &[]);
+    let tcp4 = format!("{}:{port}:5201", out.host_addr);
+    let tcp6 = format!("[{}]:{port}:5201", out.host_addr6);
+    let web = world.run(
+        "synack",
+        &["--network", &net, "-p", &tcp4, "-p", &tcp6],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    for iptables in ["iptables", "ip6tables"] {
+        let drop_answers = [
+            iptables,
+            "-A",
+            "OUTPUT",
+            "-p",
+            "tcp",
+            "--tcp-flags",
+            "SYN,ACK",
+            "SYN,ACK",
+            "-j",
+            "DROP",
+        ];
+        must(&in_container(pid, &drop_answers));
+    }
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let client6 = out.client_addr6.clone();
+    for (from, to) in [
+        (&out.client_addr, &out.host_addr),
+        (&client6, &out.host_addr6),
+    ] {
+        let before = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+        let port_arg = port.to_string();
+        let argv = [
+            "python3",
+            FORGE,
+            "syn-ack",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            from,
+            to,
+            &port_arg,
+        ];
+        out.run(&argv, Duration::from_secs(10)).assert_success();
+        let counted = wait_until(Duration::from_secs(2), || {
+            counters_at(&world, Some(to), port, "tcp")
+                .is_some_and(|now| now.0 > before.0 && now.2 > before.2)
+        });
+        let after = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+        assert!(
+            counted && after.0 == before.0 + 1 && after.2 == before.2 + 1,
+            "to {to}: the SYN should take the fast path and the SYN-ACK the stack: (in, out, \
+             passed) {before:?} -> {after:?}"
+        );
+    }
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
 /// Where the NIC's MTU (1,400 here) is smaller than the container network's (1,500), a reply
 /// too big for the NIC is not lost on the fast path: it takes the stack, which answers the
 /// container with "fragmentation needed" / "packet too big" as on Docker's path, and the

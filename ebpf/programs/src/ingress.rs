@@ -316,30 +316,37 @@ fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifi
         // source the stack refuses, which a route may still lead back to.
         return packet.opens
             && !refused_source(&packet.src, packet.v6)
-            && routes_back(
-                ctx,
-                // SAFETY: plain data, which the lookup fills in.
-                &mut unsafe { core::mem::zeroed() },
-                packet.v6,
-                packet.proto,
-                (packet.dst, packet.dport),
-                (packet.src, packet.sport),
-                nic_ifindex,
-            )
+            && routes::scratch().is_some_and(|params| {
+                routes_back(
+                    ctx,
+                    params,
+                    packet.v6,
+                    packet.proto,
+                    (packet.dst, packet.dport),
+                    (packet.src, packet.sport),
+                    nic_ifindex,
+                )
+            })
             && remember(flow, port);
     };
     known.touch();
+    // A client's own SYN-ACK is one conntrack marks INVALID (`tcp_conntracks`: "client can't
+    // send SYN and then SYN/ACK"), save the late retransmission of a simultaneous open once
+    // the container has answered (SYN_RECV): Docker's path never delivers it, so it takes
+    // that path, where conntrack, which never saw the connection, refuses it all the same.
+    // (Its touch keeps the entry no longer than the client's SYNs could.)
+    let Known::Opening(opening) = known else {
+        return !packet.accepts;
+    };
+    // SAFETY: a map value pointer, valid for this invocation; plain loads.
+    let (answered, completing_ack) = unsafe { ((*opening).answered, (*opening).completing_ack) };
+    if answered == 0 {
+        return !packet.accepts;
+    }
     // Only a client that received the SYN-ACK knows the number it must acknowledge: a sender
     // of forged SYNs cannot establish their connections, however many it sends.
-    if let Known::Opening(opening) = known
-        && packet.acknowledges
-    {
-        // SAFETY: a map value pointer, valid for this invocation; plain loads.
-        let (answered, completing_ack) =
-            unsafe { ((*opening).answered, (*opening).completing_ack) };
-        if answered != 0 && packet.ack_seq == completing_ack {
-            establish(flow, known.port());
-        }
+    if packet.acknowledges && packet.ack_seq == completing_ack {
+        establish(flow, known.port());
     }
     true
 }

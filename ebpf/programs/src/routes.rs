@@ -31,6 +31,17 @@ static ROUTE_MTUS: LpmTrie<[u8; 16], u32> = LpmTrie::pinned(DEFAULT_MAX_ROUTES, 
 #[map(name = "DXDP_ROUTE_SCRATCH")]
 static ROUTE_SCRATCH: PerCpuArray<bpf_fib_lookup> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's route lookup parameters, for one lookup at a time: a program asks one, reads its
+/// answer and is done with it before it asks another.
+#[inline(always)]
+pub(crate) fn scratch() -> Option<&'static mut bpf_fib_lookup> {
+    // SAFETY: this CPU's copy of the scratch value, valid for this invocation; a program runs
+    // to its end on its CPU, and uses the value for one lookup at a time.
+    ROUTE_SCRATCH
+        .get_ptr_mut(0)
+        .map(|params| unsafe { &mut *params })
+}
+
 /// Whether the packet (its IP header at `ETH_HLEN`), or each of its GSO segments, fits what
 /// the host's forwarding would hold it to on its way to `dst` out of `nic_ifindex`: the
 /// route's MTU where the mirrored routes set one, and a path MTU the host has cached for `dst`
@@ -44,13 +55,18 @@ pub(crate) fn fit(
     layer4: Option<(u8, usize)>,
     nic_ifindex: u32,
 ) -> bool {
+    let route_mtu = ROUTE_MTUS
+        .get(Key::new(128, *dst))
+        .map_or(0, |&mtu| mtu as usize);
+    // IPv4 has nothing more to check where no route sets an MTU: the common case skips the
+    // length's loads.
+    if !v6 && route_mtu == 0 {
+        return true;
+    }
     let Some(len) = forwarded_len(ctx, v6, layer4) else {
         return false;
     };
-    if let Some(&mtu) = ROUTE_MTUS.get(Key::new(128, *dst))
-        && mtu != 0
-        && len > mtu as usize
-    {
+    if route_mtu != 0 && len > route_mtu {
         return false;
     }
     fits_cached_path_mtu(ctx, dst, v6, len, nic_ifindex)
@@ -101,12 +117,9 @@ fn fits_cached_path_mtu(
     if !v6 || len <= IPV6_MIN_MTU {
         return true;
     }
-    let Some(params) = ROUTE_SCRATCH.get_ptr_mut(0) else {
+    let Some(params) = scratch() else {
         return false;
     };
-    // SAFETY: this CPU's copy of the scratch value, valid for this invocation and used by
-    // nothing else while the program runs.
-    let params = unsafe { &mut *params };
     fib::ask(params, true, &[0; 16], dst, nic_ifindex);
     params.__bindgen_anon_1.tot_len = len.min(u16::MAX as usize) as u16;
     let rc = fib::lookup(ctx, params);
