@@ -26,6 +26,7 @@ mod checksum;
 // Shared with the ct lab; this object calls every kfunc it declares.
 #[allow(dead_code)]
 mod conntrack;
+mod fib;
 // Shared with the datapath's object, which uses more of it.
 #[allow(dead_code, unused_imports)]
 mod headers;
@@ -45,12 +46,8 @@ mod maps {
 
 use aya_ebpf::{
     Global,
-    bindings::{
-        BPF_ANY, BPF_FIB_LOOKUP_SKIP_NEIGH, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup,
-    },
-    helpers::generated::{
-        bpf_fib_lookup as fib_lookup, bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer,
-    },
+    bindings::{BPF_ANY, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
+    helpers::generated::{bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer},
     macros::{classifier, map},
     maps::{DevMapHash, HashMap, PerCpuHashMap},
     programs::TcContext,
@@ -78,7 +75,6 @@ use rewrite::Sums;
 use tcp_window::{TCP_FIN, TCP_RST, TCP_SYN};
 /// A TCP header without options.
 const TCP_HLEN: usize = 20;
-const AF_INET: u8 = 2;
 /// Ports, and UDP's length and checksum: what is read of layer 4 first.
 const L4_READ: usize = 8;
 
@@ -575,24 +571,20 @@ fn routed_out(ctx: &TcContext, veth: &EgressVeth, packet: &Packet) -> bool {
     {
         return false;
     }
-    // SAFETY: plain data; every field the lookup reads is set below or zero.
+    // SAFETY: plain data, which `fib::ask` sets.
     let mut params: bpf_fib_lookup = unsafe { core::mem::zeroed() };
-    params.family = AF_INET;
+    fib::ask(
+        &mut params,
+        false,
+        &v4_mapped(&packet.src),
+        &v4_mapped(&packet.dst),
+        veth.bridge_ifindex,
+    );
+    // The ports too: a policy route may match on them.
     params.l4_protocol = packet.proto;
     params.sport = packet.sport.to_be();
     params.dport = packet.dport.to_be();
-    params.ifindex = veth.bridge_ifindex;
-    params.__bindgen_anon_3.ipv4_src = u32::from_ne_bytes(packet.src);
-    params.__bindgen_anon_4.ipv4_dst = u32::from_ne_bytes(packet.dst);
-    // SAFETY: the helper reads and writes `params`, which lives on this stack frame.
-    let rc = unsafe {
-        fib_lookup(
-            ctx.skb.skb as *mut _,
-            &mut params,
-            core::mem::size_of::<bpf_fib_lookup>() as i32,
-            BPF_FIB_LOOKUP_SKIP_NEIGH,
-        )
-    };
+    let rc = fib::lookup(ctx, &mut params);
     rc == 0 && params.ifindex == veth.nic_ifindex && fits_mtu(ctx, veth.nic_ifindex)
 }
 
