@@ -18,6 +18,7 @@ pub mod labels;
 pub mod metrics;
 pub mod netlink;
 pub mod netns;
+mod nfnetlink;
 pub mod overlay;
 pub mod plan;
 pub mod ports;

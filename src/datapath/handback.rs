@@ -12,13 +12,11 @@
 //! of flags and mask), so this sends, per connection, an `IPCTNL_MSG_CT_NEW` without
 //! `NLM_F_CREATE` (an update of an existing entry only) that sets `BE_LIBERAL` and clears
 //! `MAXACK_SET` in both directions.
-use std::{
-    io,
-    net::Ipv4Addr,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
-};
+use std::{io, net::Ipv4Addr};
 
 use dxdp_common::tcp_window::{FLAG_BE_LIBERAL, FLAG_MAXACK_SET, WindowKey};
+
+use crate::nfnetlink;
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
@@ -128,11 +126,11 @@ pub(super) fn hand_back(keys: &[WindowKey]) -> io::Result<usize> {
     if keys.is_empty() {
         return Ok(0);
     }
-    let socket = open()?;
+    let socket = nfnetlink::open()?;
     let mut marked = 0;
     for (seq, key) in keys.iter().enumerate() {
         let mut reply = [0u8; 1024];
-        let got = exchange(&socket, &request(key, seq as u32 + 1), &mut reply)?;
+        let got = nfnetlink::exchange(&socket, &request(key, seq as u32 + 1), &mut reply)?;
         match ack_code(&reply[..got])? {
             0 => marked += 1,
             // Gone meanwhile (closed, expired, flushed): nothing to hand back.
@@ -152,54 +150,10 @@ pub(super) fn hand_back(keys: &[WindowKey]) -> io::Result<usize> {
     Ok(marked)
 }
 
-/// A netfilter netlink socket in the calling thread's network namespace.
-fn open() -> io::Result<OwnedFd> {
-    // SAFETY: socket(2) has no memory arguments; the fd is owned from here on.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Sends `request` and reads the first reply into `reply`; its length.
-fn exchange(socket: &OwnedFd, request: &[u8], reply: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: the buffer is valid for its length; the kernel is the destination.
-    let sent = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the buffer is valid and writable for its length.
-    let got = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            reply.as_mut_ptr().cast(),
-            reply.len(),
-            0,
-        )
-    };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(got as usize)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::os::fd::OwnedFd;
+
     use super::*;
 
     #[test]
@@ -250,7 +204,7 @@ mod tests {
     /// `CTA_PROTOINFO_TCP_FLAGS_ORIGINAL` and `_REPLY` of `key`'s entry, by `IPCTNL_MSG_CT_GET`.
     fn tcp_flags(socket: &OwnedFd, key: &WindowKey) -> [u8; 2] {
         let mut reply = [0u8; 4096];
-        let got = exchange(
+        let got = nfnetlink::exchange(
             socket,
             &message(key, 1, IPCTNL_MSG_CT_GET, None),
             &mut reply,
@@ -340,11 +294,11 @@ mod tests {
         let outcome = std::thread::spawn(move || {
             let file = std::fs::File::open(path).unwrap();
             nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-            let socket = open().unwrap();
+            let socket = nfnetlink::open().unwrap();
             // Entries made by ctnetlink start liberal: strict first, as conntrack makes them.
             let strict = message(&key, 1, IPCTNL_MSG_CT_NEW, Some([0, FLAG_BE_LIBERAL]));
             let mut reply = [0u8; 1024];
-            let got = exchange(&socket, &strict, &mut reply).unwrap();
+            let got = nfnetlink::exchange(&socket, &strict, &mut reply).unwrap();
             assert_eq!(ack_code(&reply[..got]).unwrap(), 0);
             let before = tcp_flags(&socket, &key);
             let marked = hand_back(&[key, absent]).unwrap();

@@ -2,10 +2,9 @@
 //! nftables ruleset, which holds iptables-nft's rules too. Asking for it is one netlink round
 //! trip (`NFT_MSG_GETGEN`, what `nft monitor` and libnftables use to detect a concurrent
 //! change), so the watch reads and parses the whole ruleset again only when it moved.
-use std::{
-    io,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
-};
+use std::io;
+
+use crate::nfnetlink;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWGEN: u16 = 15;
@@ -19,47 +18,10 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// The current nf_tables generation of this network namespace.
 pub(super) fn current() -> io::Result<u32> {
-    // SAFETY: socket(2) has no memory arguments; the fd is owned from here on.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor nothing else owns.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    let request = request();
-    // SAFETY: the buffer is valid for its length; the kernel is the destination (pid 0, no
-    // address needed on a netlink socket that was not connected).
-    let sent = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let socket = nfnetlink::open()?;
     let mut reply = [0u8; 4096];
-    // SAFETY: the buffer is valid and writable for its length.
-    let got = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            reply.as_mut_ptr().cast(),
-            reply.len(),
-            0,
-        )
-    };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    parse(&reply[..got as usize])
+    let got = nfnetlink::exchange(&socket, &request(), &mut reply)?;
+    parse(&reply[..got])
 }
 
 /// nlmsghdr + nfgenmsg asking for the generation, in host byte order as netlink wants.
