@@ -85,6 +85,49 @@ fn sha256(path: &Path) -> String {
         .to_owned()
 }
 
+/// The outside server's end of an upload: receives `payload` on `port` (ingress_peer.py).
+fn receive_outside(out: &Outside, payload: &Payload, port: u16) -> Background {
+    let port = port.to_string();
+    Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "receive", &port, &payload.out()],
+    ))
+}
+
+/// The container's end of an upload: sends `payload` to `server`:`port`.
+fn send_from_container(pid: u32, server: &str, payload: &Payload, port: u16) -> Background {
+    let port = port.to_string();
+    Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "send", &payload.file(), server, &port],
+    ))
+}
+
+/// The outside server's end of a download: serves `payload` on `port`.
+fn serve_outside(out: &Outside, payload: &Payload, port: u16) -> Background {
+    let port = port.to_string();
+    Background::spawn(&in_ns(
+        &out.ns.name,
+        &["python3", PEER, "serve", &payload.file(), &port],
+    ))
+}
+
+/// The container's end of a download: fetches `payload` from `server`:`port`.
+fn receive_in_container(pid: u32, server: &str, payload: &Payload, port: u16) -> Background {
+    let port = port.to_string();
+    Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            server,
+            &port,
+            &payload.out(),
+        ],
+    ))
+}
+
 /// Waits (bounded) for both ends of a transfer.
 #[track_caller]
 fn finish(mut client: Background, mut server: Background) {
@@ -162,37 +205,11 @@ fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
         Payload::new("down"),
         Payload::new("after"),
     );
-    let receive_outside = |payload: &Payload, port: u16| {
-        Background::spawn(&in_ns(
-            &out.ns.name,
-            &[
-                "python3",
-                PEER,
-                "receive",
-                &port.to_string(),
-                &payload.out(),
-            ],
-        ))
-    };
-    let send_from_container = |payload: &Payload, port: u16| {
-        Background::spawn(&in_container(
-            pid,
-            &[
-                "python3",
-                PEER,
-                "send",
-                &payload.file(),
-                &server,
-                &port.to_string(),
-            ],
-        ))
-    };
-
     // A connection from before `egress on`: its first packets and its first second take
     // Docker's path, the rest the fast path.
-    let early_server = receive_outside(&early, 7100);
+    let early_server = receive_outside(&out, &early, 7100);
     std::thread::sleep(Duration::from_millis(300));
-    let early_client = send_from_container(&early, 7100);
+    let early_client = send_from_container(pid, &server, &early, 7100);
     std::thread::sleep(Duration::from_millis(1000));
     let on = world.dxdp.run(&["egress", "on", &c, "--nic", &out.nic]);
     on.assert_success();
@@ -222,26 +239,13 @@ fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
     );
 
     // An upload and a download, each a new connection.
-    let up_server = receive_outside(&upload, 7101);
+    let up_server = receive_outside(&out, &upload, 7101);
     std::thread::sleep(Duration::from_millis(300));
-    finish(send_from_container(&upload, 7101), up_server);
+    finish(send_from_container(pid, &server, &upload, 7101), up_server);
     assert!(upload.arrived_whole(), "the upload lost bytes");
-    let down_server = Background::spawn(&in_ns(
-        &out.ns.name,
-        &["python3", PEER, "serve", &download.file(), "7102"],
-    ));
+    let down_server = serve_outside(&out, &download, 7102);
     std::thread::sleep(Duration::from_millis(300));
-    let down_client = Background::spawn(&in_container(
-        pid,
-        &[
-            "python3",
-            PEER,
-            "receive-from",
-            &server,
-            "7102",
-            &download.out(),
-        ],
-    ));
+    let down_client = receive_in_container(pid, &server, &download, 7102);
     finish(down_client, down_server);
     assert!(download.arrived_whole(), "the download lost bytes");
     let (out_bytes, back_bytes, passed) = counters(&world, &c).expect("egress enabled");
@@ -318,9 +322,12 @@ fn outbound_connections_take_the_nic_through_conntracks_masquerade() {
     world.dxdp.run(&["egress", "off", &c]).assert_success();
     assert_eq!(counters(&world, &c), None);
     assert_eq!(egress_pins(&world), Vec::<String>::new());
-    let after_server = receive_outside(&after, 7103);
+    let after_server = receive_outside(&out, &after, 7103);
     std::thread::sleep(Duration::from_millis(300));
-    finish(send_from_container(&after, 7103), after_server);
+    finish(
+        send_from_container(pid, &server, &after, 7103),
+        after_server,
+    );
     assert!(
         after.arrived_whole(),
         "Docker's path after `egress off` lost bytes"
@@ -423,22 +430,9 @@ fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
         "/tmp/dxt-egress-{}-seen",
         std::process::id()
     )));
-    let down_server = Background::spawn(&in_ns(
-        &out.ns.name,
-        &["python3", PEER, "serve", &download.file(), "7110"],
-    ));
+    let down_server = serve_outside(&out, &download, 7110);
     std::thread::sleep(Duration::from_millis(300));
-    let down_client = Background::spawn(&in_container(
-        pid,
-        &[
-            "python3",
-            PEER,
-            "receive-from",
-            &server,
-            "7110",
-            &download.out(),
-        ],
-    ));
+    let down_client = receive_in_container(pid, &server, &download, 7110);
     std::thread::sleep(Duration::from_millis(1200));
     let entry = entry_to(&cip, 7110).expect("conntrack lists the download");
     let masqueraded = reply_field(&entry, "dport=");
@@ -526,30 +520,11 @@ fn connections_survive_egress_on_and_off_in_the_middle() {
         Payload::sized("off-up", 160),
         Payload::sized("off-down", 160),
     );
-    let up_server = Background::spawn(&in_ns(
-        &out.ns.name,
-        &["python3", PEER, "receive", "7120", &upload.out()],
-    ));
-    let down_server = Background::spawn(&in_ns(
-        &out.ns.name,
-        &["python3", PEER, "serve", &download.file(), "7121"],
-    ));
+    let up_server = receive_outside(&out, &upload, 7120);
+    let down_server = serve_outside(&out, &download, 7121);
     std::thread::sleep(Duration::from_millis(300));
-    let up_client = Background::spawn(&in_container(
-        pid,
-        &["python3", PEER, "send", &upload.file(), &server, "7120"],
-    ));
-    let down_client = Background::spawn(&in_container(
-        pid,
-        &[
-            "python3",
-            PEER,
-            "receive-from",
-            &server,
-            "7121",
-            &download.out(),
-        ],
-    ));
+    let up_client = send_from_container(pid, &server, &upload, 7120);
+    let down_client = receive_in_container(pid, &server, &download, 7121);
     // Docker's path first, then the fast path, then Docker's path again.
     std::thread::sleep(Duration::from_millis(800));
     world
