@@ -26,9 +26,10 @@
       tag, TTL or hop limit 0 or 1, a bad IPv4 header checksum, an IP or UDP length that does
       not fit, TCP flags conntrack refuses), or "valid" ("valid-last": the last a `receive`
       counts). Run by tests/integration/ingress.rs.
-  forge.py syn-ack IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT
+  forge.py syn-ack IFACE DST_MAC SRC_MAC SRC_IP DST_IP PORT [after-rst]
       From SRC_IP port 41000 to DST_IP:PORT: a SYN, then (0.3 s later) a SYN-ACK of the same
-      connection, which conntrack marks INVALID from the side that opened it. Run by
+      connection, which conntrack marks INVALID from the side that opened it. With after-rst,
+      from port 41001 and an RST between the two (conntrack closes the connection). Run by
       tests/integration/ingress.rs in its client namespace.
   forge.py tcp-window IFACE DST_MAC SRC_MAC SRC_IP DST_IP SPORT DPORT
       Watches IFACE (bounded, 5 s) for a segment SRC_IP:SPORT -> DST_IP:DPORT that the far end
@@ -127,12 +128,15 @@ def syn(iface, dst_mac, src_mac, src_ip, dst_ip, port, count):
                 time.sleep(0.001)
 
 
-def syn_ack(iface, dst_mac, src_mac, src_ip, dst_ip, port):
-    sport, isn = 41000, 0x5EED
+def syn_ack(iface, dst_mac, src_mac, src_ip, dst_ip, port, after_rst=""):
+    sport, isn = (41001 if after_rst else 41000), 0x5EED
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
         s.bind((iface, 0))
         s.send(segment(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), 0x02, isn, 0))
         time.sleep(0.3)
+        if after_rst:
+            s.send(segment(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), 0x04, isn + 1, 0))
+            time.sleep(0.3)
         s.send(segment(dst_mac, src_mac, src_ip, dst_ip, sport, int(port), 0x12, isn, 1))
 
 

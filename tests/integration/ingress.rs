@@ -1819,8 +1819,9 @@ fn frames_the_stack_would_not_forward_to_the_container_stay_off_the_fast_path() 
 /// fast path, which carried the SYN, hands it to the stack instead (where conntrack, which
 /// never saw the connection, refuses it all the same), over IPv4 and IPv6. The container's
 /// SYN-ACK is dropped in its own namespace, so that the connection stays where the client's
-/// SYN left it (the differential harness's seed 7373, case 510; before, the fast path carried
-/// it: in +2, passed +0).
+/// SYN left it; then, answered, the client resets it before its SYN-ACK, which conntrack finds
+/// closed (the differential harness's seed 7373, cases 410 and 510; before, the fast path
+/// carried both SYN-ACKs: in +2, passed +0, then in +4, passed +0).
 #[test]
 fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     if !require_docker() {
@@ -1887,6 +1888,54 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
             counted && after.0 == before.0 + 1 && after.2 == before.2 + 1,
             "to {to}: the SYN should take the fast path and the SYN-ACK the stack: (in, out, \
              passed) {before:?} -> {after:?}"
+        );
+    }
+    // The container answers now; the client resets the opening and then sends its SYN-ACK:
+    // conntrack closed the connection at the RST, and the SYN-ACK takes the stack.
+    for iptables in ["iptables", "ip6tables"] {
+        let let_answers = [
+            iptables,
+            "-D",
+            "OUTPUT",
+            "-p",
+            "tcp",
+            "--tcp-flags",
+            "SYN,ACK",
+            "SYN,ACK",
+            "-j",
+            "DROP",
+        ];
+        must(&in_container(pid, &let_answers));
+    }
+    for (from, to) in [
+        (&out.client_addr, &out.host_addr),
+        (&client6, &out.host_addr6),
+    ] {
+        let before = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+        let port_arg = port.to_string();
+        let argv = [
+            "python3",
+            FORGE,
+            "syn-ack",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            from,
+            to,
+            &port_arg,
+            "after-rst",
+        ];
+        out.run(&argv, Duration::from_secs(10)).assert_success();
+        let counted = wait_until(Duration::from_secs(2), || {
+            counters_at(&world, Some(to), port, "tcp").is_some_and(|now| now.2 > before.2)
+        });
+        let after = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+        assert!(
+            // The SYN and the first RST (the client namespace's own, answering the container's
+            // SYN-ACK, or the forged one) take the fast path; what follows finds no opening.
+            counted && after.0 == before.0 + 2 && after.2 > before.2,
+            "to {to}: the SYN and RST should take the fast path and the SYN-ACK after them the \
+             stack: (in, out, passed) {before:?} -> {after:?}"
         );
     }
     world.dxdp.run(&["unexpose", &web]).assert_success();

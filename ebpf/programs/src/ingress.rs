@@ -60,6 +60,8 @@ pub(crate) struct Packet {
     /// A TCP segment with ACK and neither SYN nor RST: the client's that may complete a
     /// handshake.
     acknowledges: bool,
+    /// A TCP segment with RST.
+    resets: bool,
     /// TCP's sequence and acknowledgement numbers (zero for UDP).
     seq: u32,
     ack_seq: u32,
@@ -153,6 +155,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 opens: hs.opens,
                 accepts: hs.accepts,
                 acknowledges: hs.acknowledges,
+                resets: hs.resets,
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 forwardable: ip[8] > 1 && hs.header_valid,
@@ -196,6 +199,7 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
                 opens: hs.opens,
                 accepts: hs.accepts,
                 acknowledges: hs.acknowledges,
+                resets: hs.resets,
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 forwardable: ip[7] > 1 && hs.header_valid,
@@ -227,6 +231,7 @@ struct Layer4 {
     opens: bool,
     accepts: bool,
     acknowledges: bool,
+    resets: bool,
     seq: u32,
     ack_seq: u32,
     /// TCP: flags conntrack takes (`tcp_flags_valid`) and a data offset of at least 5 words.
@@ -245,6 +250,7 @@ fn layer4(proto: u8, l4: usize, end: usize, ip_payload: u16, udp_len: u16) -> Op
             opens: true,
             accepts: false,
             acknowledges: false,
+            resets: false,
             seq: 0,
             ack_seq: 0,
             header_valid: true,
@@ -264,6 +270,7 @@ fn layer4(proto: u8, l4: usize, end: usize, ip_payload: u16, udp_len: u16) -> Op
         opens: flags == TCP_SYN,
         accepts: flags == TCP_SYN | TCP_ACK,
         acknowledges: flags == TCP_ACK,
+        resets: flags & TCP_RST != 0,
         seq: word(TCP_SEQ_OFF),
         ack_seq: word(TCP_ACK_SEQ_OFF),
         header_valid: tcp_flags_valid(all_flags) && header_len >= TCP_HLEN,
@@ -338,6 +345,14 @@ fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifi
     let Known::Opening(opening) = known else {
         return !packet.accepts;
     };
+    // A client's RST ends an opening (conntrack: SYN_SENT or SYN_RECV to CLOSE, and the entry
+    // gone seconds later): it reaches the container, and what the client sends after it is
+    // judged afresh, on Docker's path unless it opens a connection again. Kept, the opening
+    // would let a SYN-ACK of the client's in long after (seed 7373, cases 410 and 510).
+    if packet.resets {
+        known.forget(flow);
+        return true;
+    }
     // SAFETY: a map value pointer, valid for this invocation; plain loads.
     let (answered, completing_ack) = unsafe { ((*opening).answered, (*opening).completing_ack) };
     if answered == 0 {
