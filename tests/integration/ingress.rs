@@ -1839,21 +1839,25 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
         &["iperf3", "-s"],
     );
     let pid = world.pid(&web);
-    for iptables in ["iptables", "ip6tables"] {
-        let drop_answers = [
-            iptables,
-            "-A",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "--tcp-flags",
-            "SYN,ACK",
-            "SYN,ACK",
-            "-j",
-            "DROP",
-        ];
-        must(&in_container(pid, &drop_answers));
-    }
+    // The container's own SYN-ACKs dropped in its namespace (`-A`) or let out again (`-D`).
+    let answers = |action: &str| {
+        for iptables in ["iptables", "ip6tables"] {
+            let rule = [
+                iptables,
+                action,
+                "OUTPUT",
+                "-p",
+                "tcp",
+                "--tcp-flags",
+                "SYN,ACK",
+                "SYN,ACK",
+                "-j",
+                "DROP",
+            ];
+            must(&in_container(pid, &rule));
+        }
+    };
+    answers("-A");
     world
         .dxdp
         .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
@@ -1861,13 +1865,16 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
         .expect("the NIC's MAC");
     let client6 = out.client_addr6.clone();
-    for (from, to) in [
+    let clients = [
         (&out.client_addr, &out.host_addr),
         (&client6, &out.host_addr6),
-    ] {
+    ];
+    // forge.py syn-ack from `from` to `to` (and its `extra` argument): the port's (in, out,
+    // passed) counters before and once the stack has passed something.
+    let forge = |from: &str, to: &str, extra: &[&str]| {
         let before = counters_at(&world, Some(to), port, "tcp").expect("exposed");
         let port_arg = port.to_string();
-        let argv = [
+        let mut argv = vec![
             "python3",
             FORGE,
             "syn-ack",
@@ -1878,12 +1885,16 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
             to,
             &port_arg,
         ];
+        argv.extend_from_slice(extra);
         out.run(&argv, Duration::from_secs(10)).assert_success();
         let counted = wait_until(Duration::from_secs(2), || {
-            counters_at(&world, Some(to), port, "tcp")
-                .is_some_and(|now| now.0 > before.0 && now.2 > before.2)
+            counters_at(&world, Some(to), port, "tcp").is_some_and(|now| now.2 > before.2)
         });
         let after = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+        (counted, before, after)
+    };
+    for (from, to) in clients {
+        let (counted, before, after) = forge(from, to, &[]);
         assert!(
             counted && after.0 == before.0 + 1 && after.2 == before.2 + 1,
             "to {to}: the SYN should take the fast path and the SYN-ACK the stack: (in, out, \
@@ -1892,44 +1903,9 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     }
     // The container answers now; the client resets the opening and then sends its SYN-ACK:
     // conntrack closed the connection at the RST, and the SYN-ACK takes the stack.
-    for iptables in ["iptables", "ip6tables"] {
-        let let_answers = [
-            iptables,
-            "-D",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "--tcp-flags",
-            "SYN,ACK",
-            "SYN,ACK",
-            "-j",
-            "DROP",
-        ];
-        must(&in_container(pid, &let_answers));
-    }
-    for (from, to) in [
-        (&out.client_addr, &out.host_addr),
-        (&client6, &out.host_addr6),
-    ] {
-        let before = counters_at(&world, Some(to), port, "tcp").expect("exposed");
-        let port_arg = port.to_string();
-        let argv = [
-            "python3",
-            FORGE,
-            "syn-ack",
-            &out.peer,
-            nic_mac.trim(),
-            "02:00:5e:10:00:01",
-            from,
-            to,
-            &port_arg,
-            "after-rst",
-        ];
-        out.run(&argv, Duration::from_secs(10)).assert_success();
-        let counted = wait_until(Duration::from_secs(2), || {
-            counters_at(&world, Some(to), port, "tcp").is_some_and(|now| now.2 > before.2)
-        });
-        let after = counters_at(&world, Some(to), port, "tcp").expect("exposed");
+    answers("-D");
+    for (from, to) in clients {
+        let (counted, before, after) = forge(from, to, &["after-rst"]);
         assert!(
             // The SYN and the first RST (the client namespace's own, answering the container's
             // SYN-ACK, or the forged one) take the fast path; what follows finds no opening.
