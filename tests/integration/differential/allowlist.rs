@@ -145,3 +145,40 @@ pub fn links(
 ) -> Option<&'static Allowance> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::differential::case::{L2, L3Edge, Port, UdpLength};
+
+    /// Seed 8484's case 830, with the datagram `payload` bytes long.
+    fn proxied(payload: u16) -> Case {
+        Case {
+            index: 830,
+            family: Family::V6,
+            source: Source::LinkLocal,
+            l2: L2::NicMac,
+            ttl: 64,
+            l3: L3Edge::None,
+            l4: L4::Udp {
+                sport: 0,
+                dport: Port::Published,
+                payload,
+                length: UdpLength::Exact,
+            },
+        }
+    }
+
+    #[test]
+    fn docker_proxys_port_is_allowed_and_nothing_else_about_the_datagram() {
+        let docker = ["UDP fd00:231:c5::1.36074 > fd00:231:c5::2.7002 len 512".to_owned()];
+        let fast = ["UDP fd00:231:c5::1.56666 > fd00:231:c5::2.7002 len 512".to_owned()];
+        let allowed = exposed(&proxied(512), "container", &docker, &fast);
+        assert_eq!(allowed.map(|a| a.name), Some("docker-proxy's port"));
+        let longer = ["UDP fd00:231:c5::1.56666 > fd00:231:c5::2.7002 len 513".to_owned()];
+        assert!(exposed(&proxied(512), "container", &docker, &longer).is_none());
+        let elsewhere = ["UDP fd00:231:c5::1.56666 > fd00:231:c5::2.7003 len 512".to_owned()];
+        assert!(exposed(&proxied(512), "container", &docker, &elsewhere).is_none());
+        assert!(exposed(&proxied(512), "client", &docker, &fast).is_none());
+    }
+}
