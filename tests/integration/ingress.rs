@@ -1829,15 +1829,21 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let port = 17160u16;
+    // A port for each half: the container's SYN-ACKs to the first half's openings, sent
+    // again once they are let out, must not count in the second's.
+    let (port, after_rst_port) = (17160u16, 17161u16);
     let net = world.network_v6("synack", true, &[]);
-    let tcp4 = format!("{}:{port}:5201", out.host_addr);
-    let tcp6 = format!("[{}]:{port}:5201", out.host_addr6);
-    let web = world.run(
-        "synack",
-        &["--network", &net, "-p", &tcp4, "-p", &tcp6],
-        &["iperf3", "-s"],
-    );
+    let publish = [
+        format!("{}:{port}:5201", out.host_addr),
+        format!("[{}]:{port}:5201", out.host_addr6),
+        format!("{}:{after_rst_port}:5201", out.host_addr),
+        format!("[{}]:{after_rst_port}:5201", out.host_addr6),
+    ];
+    let mut args = vec!["--network", net.as_str()];
+    for p in &publish {
+        args.extend(["-p", p.as_str()]);
+    }
+    let web = world.run("synack", &args, &["iperf3", "-s"]);
     let pid = world.pid(&web);
     // The container's own SYN-ACKs dropped in its namespace (`-A`) or let out again (`-D`).
     let answers = |action: &str| {
@@ -1871,7 +1877,7 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     ];
     // forge.py syn-ack from `from` to `to` (and its `extra` argument): the port's (in, out,
     // passed) counters before and once the stack has passed something.
-    let forge = |from: &str, to: &str, extra: &[&str]| {
+    let forge = |port: u16, from: &str, to: &str, extra: &[&str]| {
         let before = counters_at(&world, Some(to), port, "tcp").expect("exposed");
         let port_arg = port.to_string();
         let mut argv = vec![
@@ -1894,7 +1900,7 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
         (counted, before, after)
     };
     for (from, to) in clients {
-        let (counted, before, after) = forge(from, to, &[]);
+        let (counted, before, after) = forge(port, from, to, &[]);
         assert!(
             counted && after.0 == before.0 + 1 && after.2 == before.2 + 1,
             "to {to}: the SYN should take the fast path and the SYN-ACK the stack: (in, out, \
@@ -1905,7 +1911,7 @@ fn a_clients_own_syn_ack_after_its_syn_stays_off_the_fast_path() {
     // conntrack closed the connection at the RST, and the SYN-ACK takes the stack.
     answers("-D");
     for (from, to) in clients {
-        let (counted, before, after) = forge(from, to, &["after-rst"]);
+        let (counted, before, after) = forge(after_rst_port, from, to, &["after-rst"]);
         assert!(
             // The SYN and the first RST (the client namespace's own, answering the container's
             // SYN-ACK, or the forged one) take the fast path; what follows finds no opening.
