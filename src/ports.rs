@@ -458,6 +458,7 @@ mod tests {
             inbound: Default::default(),
             outbound: Default::default(),
             passed_packets: 0,
+            refused_packets: 0,
         }
     }
 

@@ -339,7 +339,7 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
     let mut table = TabWriter::new(&mut *out).padding(2);
     writeln!(
         table,
-        "CONTAINER\tPORT\tNIC\tTO\tORIGIN\tIN PKTS\tIN BYTES\tOUT PKTS\tOUT BYTES\tPASSED"
+        "CONTAINER\tPORT\tNIC\tTO\tORIGIN\tIN PKTS\tIN BYTES\tOUT PKTS\tOUT BYTES\tPASSED\tREFUSED"
     )?;
     for e in &status.exposed {
         let p = &e.port;
@@ -348,7 +348,7 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
         let to = std::net::SocketAddr::new(p.container_addr, p.container_port);
         writeln!(
             table,
-            "{}\t{at}/{}\t{}\t{to}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{at}/{}\t{}\t{to}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             p.container,
             p.protocol,
             e.nic.as_deref().unwrap_or("-"),
@@ -357,7 +357,8 @@ fn print_exposed(status: &Status, out: &mut impl Write) -> io::Result<()> {
             p.inbound.bytes,
             p.outbound.packets,
             p.outbound.bytes,
-            p.passed_packets
+            p.passed_packets,
+            p.refused_packets
         )?;
     }
     table.flush()?;

@@ -28,6 +28,7 @@ use super::{
     Datapath, Traffic, attach, btf_layout, handback, kfunc, pins,
     record::{fixed_name, now_unix_secs, unfixed_name},
     state::{absent_is_none, ignore_absent, missing},
+    sysctl,
 };
 use crate::endpoint::Endpoint;
 
@@ -97,14 +98,8 @@ fn globals() -> Result<Globals, EgressUnavailable> {
     // proto.tcp.seen[0], a `struct ip_ct_tcp_state`; seen[1] follows it.
     let seen = at("nf_conn", "proto")? + at("ip_ct_tcp", "seen")?;
     let in_seen = |m: &str| at("ip_ct_tcp_state", m).map(|off| seen + off);
-    let sysctl = |name: &str| -> Option<u32> {
-        std::fs::read_to_string(format!("/proc/sys/net/netfilter/nf_conntrack_{name}"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-    };
-    let timeout = |name: &str| sysctl(name).map_or(0, |secs| secs.saturating_mul(1000));
-    // Absent (an older kernel), they are off, as there.
-    let switch = |name: &str| u32::from(sysctl(name).unwrap_or(0) != 0);
+    let timeout = |name: &str| sysctl::conntrack(name).map_or(0, |secs| secs.saturating_mul(1000));
+    let switch = sysctl::conntrack_switch;
     Ok(vec![
         (names::OFF_STATUS, at("nf_conn", "status")?),
         (names::OFF_TIMEOUT, at("nf_conn", "timeout")?),

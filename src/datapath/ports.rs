@@ -74,6 +74,9 @@ pub struct ExposedPort {
     /// Packets to the port left to Docker's path (fragments, IP options, the container's veth
     /// gone, a client not routed back through the NIC, a source the stack refuses).
     pub passed_packets: u64,
+    /// Segments of fast-path TCP connections dropped as conntrack would mark them INVALID
+    /// (out of window), which Docker's path does not deliver either.
+    pub refused_packets: u64,
 }
 
 /// How full one connection table is.
@@ -272,6 +275,7 @@ impl Datapath {
             .partition(|(_, t)| t.veth_ifindex == veth_ifindex);
         let had = maps.exposed_ports(&own)?;
         maps.forget_veth(veth_ifindex, &own)?;
+        maps.forget_windows(veth_ifindex)?;
         // The ports' entries are gone, so no new connection comes in while these go.
         let left = maps.drop_flows_where(veth_ifindex, |key, quiet| match existing {
             ExistingConnections::End => true,
@@ -623,6 +627,7 @@ mod tests {
             inbound: Traffic::default(),
             outbound: Traffic::default(),
             passed_packets: 0,
+            refused_packets: 0,
         };
         assert_eq!(
             pinned.mapping(),

@@ -414,6 +414,20 @@ fn render_exposed(out: &mut String, exposed: &[ExposedPort]) {
             p.passed_packets
         );
     }
+    header(
+        out,
+        "dxdp_port_refused_packets_total",
+        "counter",
+        "Segments of fast-path TCP connections to an exposed port dropped as conntrack would mark them INVALID (out of window), which Docker's path does not deliver either.",
+    );
+    for p in exposed {
+        let _ = writeln!(
+            out,
+            "dxdp_port_refused_packets_total{{{}}} {}",
+            labels(p),
+            p.refused_packets
+        );
+    }
 }
 
 /// The `links` and `endpoints` samples of a per-map metric, with `labels` added.
@@ -495,6 +509,7 @@ mod tests {
                     bytes: 400,
                 },
                 passed_packets: 2,
+                refused_packets: 3,
             }],
             capacity: Capacity {
                 max_endpoints: 8,
@@ -637,6 +652,7 @@ mod tests {
             format!("dxdp_port_packets_total{{{port},direction=\"in\"}} 5\n"),
             format!("dxdp_port_bytes_total{{{port},direction=\"out\"}} 400\n"),
             format!("dxdp_port_passed_packets_total{{{port}}} 2\n"),
+            format!("dxdp_port_refused_packets_total{{{port}}} 3\n"),
         ] {
             assert!(text.contains(&sample), "{sample} in {text}");
         }

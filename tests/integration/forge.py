@@ -37,7 +37,7 @@
       0xd001 an RST whose sequence number is 2^30 past the window, 0xd002 a data segment as far
       past it (its ACK as far, so that a reset the stack answers it with is out of window for the
       far end too), 0xd003 an ACK with the watched segment's numbers (in window). Run by
-      tests/integration/egress.rs in its outside namespace.
+      tests/integration/egress.rs and ingress.rs in their outside namespaces.
   forge.py tcp-watch IFACE SECONDS OUT
       Writes to OUT the IP IDs (hex) of the segments tcp-window forged that IFACE receives over
       SECONDS (told by ID, flags and payload), one a line; OUT.ready (empty) once it watches. Run in a

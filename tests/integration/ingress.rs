@@ -9,9 +9,10 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, FirewallRule, NetnsGuard, Outside, World, assert_host_facts, bpftool,
-    iface_name, in_container, in_ns, load_passing_tc, map_entries, must, next_id, pinned_link,
-    pinned_program, quietly, require_docker, run_for, update_pinned_link, wait_until,
+    Background, FORGE, FirewallRule, NetnsGuard, Outside, World, assert_host_facts,
+    assert_only_the_ack_in_the_window_arrived, bpftool, iface_name, in_container, in_ns,
+    load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program, quietly,
+    require_docker, run_for, update_pinned_link, wait_until,
 };
 
 /// Waits until a UDP socket is bound to `port` in the container's namespace, so that the
@@ -58,6 +59,16 @@ impl Drop for Payload {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// `ingress_peer.py serve` in the container: accepts one connection on port 7001 and sends it
+/// `payload`.
+fn serve(pid: u32, payload: &Payload) -> Background {
+    let file = payload.path.display().to_string();
+    Background::spawn(&in_container(
+        pid,
+        &["python3", PEER, "serve", &file, "7001"],
+    ))
 }
 
 fn sha256(path: &Path) -> String {
@@ -216,11 +227,7 @@ fn exposed_ports_carry_tcp_and_udp_and_connections_survive_expose_and_unexpose()
 
     // An upload and a download that begin on the fast path and run through `unexpose`.
     let mut up_server = listen_up("up");
-    let file = download.path.display().to_string();
-    let mut down_server = Background::spawn(&in_container(
-        pid,
-        &["python3", PEER, "serve", &file, "7001"],
-    ));
+    let mut down_server = serve(pid, &download);
     std::thread::sleep(Duration::from_millis(300));
     let mut up_client = send(&upload, tcp_up);
     let got = received("down").display().to_string();
@@ -1111,16 +1118,7 @@ fn an_mtu_error_from_a_router_reaches_the_container_and_the_download_completes()
         (out.host_addr6.as_str(), far6.clone()),
     ] {
         let _ = std::fs::remove_file(&got);
-        let mut server = Background::spawn(&in_container(
-            pid,
-            &[
-                "python3",
-                PEER,
-                "serve",
-                &payload.path.display().to_string(),
-                "7001",
-            ],
-        ));
+        let mut server = serve(pid, &payload);
         std::thread::sleep(Duration::from_millis(300));
         let run = run_for(
             &in_ns(
@@ -1220,7 +1218,8 @@ fn a_containers_port_unreachable_reaches_the_client_as_a_refusal() {
 /// connection is quiet during the floods and the container speaks first after them, the case a
 /// forgotten connection does not survive: its data would meet conntrack before any packet of
 /// the client's and leave masqueraded, from the container's port (checked by hand with the
-/// forged openings let straight into `DXDP_FLOWS`: the download never arrives).
+/// forged openings let straight into `DXDP_FLOWS`: the download never arrives). The container
+/// keeps listening, so that it answers the forged SYNs.
 #[test]
 fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     if !require_docker() {
@@ -1274,6 +1273,7 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
             &file,
             "7001",
             &quiet_secs.to_string(),
+            "listening",
         ],
     ));
     std::thread::sleep(Duration::from_millis(300));
@@ -1298,6 +1298,7 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
     let inbound =
         |port: u16, protocol: &str| port_counters(&world, port, protocol).expect("exposed").0;
     let (tcp_before, udp_before) = (inbound(port, "tcp"), inbound(udp_port, "udp"));
+    let refused_before = refused(&world, port);
 
     // Forged from an address of the NIC's subnet that nobody holds: the host routes it back
     // through the NIC, so the NIC's program lets its first packets in, and the answers go
@@ -1315,10 +1316,18 @@ fn forged_openings_cannot_push_an_established_connection_off_the_fast_path() {
         inbound(port, "tcp") - tcp_before,
         inbound(udp_port, "udp") - udp_before,
     );
+    let refused_acks = refused(&world, port) - refused_before;
+    // Each guessing ACK is judged against the window the container's SYN-ACK opened: where
+    // the guess is above it, conntrack marks it INVALID and the fast path refuses it; where it
+    // is far below, conntrack lets it through untracked, and so does the fast path (the
+    // container then resets that opening). None takes Docker's path: each finds its opening.
     assert!(
-        tcp_flood >= (2 * FLOOD * 9 / 10) as u64 && udp_flood >= (FLOOD * 9 / 10) as u64,
-        "the floods should have taken the fast path in: {tcp_flood} TCP packets of {}, \
-         {udp_flood} datagrams of {FLOOD}",
+        tcp_flood >= (FLOOD * 9 / 10) as u64
+            && tcp_flood + refused_acks >= (2 * FLOOD * 9 / 10) as u64
+            && refused_acks >= (FLOOD / 4) as u64
+            && udp_flood >= (FLOOD * 9 / 10) as u64,
+        "the floods should have met their openings on the fast path: {tcp_flood} TCP packets \
+         in and {refused_acks} refused of {}, {udp_flood} datagrams of {FLOOD}",
         2 * FLOOD
     );
     let established = map_entries(&world.dxdp.pin_dir, "DXDP_FLOWS");
@@ -2113,4 +2122,122 @@ fn big_answers_arrive_as_over_dockers_path(
         );
     }
     world.dxdp.run(&["unexpose", &web]).assert_success();
+}
+
+/// The fast path carries a published port's connections from the client's SYN on, so
+/// conntrack never sees them; it holds their segments to the windows conntrack would have
+/// (`tcp_windows`, from the handshake on). Forged into a running download from outside: an RST
+/// and a data segment 2^30 past the window never reach the container (conntrack marks them
+/// INVALID, so Docker's DNAT never translates them), an ACK in the window does, the port counts
+/// the two as refused, and the download arrives whole. Before, the fast path delivered all
+/// three (checked on a build of 38823e8).
+#[test]
+fn segments_out_of_the_window_of_a_published_ports_connection_never_reach_the_container() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("pubwin", &[]);
+    let (port, client_port) = (17170u16, 41700u16);
+    let publish = format!("{}:{port}:7001", out.host_addr);
+    let web = world.run(
+        "pubwin",
+        &["--network", &net, "-p", &publish],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&web);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let download = Payload::new("window", 48);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-window", std::process::id()));
+    let seen = PathBuf::from(format!("/tmp/dxt-{}-window-seen", std::process::id()));
+    let ready = PathBuf::from(format!("{}.ready", seen.display()));
+    let _cleanup = Files(vec![got.clone(), seen.clone(), ready.clone()]);
+    let mut server = serve(pid, &download);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Background::spawn(&in_ns(
+        &out.ns.name,
+        &[
+            "python3",
+            PEER,
+            "receive-from",
+            &out.host_addr,
+            &port.to_string(),
+            &got.display().to_string(),
+            &client_port.to_string(),
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            port_counters(&world, port, "tcp").is_some_and(|(i, o, _)| i > 10 && o > 10)
+        }),
+        "the download should run over the fast path"
+    );
+    let mut watch = Background::spawn(&in_container(
+        pid,
+        &[
+            "python3",
+            FORGE,
+            "tcp-watch",
+            "eth0",
+            "3",
+            &seen.display().to_string(),
+        ],
+    ));
+    assert!(
+        wait_until(Duration::from_secs(5), || ready.exists()),
+        "the watch in the container did not start"
+    );
+    let refused_before = refused(&world, port);
+    let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
+        .expect("the NIC's MAC");
+    let forged = out.run(
+        &[
+            "python3",
+            FORGE,
+            "tcp-window",
+            &out.peer,
+            nic_mac.trim(),
+            "02:00:5e:10:00:01",
+            &out.client_addr,
+            &out.host_addr,
+            &client_port.to_string(),
+            &port.to_string(),
+        ],
+        Duration::from_secs(15),
+    );
+    forged.assert_success();
+    eprintln!("{}", forged.stdout.trim());
+    assert!(watch.wait_timeout(Duration::from_secs(10)).is_some());
+    let arrived = std::fs::read_to_string(&seen).unwrap_or_default();
+    eprintln!("forged segments that reached the container: {arrived:?}");
+    let refused_after = refused(&world, port);
+    assert!(client.wait_timeout(Duration::from_secs(20)).is_some());
+    assert!(server.wait_timeout(Duration::from_secs(5)).is_some());
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    assert_only_the_ack_in_the_window_arrived(&arrived);
+    assert!(
+        refused_after >= refused_before + 2,
+        "the port should count the two as refused: {refused_before} -> {refused_after}"
+    );
+    assert_eq!(sha256(&got), download.sha, "the download lost bytes");
+}
+
+/// The port's `refused_packets` in `dxdp status --json`.
+fn refused(world: &World, host_port: u16) -> u64 {
+    let run = world.dxdp.run(&["status", "--json"]);
+    run.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    status["exposed"]
+        .as_array()
+        .and_then(|ports| {
+            ports
+                .iter()
+                .find(|p| p["host_port"] == host_port && p["protocol"] == "tcp")
+        })
+        .and_then(|p| p["refused_packets"].as_u64())
+        .unwrap_or(0)
 }

@@ -2,8 +2,10 @@
 """Both ends of the ingress tests' transfers (tests/integration/ingress.rs).
 
   send FILE HOST PORT          connect, send FILE paced over ~4 s, close
-  serve FILE PORT [DELAY]      accept one connection, (wait DELAY s,) send FILE paced over ~4 s,
-                               close
+  serve FILE PORT [DELAY [listening]]
+                               accept one connection, (wait DELAY s,) send FILE paced over ~4 s,
+                               close; with "listening", the port stays open until then, so the
+                               container answers other SYNs with SYN-ACKs, as a server does
   receive-from HOST PORT OUT [SPORT]   connect (from SPORT), write everything received to OUT
   receive PORT OUT             accept one connection, write everything received to OUT
   udp-echo PORT                answer each datagram with the sender's address as "ip:port"
@@ -56,15 +58,19 @@ def drain(sock, out):
             f.write(chunk)
 
 
-def listener(port):
+def listener(port, keep=None):
+    """The first connection to PORT; the listening socket is closed then, unless KEEP (a list)
+    is given, which gets it."""
     s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
     s.settimeout(TIMEOUT)
     s.bind(("::", port))
-    s.listen(1)
+    s.listen(1 if keep is None else 4096)
     conn, _ = s.accept()
     conn.settimeout(TIMEOUT)
+    if keep is not None:
+        keep.append(s)
     return conn
 
 
@@ -83,7 +89,8 @@ def main(argv):
         paced(s, argv[2])
         s.close()
     elif mode == "serve":
-        conn = listener(int(argv[3]))
+        keep = [] if len(argv) > 5 and argv[5] == "listening" else None
+        conn = listener(int(argv[3]), keep)
         if len(argv) > 4:
             # The connection stays quiet, and the container speaks first after it.
             time.sleep(float(argv[4]))

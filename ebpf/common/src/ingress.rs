@@ -8,6 +8,13 @@ pub mod names {
     pub const PORTS: &str = "DXDP_PORTS";
     pub const FLOWS: &str = "DXDP_FLOWS";
     pub const OPENING: &str = "DXDP_OPENING";
+    /// The copies of the TCP connections' windows (`tcp_window::TcpWindow`), by
+    /// [`super::FlowKey`]: established ones, and those being opened, apart as their tables are.
+    pub const TCP_WINDOWS: &str = "DXDP_TCP_WINDOWS";
+    pub const TCP_OPENING_WINDOWS: &str = "DXDP_TCP_OPENING_WINDOWS";
+    /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst`, set at load.
+    pub const TCP_BE_LIBERAL: &str = "DXDP_TCP_BE_LIBERAL";
+    pub const TCP_IGNORE_INVALID_RST: &str = "DXDP_TCP_IGNORE_INVALID_RST";
     pub const UDP_FLOWS: &str = "DXDP_UDP_FLOWS";
     pub const VETHS: &str = "DXDP_PORT_VETHS";
     pub const REPLY_FRAGMENTS: &str = "DXDP_REPLY_FRAGMENTS";
@@ -165,7 +172,10 @@ pub struct PortTarget {
     /// addressed to: what the frame would carry had the bridge delivered it.
     pub mac: MacAddr,
     pub gateway_mac: MacAddr,
-    pub _pad2: u32,
+    /// Segments of fast-path connections dropped as conntrack would mark them INVALID (out of
+    /// their window; see `dxdp_ingress`), which Docker's path never delivers. Was padding
+    /// (zero) before layout 5's dxdp counted them.
+    pub refused_packets: u32,
     /// Packets and bytes taken into the container, and replies taken out of the NIC.
     pub in_packets: u64,
     pub in_bytes: u64,

@@ -28,6 +28,12 @@ pub const TCP_OPTIONS_MAX: usize = 40;
 const MAXACKWINCONST: u32 = 66_000;
 const TCPOPT_EOL: u8 = 0;
 const TCPOPT_NOP: u8 = 1;
+const TCPOPT_WINDOW: u8 = 3;
+const TCPOLEN_WINDOW: usize = 3;
+const TCPOPT_SACK_PERM: u8 = 4;
+const TCPOLEN_SACK_PERM: usize = 2;
+/// `TCP_MAX_WSCALE`: the largest window scale conntrack takes from a SYN.
+const TCP_MAX_WSCALE: u8 = 14;
 const TCPOPT_SACK: u8 = 5;
 const TCPOPT_TIMESTAMP: u8 = 8;
 const TCPOLEN_TIMESTAMP: u8 = 10;
@@ -199,6 +205,123 @@ pub const fn highest_sack(options: &[u8; TCP_OPTIONS_MAX], len: usize, ack: u32)
         i += opsize;
     }
     sack
+}
+
+/// `tcp_options`: what a SYN's `len` option bytes tell of its sender's side: the window scale
+/// (capped at 14) and whether it permits SACK. A SYN without options leaves `side` as it is.
+#[inline(always)]
+pub fn syn_options(side: &mut TcpSide, options: &[u8; TCP_OPTIONS_MAX], len: usize) {
+    if len == 0 {
+        return;
+    }
+    side.td_scale = 0;
+    side.flags &= FLAG_BE_LIBERAL;
+    let mut i = 0;
+    while i < TCP_OPTIONS_MAX && i < len {
+        let opcode = byte(options, i);
+        if opcode == TCPOPT_EOL {
+            return;
+        }
+        if opcode == TCPOPT_NOP {
+            i += 1;
+            continue;
+        }
+        if i + 1 >= len {
+            return;
+        }
+        let opsize = byte(options, i + 1) as usize;
+        // "Silly options", and options cut short, end the parse.
+        if opsize < 2 || opsize > len - i {
+            return;
+        }
+        if opcode == TCPOPT_SACK_PERM && opsize == TCPOLEN_SACK_PERM {
+            side.flags |= FLAG_SACK_PERM;
+        } else if opcode == TCPOPT_WINDOW && opsize == TCPOLEN_WINDOW {
+            let scale = byte(options, i + 2);
+            side.td_scale = if scale > TCP_MAX_WSCALE {
+                TCP_MAX_WSCALE
+            } else {
+                scale
+            };
+            side.flags |= FLAG_WINDOW_SCALE;
+        }
+        i += opsize;
+    }
+}
+
+/// `tcp_new` and the window check of the SYN that follows it: `window` becomes the copy of a
+/// connection conntrack would start from the client's SYN `segment` (its options in `options`,
+/// `len` bytes of them). The server's side stays unknown until its SYN-ACK ([`answer`]).
+#[inline(always)]
+pub fn open(
+    window: &mut TcpWindow,
+    segment: &Segment,
+    options: &[u8; TCP_OPTIONS_MAX],
+    len: usize,
+    be_liberal: bool,
+) {
+    *window = TcpWindow::default();
+    let [client, server] = &mut window.seen;
+    start(client, segment, options, len);
+    in_window(client, server, segment, be_liberal);
+}
+
+/// A side as its SYN (or SYN-ACK) `segment` starts it: its end, the SYN's window (never
+/// scaled), and what its options offer.
+#[inline(always)]
+fn start(side: &mut TcpSide, segment: &Segment, options: &[u8; TCP_OPTIONS_MAX], len: usize) {
+    side.td_end = segment.end;
+    side.td_maxend = segment.end;
+    side.td_maxwin = if segment.win == 0 {
+        1
+    } else {
+        segment.win as u32
+    };
+    syn_options(side, options, len);
+}
+
+/// Whether a SYN in direction `dir` (re)starts its sender's side of `window`, as
+/// `tcp_in_window` has it: the side is unknown yet (a server's first SYN-ACK), or, while the
+/// connection is `opening`, the SYN comes after what the side sent before (a sender that
+/// started again with another sequence number).
+#[inline(always)]
+pub const fn restarts(window: &TcpWindow, dir: usize, segment: &Segment, opening: bool) -> bool {
+    let sender = &window.seen[if dir == 0 { 0 } else { 1 }];
+    segment.flags & TCP_SYN != 0
+        && (sender.td_maxwin == 0 || (opening && after(segment.end, sender.td_end)))
+}
+
+/// `tcp_init_sender`, then the rest of `tcp_in_window`: the SYN (or SYN-ACK) `segment` in
+/// direction `dir` starts its sender's side of `window` (see [`restarts`]); window scaling
+/// holds only where both sides offered it, which the server's answer settles.
+#[inline(always)]
+pub fn answer(
+    window: &mut TcpWindow,
+    dir: usize,
+    segment: &Segment,
+    options: &[u8; TCP_OPTIONS_MAX],
+    len: usize,
+    be_liberal: bool,
+) -> Verdict {
+    let [original, reply] = &mut window.seen;
+    let (sender, receiver) = if dir == 0 {
+        (original, reply)
+    } else {
+        (reply, original)
+    };
+    let unknown = sender.td_maxwin == 0;
+    start(sender, segment, options, len);
+    if dir == 1
+        && !(sender.flags & FLAG_WINDOW_SCALE != 0 && receiver.flags & FLAG_WINDOW_SCALE != 0)
+    {
+        sender.td_scale = 0;
+        receiver.td_scale = 0;
+    }
+    if segment.flags & TCP_ACK == 0 && (unknown || dir == 1) {
+        // A simultaneous open's SYN from the server's side.
+        return Verdict::Accept;
+    }
+    in_window(sender, receiver, segment, be_liberal)
 }
 
 /// The RST check of `nf_conntrack_tcp_packet` for an ESTABLISHED entry: an RST whose sequence

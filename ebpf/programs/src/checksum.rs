@@ -33,11 +33,12 @@ const STEP: usize = 64;
 const MOST: usize = 9216;
 
 /// A packet's layer-4 message as conntrack sums it.
-pub(crate) struct Message {
+pub(crate) struct Message<'a> {
     pub(crate) v6: bool,
     pub(crate) proto: u8,
-    pub(crate) src: [u8; 16],
-    pub(crate) dst: [u8; 16],
+    /// By reference: copied, an address's bytes took a stack slot each.
+    pub(crate) src: &'a [u8; 16],
+    pub(crate) dst: &'a [u8; 16],
     /// Offset of the layer-4 header in the frame, and its length by the IP header.
     pub(crate) at: usize,
     pub(crate) len: usize,
@@ -48,7 +49,7 @@ pub(crate) struct Message {
 /// Whether conntrack would take the message's checksum (see the module's head). Its buffers
 /// are scratch memory: the programs' stack frames could not also hold them.
 #[inline(always)]
-pub(crate) fn taken(ctx: &TcContext, m: &Message) -> bool {
+pub(crate) fn taken(ctx: &TcContext, m: &Message<'_>) -> bool {
     let skb = ctx.skb.skb;
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     if unsafe { (*skb).gso_size } != 0 {
@@ -83,12 +84,12 @@ pub(crate) fn taken(ctx: &TcContext, m: &Message) -> bool {
 
 /// The sum of the pseudo-header the message's checksum covers: zero for ICMPv4, which has none.
 #[inline(always)]
-fn pseudo_header(m: &Message, header: &mut [u32; 10]) -> Option<u32> {
+fn pseudo_header(m: &Message<'_>, header: &mut [u32; 10]) -> Option<u32> {
     if m.proto == PROTO_ICMP {
         return Some(0);
     }
-    let src = words(&m.src);
-    let dst = words(&m.dst);
+    let src = words(m.src);
+    let dst = words(m.dst);
     let len = m.len as u32;
     let proto = m.proto as u32;
     let size = if m.v6 {

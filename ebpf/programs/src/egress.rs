@@ -607,11 +607,12 @@ fn back(ctx: &TcContext) -> Option<i32> {
     }
     // The container is enabled through this NIC and alive, and conntrack would take the
     // checksum (on Docker's path a reply it finds invalid never reaches the container).
+    let (src, dst) = (v4_mapped(&packet.src), v4_mapped(&packet.dst));
     let message = checksum::Message {
         v6: false,
         proto: packet.proto,
-        src: v4_mapped(&packet.src),
-        dst: v4_mapped(&packet.dst),
+        src: &src,
+        dst: &dst,
         at: ETH_HLEN + IPV4_HLEN,
         len: packet.l4_len,
         checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,

@@ -80,15 +80,15 @@ pub(crate) fn known_flow(flow: FlowKey) -> Option<Known> {
 pub(crate) fn exposed(
     nic_ifindex: u32,
     proto: u8,
-    published: ([u8; 16], u16),
-    client: ([u8; 16], u16),
+    published: End<'_>,
+    client: End<'_>,
 ) -> Option<(PortKey, &'static mut PortTarget, FlowKey)> {
     let key = PortKey {
         nic_ifindex,
         port: published.1,
         proto,
         _pad: 0,
-        addr: published.0,
+        addr: *published.0,
     };
     let target = PORTS.get_ptr_mut(key)?;
     // SAFETY: this CPU's copy of the value, valid for this invocation; nothing else writes it.
@@ -97,7 +97,7 @@ pub(crate) fn exposed(
         target.veth_ifindex,
         proto,
         (target.addr, target.port),
-        client,
+        (*client.0, client.1),
     );
     Some((key, target, flow))
 }
@@ -170,8 +170,9 @@ pub(crate) fn now() -> u64 {
 }
 
 /// One end of a packet as the route check reads it: address (16 bytes, IPv4 v4-mapped) and
-/// port (0 where the protocol has none).
-pub(crate) type End = ([u8; 16], u16);
+/// port (0 where the protocol has none). The address by reference: copied by value, its bytes
+/// took a stack slot each.
+pub(crate) type End<'a> = (&'a [u8; 16], u16);
 
 /// Whether the host routes `remote` (a packet's source, that arrived on `nic_ifindex` for
 /// `local`) back out of that NIC, as a unicast route: only then can the replies leave there,
@@ -184,11 +185,11 @@ pub(crate) fn routes_back(
     params: &mut bpf_fib_lookup,
     v6: bool,
     proto: u8,
-    local: End,
-    remote: End,
+    local: End<'_>,
+    remote: End<'_>,
     nic_ifindex: u32,
 ) -> bool {
-    fib::ask(params, v6, &local.0, &remote.0, nic_ifindex);
+    fib::ask(params, v6, local.0, remote.0, nic_ifindex);
     params.l4_protocol = proto;
     params.sport = local.1.to_be();
     params.dport = remote.1.to_be();

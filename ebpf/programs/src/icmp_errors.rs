@@ -110,12 +110,12 @@ impl Quoted {
     /// What conntrack sums of the error (`checksum`): the ICMP message, and for ICMPv6 the
     /// pseudo-header of the error's own addresses.
     #[inline(always)]
-    fn message(&self, icmp: u8) -> checksum::Message {
+    fn message(&self, icmp: u8) -> checksum::Message<'_> {
         checksum::Message {
             v6: self.v6,
             proto: icmp,
-            src: self.from,
-            dst: self.to,
+            src: &self.from,
+            dst: &self.to,
             at: self.icmp,
             len: self.icmp_len,
             checksum_at: 2,
@@ -148,15 +148,20 @@ pub fn ingress(ctx: &TcContext) -> i32 {
             &mut scratch.fib,
             q.v6,
             icmp,
-            (q.local.0, 0),
-            (q.from, 0),
+            (&q.local.0, 0),
+            (&q.from, 0),
             nic_ifindex,
         )
         || !checksum::taken(ctx, &q.message(icmp))
     {
         return TC_ACT_UNSPEC;
     }
-    let Some((_, target, flow)) = exposed(nic_ifindex, q.proto, q.local, q.remote) else {
+    let Some((_, target, flow)) = exposed(
+        nic_ifindex,
+        q.proto,
+        (&q.local.0, q.local.1),
+        (&q.remote.0, q.remote.1),
+    ) else {
         return TC_ACT_UNSPEC;
     };
     // Only a connection the fast path carries: any other's errors are conntrack's to translate.

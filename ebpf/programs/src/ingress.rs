@@ -19,10 +19,18 @@
 //! replies (`fragments`) and ICMP errors (`icmp_errors`) are looked at next, by `main`.
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack.
-use aya_ebpf::{bindings::TC_ACT_UNSPEC, programs::TcContext};
-use dxdp_common::ingress::{
-    Flow, FlowKey, Opening, PortKey, TCP_ACK, TCP_RST, TCP_SYN, refused_source, tcp_flags_valid,
-    udp_length_valid,
+use aya_ebpf::{
+    bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
+    macros::map,
+    maps::PerCpuArray,
+    programs::TcContext,
+};
+use dxdp_common::{
+    ingress::{
+        Flow, FlowKey, Opening, PortKey, TCP_ACK, TCP_RST, TCP_SYN, refused_source,
+        tcp_flags_valid, udp_length_valid,
+    },
+    tcp_window::Verdict,
 };
 
 use crate::{
@@ -39,6 +47,7 @@ use crate::{
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
     routes,
+    tcp_windows::{self, Way},
 };
 
 /// Source and destination port, and UDP's length and checksum: what is read of layer 4.
@@ -96,12 +105,12 @@ impl Packet {
     }
 
     /// What conntrack sums of the packet (`checksum`).
-    fn message(&self) -> checksum::Message {
+    fn message(&self) -> checksum::Message<'_> {
         checksum::Message {
             v6: self.v6,
             proto: self.proto,
-            src: self.src,
-            dst: self.dst,
+            src: &self.src,
+            dst: &self.dst,
             at: self.l4,
             len: self.l4_len,
             checksum_at: self.l4_csum - self.l4,
@@ -118,10 +127,24 @@ impl Packet {
     }
 }
 
+/// Each CPU's [`Packet`] of the packet in hand: what the two programs read of it takes 100
+/// bytes their stacks have no room for beside the TCP window check.
+#[map(name = "DXDP_PACKET_SCRATCH")]
+static PACKET: PerCpuArray<Packet> = PerCpuArray::with_max_entries(1, 0);
+
+/// [`read`] into this CPU's [`PACKET`].
+#[inline(always)]
+fn parse(ctx: &TcContext) -> Option<&'static Packet> {
+    // SAFETY: this CPU's copy, valid for this invocation; one packet's at a time.
+    let slot = unsafe { &mut *PACKET.get_ptr_mut(0)? };
+    *slot = read(ctx)?;
+    Some(slot)
+}
+
 /// Parses an unfragmented IPv4 packet without options, or an IPv6 packet whose next header is
 /// TCP or UDP, carrying TCP or UDP; `None` for anything else.
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<Packet> {
+fn read(ctx: &TcContext) -> Option<Packet> {
     let end = ctx.data_end();
     let (ethertype, l3) = ethertype(ctx)?;
     // What the frame holds after its Ethernet header, by its own length.
@@ -288,82 +311,164 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
     let Some((key, target, flow)) = exposed(
         nic_ifindex,
         packet.proto,
-        (packet.dst, packet.dport),
-        (packet.src, packet.sport),
+        (&packet.dst, packet.dport),
+        (&packet.src, packet.sport),
     ) else {
         return Some(TC_ACT_UNSPEC);
     };
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either. What the
     // stack would not forward to the container (see the module's head) is its to refuse.
-    let admitted = PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
+    let admission = if PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
         && packet.forwardable
         && packet.well_formed
         && for_this_host(ctx)
         && checksum::taken(ctx, &packet.message())
-        && admit(ctx, &packet, key, flow, nic_ifindex);
-    if !admitted {
-        target.passed_packets += 1;
-        return Some(TC_ACT_UNSPEC);
+    {
+        admit(ctx, packet, &key, &flow, nic_ifindex)
+    } else {
+        Admission::Pass
+    };
+    match admission {
+        Admission::Carry => {
+            let translated = translate(ctx, packet, false, &target.addr, target.port);
+            Some(into_container(ctx, target, translated))
+        }
+        Admission::Pass => {
+            target.passed_packets += 1;
+            Some(TC_ACT_UNSPEC)
+        }
+        Admission::Refuse => {
+            target.refused_packets = target.refused_packets.wrapping_add(1);
+            Some(TC_ACT_SHOT)
+        }
     }
-    let translated = translate(ctx, &packet, false, &target.addr, target.port);
-    Some(into_container(ctx, target, translated))
 }
 
-/// Whether `packet`, to the exposed port `port`, takes the fast path: a packet of a connection
-/// the tables know (kept alive by it; in `DXDP_OPENING`, the client's acknowledgement of the
-/// container's SYN-ACK establishes it), or the first packet of a new one, which is remembered:
-/// a TCP connection as opening, a UDP flow in its own table.
+/// What becomes of a packet to an exposed port.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// Into the container, translated.
+    Carry,
+    /// To Docker's path, unchanged.
+    Pass,
+    /// Dropped: a segment of a fast-path connection conntrack would mark INVALID, which
+    /// Docker's path never delivers (without an entry, nothing translates it), and which the
+    /// stack here would take for a connection of its own (conntrack's mid-stream pickup).
+    Refuse,
+}
+
+/// What becomes of `packet`, to the exposed port `port`: a packet of a connection the tables
+/// know takes the fast path if conntrack would take it (kept alive by it; in `DXDP_OPENING`,
+/// the client's acknowledgement of the container's SYN-ACK establishes it), and so does the
+/// first packet of a new one, which is remembered: a TCP connection as opening, a UDP flow in
+/// its own table.
 #[inline(always)]
-fn admit(ctx: &TcContext, packet: &Packet, port: PortKey, flow: FlowKey, nic_ifindex: u32) -> bool {
+fn admit(
+    ctx: &TcContext,
+    packet: &Packet,
+    port: &PortKey,
+    flow: &FlowKey,
+    nic_ifindex: u32,
+) -> Admission {
+    let (port, flow) = (*port, *flow);
     let Some(known) = known_flow(flow) else {
-        // A TCP connection that began before the port was exposed stays on Docker's path
-        // (conntrack tracks its windows, and would find them stale once the fast path went).
-        // So does a client the host does not route back through this NIC, and one from a
-        // source the stack refuses, which a route may still lead back to.
-        return packet.opens
-            && !refused_source(&packet.src, packet.v6)
-            && routes::scratch().is_some_and(|params| {
-                routes_back(
-                    ctx,
-                    params,
-                    packet.v6,
-                    packet.proto,
-                    (packet.dst, packet.dport),
-                    (packet.src, packet.sport),
-                    nic_ifindex,
-                )
-            })
-            && remember(flow, port);
+        return opened(ctx, packet, port, flow, nic_ifindex);
     };
-    known.touch();
     // A client's own SYN-ACK is one conntrack marks INVALID (`tcp_conntracks`: "client can't
     // send SYN and then SYN/ACK"), save the late retransmission of a simultaneous open once
     // the container has answered (SYN_RECV): Docker's path never delivers it, so it takes
     // that path, where conntrack, which never saw the connection, refuses it all the same.
-    // (Its touch keeps the entry no longer than the client's SYNs could.)
-    let Known::Opening(opening) = known else {
-        return !packet.accepts;
+    let opening = match known {
+        Known::Udp(_) => {
+            known.touch();
+            return Admission::Carry;
+        }
+        Known::Established(_) if packet.accepts => return Admission::Pass,
+        // Both FINs carried: a SYN opens a new connection on the same ports, as conntrack's
+        // TIME_WAIT lets it.
+        Known::Established(_) if packet.opens && tcp_windows::closed(&flow) => {
+            known.forget(flow);
+            return opened(ctx, packet, port, flow, nic_ifindex);
+        }
+        Known::Established(_) => None,
+        Known::Opening(opening) => Some(opening),
     };
-    // A client's RST ends an opening (conntrack: SYN_SENT or SYN_RECV to CLOSE, and the entry
-    // gone seconds later): it reaches the container, and what the client sends after it is
-    // judged afresh, on Docker's path unless it opens a connection again. Kept, the opening
-    // would let a SYN-ACK of the client's in long after (seed 7373, cases 410 and 510).
+    // SAFETY: a map value pointer, valid for this invocation; plain loads.
+    let (answered, completing_ack) =
+        opening.map_or((1, 0), |o| unsafe { ((*o).answered, (*o).completing_ack) });
+    if opening.is_some() && answered == 0 {
+        // Before the container's SYN-ACK, conntrack (SYN_SENT) takes the client's SYNs and
+        // RST; anything else is INVALID, its SYN-ACK included.
+        if packet.accepts {
+            return Admission::Pass;
+        }
+        if !packet.opens && !packet.resets {
+            return Admission::Refuse;
+        }
+    }
+    let l4 = (packet.l4, packet.l4_len);
+    let way = Way::from_client(opening.is_some());
+    match tcp_windows::check(ctx, l4.0, l4.1, &flow, way) {
+        // No copy (a connection of an older dxdp, or pushed out of the table): conntrack
+        // takes it over from here, picking it up mid-stream, as the host's own.
+        None => {
+            known.forget(flow);
+            return Admission::Pass;
+        }
+        Some(Verdict::Invalid) => return Admission::Refuse,
+        Some(_) => {}
+    }
+    known.touch();
+    // A client's RST ends the connection (conntrack: to CLOSE, the entry gone seconds later):
+    // it reaches the container, and what the client sends after it is judged afresh, on
+    // Docker's path unless it opens a connection again. Kept, an opening would let a SYN-ACK
+    // of the client's in long after (seed 7373, cases 410 and 510).
     if packet.resets {
         known.forget(flow);
-        return true;
-    }
-    // SAFETY: a map value pointer, valid for this invocation; plain loads.
-    let (answered, completing_ack) = unsafe { ((*opening).answered, (*opening).completing_ack) };
-    if answered == 0 {
-        return !packet.accepts;
+        return Admission::Carry;
     }
     // Only a client that received the SYN-ACK knows the number it must acknowledge: a sender
     // of forged SYNs cannot establish their connections, however many it sends.
-    if packet.acknowledges && packet.ack_seq == completing_ack {
+    if opening.is_some() && packet.acknowledges && packet.ack_seq == completing_ack {
         establish(flow, known.port());
     }
-    true
+    Admission::Carry
+}
+
+/// A packet of no connection the tables know: the first of a new one takes the fast path, and
+/// is remembered. A TCP connection that began before the port was exposed stays on Docker's
+/// path (conntrack tracks its windows, and would find them stale once the fast path went).
+/// So does a client the host does not route back through this NIC, and one from a source the
+/// stack refuses, which a route may still lead back to.
+#[inline(always)]
+fn opened(
+    ctx: &TcContext,
+    packet: &Packet,
+    port: PortKey,
+    flow: FlowKey,
+    nic_ifindex: u32,
+) -> Admission {
+    let taken = packet.opens
+        && !refused_source(&packet.src, packet.v6)
+        && routes::scratch().is_some_and(|params| {
+            routes_back(
+                ctx,
+                params,
+                packet.v6,
+                packet.proto,
+                (&packet.dst, packet.dport),
+                (&packet.src, packet.sport),
+                nic_ifindex,
+            )
+        })
+        && (packet.proto != PROTO_TCP || tcp_windows::open(ctx, packet.l4, packet.l4_len, &flow))
+        && remember(flow, port);
+    if taken {
+        Admission::Carry
+    } else {
+        Admission::Pass
+    }
 }
 
 /// Remembers the new connection `flow`, let in through `port`: a TCP one as opening, a UDP one
@@ -395,7 +500,8 @@ fn establish(flow: FlowKey, port: PortKey) {
         port,
         last_seen_ns: now(),
     };
-    if FLOWS.insert(flow, established, 0).is_ok() {
+    // The window copy first: an established connection without one would go to Docker's path.
+    if tcp_windows::establish(&flow) && FLOWS.insert(flow, established, 0).is_ok() {
         let _ = OPENING.remove(flow);
     }
 }
@@ -438,9 +544,25 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     // packet came over Docker's path (a client reusing its address and port after an
     // unexpose), and so must this answer, for conntrack to see the connection it tracks.
     // SAFETY (the read): this CPU's copy of a map value, valid for this invocation.
-    if packet.accepts && target.is_none_or(|t| unsafe { (*t).veth_ifindex } != veth_ifindex) {
+    let draining = target.is_none_or(|t| unsafe { (*t).veth_ifindex } != veth_ifindex);
+    if packet.accepts && draining {
         known.forget(flow);
         return Some(TC_ACT_UNSPEC);
+    }
+    if packet.proto == PROTO_TCP && draining {
+        // Unexposed: the client's segments take Docker's path now (conntrack picks them up
+        // mid-stream), and the copy, which no longer sees them, would fall behind.
+        tcp_windows::forget(&flow);
+    } else if packet.proto == PROTO_TCP {
+        let way = Way::from_container(matches!(known, Known::Opening(_)));
+        let (l4, l4_len) = (packet.l4, packet.l4_len);
+        // No copy: a connection of an older dxdp, or one that drains after an unexpose,
+        // whose replies go on as they did.
+        match tcp_windows::check(ctx, l4, l4_len, &flow, way) {
+            Some(Verdict::Invalid) => return Some(TC_ACT_SHOT),
+            Some(_) if packet.resets => known.forget(flow),
+            _ => {}
+        }
     }
     known.touch();
     if let Known::Opening(opening) = known
@@ -456,7 +578,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     // The flow alone decides, also after the port was unexposed: only this veth's container,
     // from the address and port the connection was let in to, to that very client, is
     // answered as the published port, which is what it is.
-    let translated = translate(ctx, &packet, true, &port.addr, port.port);
+    let translated = translate(ctx, packet, true, &port.addr, port.port);
     Some(out_of_nic(ctx, &port, target, veth_ifindex, translated))
 }
 

@@ -18,6 +18,7 @@ mod maps;
 mod rewrite;
 mod routes;
 mod scratch;
+mod tcp_windows;
 mod verdict;
 
 use aya_ebpf::{

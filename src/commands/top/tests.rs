@@ -211,6 +211,7 @@ fn port(container: &str, host_port: u16, created: u64, inbound: (u64, u64)) -> P
                 bytes: inbound.1 / 2,
             },
             passed_packets: 3,
+            refused_packets: 0,
         },
         nic: Some("eth0".to_owned()),
     }

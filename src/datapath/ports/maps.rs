@@ -12,6 +12,7 @@ use dxdp_common::{
     ingress::{
         Flow, FlowKey, Opening, PROTO_TCP, PROTO_UDP, PortKey, PortOwner, PortTarget, names,
     },
+    tcp_window::TcpWindow,
 };
 
 use super::{ExposedPort, Exposure, PortMapping};
@@ -28,17 +29,32 @@ pub(super) struct PortMaps<'a> {
     pub(super) udp_flows: HashMap<&'a mut MapData, FlowKey, Flow>,
     pub(super) veths: DevMapHash<&'a mut MapData>,
     pub(super) owners: HashMap<&'a mut MapData, u32, PortOwner>,
+    /// The programs' copies of the TCP connections' windows (`DXDP_TCP_WINDOWS`), and of
+    /// those being opened (`DXDP_TCP_OPENING_WINDOWS`).
+    pub(super) windows: HashMap<&'a mut MapData, FlowKey, TcpWindow>,
+    pub(super) opening_windows: HashMap<&'a mut MapData, FlowKey, TcpWindow>,
 }
 
 impl<'a> PortMaps<'a> {
     pub(super) fn new(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [ports, flows, opening, udp_flows, veths, owners] = ebpf.maps_disjoint_mut([
+        let [
+            ports,
+            flows,
+            opening,
+            udp_flows,
+            veths,
+            owners,
+            windows,
+            opening_windows,
+        ] = ebpf.maps_disjoint_mut([
             names::PORTS,
             names::FLOWS,
             names::OPENING,
             names::UDP_FLOWS,
             names::VETHS,
             names::OWNERS,
+            names::TCP_WINDOWS,
+            names::TCP_OPENING_WINDOWS,
         ]);
         Ok(Self {
             ports: PerCpuHashMap::try_from(ports.ok_or_else(|| missing(names::PORTS))?)?,
@@ -47,6 +63,10 @@ impl<'a> PortMaps<'a> {
             udp_flows: HashMap::try_from(udp_flows.ok_or_else(|| missing(names::UDP_FLOWS))?)?,
             veths: DevMapHash::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
             owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
+            windows: HashMap::try_from(windows.ok_or_else(|| missing(names::TCP_WINDOWS))?)?,
+            opening_windows: HashMap::try_from(
+                opening_windows.ok_or_else(|| missing(names::TCP_OPENING_WINDOWS))?,
+            )?,
         })
     }
 
@@ -60,13 +80,14 @@ impl<'a> PortMaps<'a> {
                 .next()
                 .context("a per-CPU value without CPUs")?;
             (sum.in_packets, sum.in_bytes, sum.out_packets, sum.out_bytes) = (0, 0, 0, 0);
-            sum.passed_packets = 0;
+            (sum.passed_packets, sum.refused_packets) = (0, 0);
             for v in per_cpu.iter() {
                 sum.in_packets += v.in_packets;
                 sum.in_bytes += v.in_bytes;
                 sum.out_packets += v.out_packets;
                 sum.out_bytes += v.out_bytes;
                 sum.passed_packets += v.passed_packets;
+                sum.refused_packets = sum.refused_packets.wrapping_add(v.refused_packets);
             }
             out.push((key, sum));
         }
@@ -120,6 +141,7 @@ impl<'a> PortMaps<'a> {
                     bytes: target.out_bytes,
                 },
                 passed_packets: target.passed_packets,
+                refused_packets: target.refused_packets.into(),
             });
         }
         out.sort_by(|a, b| {
@@ -152,6 +174,24 @@ impl<'a> PortMaps<'a> {
             .collect()
     }
 
+    /// Drops the window copies of the veth's TCP connections: once its ports are unexposed, the
+    /// clients' segments take Docker's path, where conntrack picks them up, and a copy would
+    /// fall behind them. Without one, the replies that drain are carried unchecked, and a
+    /// connection the port is exposed again to stays on Docker's path.
+    pub(super) fn forget_windows(&mut self, veth_ifindex: u32) -> Result<()> {
+        for table in [&mut self.windows, &mut self.opening_windows] {
+            let keys: Vec<FlowKey> = table
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.veth_ifindex == veth_ifindex)
+                .collect();
+            for key in keys {
+                ignore_absent(table.remove(&key))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Forgets the veth's connections idle for `idle` or longer (all with zero); returns how
     /// many are left.
     pub(super) fn drop_flows(&mut self, veth_ifindex: u32, idle: Duration) -> Result<usize> {
@@ -173,6 +213,8 @@ impl<'a> PortMaps<'a> {
                 ignore_absent(self.flows.remove(&key))?;
                 ignore_absent(self.opening.remove(&key))?;
                 ignore_absent(self.udp_flows.remove(&key))?;
+                ignore_absent(self.windows.remove(&key))?;
+                ignore_absent(self.opening_windows.remove(&key))?;
             } else {
                 left += 1;
             }

@@ -51,6 +51,9 @@ impl Capacity {
         let side = ingress::side_table_size(self.max_connections);
         loader.map_max_entries(ingress::names::OPENING, side);
         loader.map_max_entries(ingress::names::UDP_FLOWS, side);
+        // Each TCP connection's window copy, beside its entry.
+        loader.map_max_entries(ingress::names::TCP_WINDOWS, self.max_connections);
+        loader.map_max_entries(ingress::names::TCP_OPENING_WINDOWS, side);
     }
 }
 

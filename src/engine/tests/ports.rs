@@ -125,6 +125,7 @@ fn exposed_by_hand(world: &mut World, bypass_firewall: bool) {
         inbound: Default::default(),
         outbound: Default::default(),
         passed_packets: 0,
+        refused_packets: 0,
     });
 }
 

@@ -56,8 +56,12 @@ pub const PROXY_PORT: Allowance = Allowance {
              between the two runs and the second draws another port",
 };
 
-/// A TCP or UDP line without its source port (`UDP a.P > b.Q len N` → `UDP a > b.Q len N`).
+/// A TCP or UDP line without its source port (`UDP a.P > b.Q len N` → `UDP a > b.Q len N`);
+/// any other line as it is (an ICMP line's addresses have no port to strip).
 fn without_source_port(line: &str) -> String {
+    if !(line.starts_with("UDP ") || line.starts_with("TCP ")) {
+        return line.to_owned();
+    }
     let Some((from, rest)) = line.split_once(" > ") else {
         return line.to_owned();
     };
@@ -180,5 +184,9 @@ mod tests {
         let elsewhere = ["UDP fd00:231:c5::1.56666 > fd00:231:c5::2.7003 len 512".to_owned()];
         assert!(exposed(&proxied(512), "container", &docker, &elsewhere).is_none());
         assert!(exposed(&proxied(512), "client", &docker, &fast).is_none());
+        // Only a port is stripped: an ICMP line's source has none, and its last octet is not
+        // one.
+        let icmp = |from: &str| vec![format!("ICMP 10.236.1.{from} > 10.236.1.2 unreachable")];
+        assert!(exposed(&proxied(512), "container", &icmp("7"), &icmp("9")).is_none());
     }
 }

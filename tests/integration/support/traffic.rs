@@ -14,6 +14,24 @@ pub const IPERF_PORT: u16 = 5201;
 /// and a receiver that counts datagrams.
 pub const FORGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/integration/forge.py");
 
+/// That of what `forge.py tcp-window` forged, `forge.py tcp-watch` saw (`arrived`) only the ACK
+/// in the window reach the container, as on Docker's path, where conntrack marks the other two
+/// INVALID.
+pub fn assert_only_the_ack_in_the_window_arrived(arrived: &str) {
+    assert!(
+        !arrived.contains("0xd001"),
+        "an RST out of the window reached the container"
+    );
+    assert!(
+        !arrived.contains("0xd002"),
+        "a data segment out of the window reached the container"
+    );
+    assert!(
+        arrived.contains("0xd003"),
+        "an ACK in the window should reach the container, as on Docker's path: {arrived:?}"
+    );
+}
+
 /// What `ping -q` reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PingReport {

@@ -243,3 +243,139 @@ fn the_last_ack_of_both_fins_closes_the_copy() {
     assert_eq!(judge(&mut w, 0, &last, false, false), Some(Verdict::Accept));
     assert!(closes(&w, 0, &last));
 }
+
+/// A SYN's options as Linux sends them: MSS 1460, SACK permitted, timestamps, window scale 7.
+const LINUX_SYN_OPTIONS: [u8; 20] = [
+    2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0, 1, 3, 3, 7,
+];
+
+fn syn(seq: u32, win: u16) -> Segment {
+    Segment::new(seq, 0, win, TCP_SYN, 0)
+}
+
+/// The copy the client's SYN (ISN 1000, Linux's options) starts.
+fn opened() -> TcpWindow {
+    let mut w = TcpWindow::default();
+    let opts = options(&LINUX_SYN_OPTIONS);
+    open(
+        &mut w,
+        &syn(1000, 64240),
+        &opts,
+        LINUX_SYN_OPTIONS.len(),
+        false,
+    );
+    w
+}
+
+/// The handshake of `established()`'s connection, as the fast path sees it: the client's SYN
+/// (ISN 1000), the server's SYN-ACK (ISN 5000), the client's ACK.
+fn handshake() -> TcpWindow {
+    let opts = options(&LINUX_SYN_OPTIONS);
+    let mut w = opened();
+    let syn_ack = Segment::new(5000, 1001, 65160, TCP_SYN | TCP_ACK, 0);
+    assert!(restarts(&w, 1, &syn_ack, true));
+    let verdict = answer(&mut w, 1, &syn_ack, &opts, LINUX_SYN_OPTIONS.len(), false);
+    assert_eq!(verdict, Verdict::Accept);
+    let ack = Segment::new(1001, 5001, 502, TCP_ACK, 0);
+    assert_eq!(judge(&mut w, 0, &ack, false, false), Some(Verdict::Accept));
+    w
+}
+
+#[test]
+fn a_syns_options_give_its_scale_and_sack_as_tcp_options_reads_them() {
+    let mut side = TcpSide::default();
+    syn_options(
+        &mut side,
+        &options(&LINUX_SYN_OPTIONS),
+        LINUX_SYN_OPTIONS.len(),
+    );
+    assert_eq!(side.td_scale, 7);
+    assert_eq!(side.flags, FLAG_WINDOW_SCALE | FLAG_SACK_PERM);
+    // A scale past 14 is taken as 14; a window option of the wrong size is skipped.
+    let mut side = TcpSide::default();
+    syn_options(&mut side, &options(&[3, 3, 20, 1]), 4);
+    assert_eq!((side.td_scale, side.flags), (14, FLAG_WINDOW_SCALE));
+    let mut side = TcpSide::default();
+    syn_options(&mut side, &options(&[3, 4, 7, 0, 4, 2, 0, 0]), 8);
+    assert_eq!((side.td_scale, side.flags), (0, FLAG_SACK_PERM));
+    // A silly size ends the parse; liberal tracking survives it; no options change nothing.
+    let mut side = TcpSide {
+        td_scale: 5,
+        flags: FLAG_BE_LIBERAL | FLAG_WINDOW_SCALE,
+        ..TcpSide::default()
+    };
+    syn_options(&mut side, &options(&[1, 3, 1, 7, 4, 2, 0, 0]), 8);
+    assert_eq!((side.td_scale, side.flags), (0, FLAG_BE_LIBERAL));
+    let before = side;
+    syn_options(&mut side, &options(&[]), 0);
+    assert_eq!(side, before);
+}
+
+#[test]
+fn a_handshake_leaves_the_windows_conntrack_would_hold() {
+    let w = handshake();
+    let [client, server] = w.seen;
+    assert_eq!((client.td_end, client.td_scale), (1001, 7));
+    assert_eq!((server.td_end, server.td_scale), (5001, 7));
+    assert_eq!(server.td_maxwin, 65160, "a SYN's window is not scaled");
+    // The client's ACK advertised more than its SYN (502 << 7 = 64256).
+    assert_eq!(client.td_maxwin, 502 << 7);
+    assert_eq!(client.td_maxack, 5001);
+    assert_eq!(server.td_maxack, 1001);
+    // The server may send up to the client's last scaled window past what it acknowledged.
+    assert_eq!(server.td_maxend, 5001 + (502 << 7));
+    assert_eq!(client.td_maxend, 1001 + 65160);
+    assert_eq!(client.flags & FLAG_SACK_PERM, FLAG_SACK_PERM);
+}
+
+#[test]
+fn scaling_holds_only_where_both_sides_offer_it() {
+    let mut w = opened();
+    let syn_ack = Segment::new(5000, 1001, 65160, TCP_SYN | TCP_ACK, 0);
+    // The server's SYN-ACK offers SACK alone.
+    answer(&mut w, 1, &syn_ack, &options(&[4, 2, 1, 1]), 4, false);
+    assert_eq!((w.seen[0].td_scale, w.seen[1].td_scale), (0, 0));
+}
+
+#[test]
+fn after_a_handshake_data_in_window_passes_and_a_segment_windows_away_does_not() {
+    let mut w = handshake();
+    assert_eq!(
+        judge(&mut w, 0, &data(1001, 5001, 1000), false, false),
+        Some(Verdict::Accept)
+    );
+    assert_eq!(
+        judge(&mut w, 1, &data(5001, 2001, 1448), false, false),
+        Some(Verdict::Accept)
+    );
+    // Ten of the server's windows on: conntrack marks it INVALID.
+    let far = 2001u32.wrapping_add(10 * (65160 << 7));
+    assert_eq!(
+        judge(&mut w, 0, &data(far, 6449, 100), false, false),
+        Some(Verdict::Invalid)
+    );
+    // A forged RST far from the window is INVALID, one at the window's edge is not.
+    let rst = |seq| Segment::new(seq, 0, 0, TCP_RST, 0);
+    assert_eq!(
+        judge(&mut w, 0, &rst(far), false, false),
+        Some(Verdict::Invalid)
+    );
+    assert_eq!(
+        judge(&mut w, 0, &rst(2001), false, false),
+        Some(Verdict::Accept)
+    );
+}
+
+#[test]
+fn a_client_starting_again_with_a_later_syn_restarts_its_side_while_opening() {
+    let mut w = opened();
+    let again = syn(90_000, 64240);
+    assert!(restarts(&w, 0, &again, true));
+    assert!(!restarts(&w, 0, &again, false), "not once established");
+    assert!(
+        !restarts(&w, 0, &syn(1000, 64240), true),
+        "a retransmission"
+    );
+    answer(&mut w, 0, &again, &options(&LINUX_SYN_OPTIONS), 20, false);
+    assert_eq!(w.seen[0].td_end, 90_001);
+}

@@ -88,6 +88,7 @@ impl PortStore for FakeLinks {
                 inbound: Traffic::default(),
                 outbound: Traffic::default(),
                 passed_packets: 0,
+                refused_packets: 0,
             });
         }
         Ok(e.ports.len())

@@ -1,0 +1,271 @@
+//! The published ports' TCP connections held to the windows conntrack would hold them to: the
+//! fast path carries their whole life, handshake included, so conntrack never sees them, and
+//! the check it would have made is made here, on a copy of its `proto.tcp.seen[]` kept from
+//! the client's SYN on (`dxdp_common::tcp_window`, unit-tested against
+//! `nf_conntrack_proto_tcp.c`). A segment conntrack would mark INVALID is one Docker's path
+//! never delivers (no entry, so no DNAT or reverse NAT): the programs drop it.
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    Global,
+    helpers::generated::bpf_skb_load_bytes,
+    macros::map,
+    maps::{LruHashMap, PerCpuArray},
+    programs::TcContext,
+};
+use dxdp_common::{
+    ingress::{DEFAULT_MAX_FLOWS, FlowKey, side_table_size},
+    tcp_window::{
+        self, FLAG_SACK_PERM, Segment, TCP_OPTIONS_MAX, TCP_RST, TCP_SYN, TcpWindow, Verdict,
+    },
+};
+
+/// The copies of established connections, by their key in `DXDP_FLOWS`, and as many. A
+/// connection whose copy was pushed out goes to Docker's path at its client's next segment.
+#[map(name = "DXDP_TCP_WINDOWS")]
+static WINDOWS: LruHashMap<FlowKey, TcpWindow> = LruHashMap::pinned(DEFAULT_MAX_FLOWS, 0);
+
+/// The copies of connections being opened, apart for the reason `DXDP_OPENING` is apart from
+/// `DXDP_FLOWS`: a flood of forged SYNs can push out only each other's.
+#[map(name = "DXDP_TCP_OPENING_WINDOWS")]
+static OPENING_WINDOWS: LruHashMap<FlowKey, TcpWindow> =
+    LruHashMap::pinned(side_table_size(DEFAULT_MAX_FLOWS), 0);
+
+/// What one segment's check works on: 100 bytes the callers' stacks have no room for.
+#[repr(C)]
+pub(crate) struct Work {
+    /// seq, ack, data offset, flags and window, as the header holds them.
+    header: [u8; 12],
+    /// The option bytes the header has (the rest is stale).
+    options: [u8; TCP_OPTIONS_MAX],
+    segment: Segment,
+    /// A new connection's copy, before it goes into the table.
+    window: TcpWindow,
+}
+
+#[map(name = "DXDP_TCP_WORK")]
+static WORK: PerCpuArray<Work> = PerCpuArray::with_max_entries(1, 0);
+
+// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` of the host's
+// namespace, where Docker's DNAT runs; set by the loader (`dxdp::datapath`).
+#[unsafe(no_mangle)]
+static DXDP_TCP_BE_LIBERAL: Global<u32> = Global::new(0);
+#[unsafe(no_mangle)]
+static DXDP_TCP_IGNORE_INVALID_RST: Global<u32> = Global::new(0);
+
+/// Which way a segment goes, in conntrack's terms (the client opened the connection), and
+/// whether its connection is still opening (the handshake not completed), when a later SYN
+/// starts its sender's side again. One argument, as a BPF function takes five at most.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct Way(u8);
+
+impl Way {
+    const FROM_CONTAINER: u8 = 1;
+    const OPENING: u8 = 2;
+
+    #[inline(always)]
+    pub(crate) const fn from_client(opening: bool) -> Self {
+        Self(if opening { Self::OPENING } else { 0 })
+    }
+
+    #[inline(always)]
+    pub(crate) const fn from_container(opening: bool) -> Self {
+        Self(Self::FROM_CONTAINER | Self::from_client(opening).0)
+    }
+
+    /// conntrack's direction: 0 original (the client's), 1 reply.
+    #[inline(always)]
+    const fn dir(self) -> usize {
+        (self.0 & Self::FROM_CONTAINER) as usize
+    }
+
+    #[inline(always)]
+    const fn opening(self) -> bool {
+        self.0 & Self::OPENING != 0
+    }
+}
+
+/// This CPU's work area, with the segment of the TCP header at `l4` (in a layer-4 message of
+/// `l4_len` bytes) read into it, and how many option bytes the header has; `None` for a
+/// header cut short (`tcp_error`: INVALID) or one that cannot be read.
+#[inline(always)]
+fn read(ctx: &TcContext, l4: usize, l4_len: usize) -> Option<(&'static mut Work, usize)> {
+    // SAFETY: this CPU's copy, valid for this invocation; one segment's at a time.
+    let work = unsafe { &mut *WORK.get_ptr_mut(0)? };
+    // SAFETY: `header` is 12 bytes of map memory.
+    let read = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *mut _,
+            (l4 + 4) as u32,
+            work.header.as_mut_ptr() as *mut c_void,
+            12,
+        )
+    };
+    if read < 0 {
+        return None;
+    }
+    let h = &work.header;
+    let doff = (h[8] >> 4) as usize * 4;
+    if doff < 20 || l4_len < doff {
+        return None;
+    }
+    work.segment = Segment::new(
+        u32::from_be_bytes([h[0], h[1], h[2], h[3]]),
+        u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+        u16::from_be_bytes([h[10], h[11]]),
+        h[9],
+        (l4_len - doff) as u32,
+    );
+    Some((work, doff - 20))
+}
+
+/// Reads the `len` option bytes of the TCP header at `l4` into `options`.
+#[inline(always)]
+fn read_options(
+    ctx: &TcContext,
+    l4: usize,
+    len: usize,
+    options: &mut [u8; TCP_OPTIONS_MAX],
+) -> Option<()> {
+    if len == 0 {
+        return Some(());
+    }
+    if len > TCP_OPTIONS_MAX {
+        return None;
+    }
+    // SAFETY: `options` is 40 bytes of map memory, `len` at most that.
+    let read = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *mut _,
+            (l4 + 20) as u32,
+            options.as_mut_ptr() as *mut c_void,
+            len as u32,
+        )
+    };
+    (read >= 0).then_some(())
+}
+
+/// Starts the copy of a connection from the client's SYN (the TCP header at `l4`): what
+/// `tcp_new` records. `false` where it cannot be kept, and the connection must not take the
+/// fast path.
+#[inline(always)]
+// The copy goes to the map from map memory, by reference: by value it would cross the stack.
+#[allow(clippy::needless_borrows_for_generic_args)]
+pub(crate) fn open(ctx: &TcContext, l4: usize, l4_len: usize, flow: &FlowKey) -> bool {
+    let Some((work, len)) = read(ctx, l4, l4_len) else {
+        return false;
+    };
+    if read_options(ctx, l4, len, &mut work.options).is_none() {
+        return false;
+    }
+    let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
+    tcp_window::open(
+        &mut work.window,
+        &work.segment,
+        &work.options,
+        len,
+        be_liberal,
+    );
+    OPENING_WINDOWS.insert(flow, &work.window, 0).is_ok()
+}
+
+/// Moves the copy of the connection `flow`, just established, to the established ones' table;
+/// `false` where it has none, or the table cannot take it.
+#[inline(always)]
+#[allow(clippy::needless_borrows_for_generic_args)] // As in `open`.
+pub(crate) fn establish(flow: &FlowKey) -> bool {
+    let Some(window) = OPENING_WINDOWS.get_ptr(flow) else {
+        return false;
+    };
+    // SAFETY: a map value, valid for this invocation; the copy goes from map memory to map.
+    if WINDOWS.insert(flow, unsafe { &*window }, 0).is_err() {
+        return false;
+    }
+    let _ = OPENING_WINDOWS.remove(flow);
+    true
+}
+
+/// conntrack's verdict on the segment at `l4` of the connection `flow`, going `way`, on the
+/// copy, which moves on as conntrack's windows would; `None` if the connection has no copy
+/// (it began before the fast path kept them, or the table pushed it out). An RST let through
+/// ends the copy; a connection whose both FINs were acknowledged keeps it ([`closed`]).
+#[inline(always)]
+pub(crate) fn check(
+    ctx: &TcContext,
+    l4: usize,
+    l4_len: usize,
+    flow: &FlowKey,
+    way: Way,
+) -> Option<Verdict> {
+    let (dir, opening) = (way.dir(), way.opening());
+    // SAFETY: a map value, valid for this invocation; another CPU may move the other side's
+    // half at the same time, as conntrack's lock would not allow: a race that can only make
+    // one segment's check stricter or laxer by what the other just carried.
+    // Each map by name: a map pointer chosen at run time would keep the verifier from
+    // pruning the two stages' paths into one.
+    let window = if opening {
+        OPENING_WINDOWS.get_ptr_mut(flow)
+    } else {
+        WINDOWS.get_ptr_mut(flow)
+    };
+    let window = unsafe { &mut *window? };
+    let Some((work, len)) = read(ctx, l4, l4_len) else {
+        return Some(Verdict::Invalid);
+    };
+    let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
+    let segment = &mut work.segment;
+    if segment.flags & TCP_SYN != 0 {
+        if tcp_window::restarts(window, dir, segment, opening) {
+            read_options(ctx, l4, len, &mut work.options)?;
+            return Some(tcp_window::answer(
+                window,
+                dir,
+                segment,
+                &work.options,
+                len,
+                be_liberal,
+            ));
+        }
+        if !opening {
+            // A SYN on an established connection: conntrack ignores it (lets it through,
+            // untracked), and the receiver answers it with an ACK.
+            return Some(Verdict::Ignore);
+        }
+    }
+    let receiver = window.seen[1 - dir].flags;
+    if receiver & FLAG_SACK_PERM != 0 && len > 0 {
+        read_options(ctx, l4, len, &mut work.options)?;
+        segment.sack = tcp_window::highest_sack(&work.options, len, segment.ack);
+    }
+    let verdict = tcp_window::judge(
+        window,
+        dir,
+        segment,
+        be_liberal,
+        DXDP_TCP_IGNORE_INVALID_RST.load() != 0,
+    )
+    // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
+    .unwrap_or(Verdict::Ignore);
+    if verdict != Verdict::Invalid && segment.flags & TCP_RST != 0 {
+        forget(flow);
+    }
+    Some(verdict)
+}
+
+/// Whether both sides of the connection sent a FIN the fast path carried: a SYN then opens a
+/// new connection on the same ports (conntrack: TIME_WAIT to SYN_SENT).
+#[inline(always)]
+pub(crate) fn closed(flow: &FlowKey) -> bool {
+    // SAFETY: a map value, valid for this invocation; plain loads.
+    WINDOWS
+        .get_ptr(flow)
+        .is_some_and(|w| unsafe { (*w).seen[0].fin != 0 && (*w).seen[1].fin != 0 })
+}
+
+/// Drops the copy of the connection `flow`, established or opening.
+#[inline(always)]
+pub(crate) fn forget(flow: &FlowKey) {
+    let _ = WINDOWS.remove(flow);
+    let _ = OPENING_WINDOWS.remove(flow);
+}
