@@ -57,7 +57,10 @@ pub struct TcpSide {
     pub flags: u8,
     /// 1 once this side's FIN was carried (not conntrack's: its entry is not told).
     pub fin: u8,
-    pub _pad: u8,
+    /// 1 while the connection's last segment let through in window was this side's and an
+    /// ACK without SYN, FIN or RST (conntrack's `last_index == TCP_ACK_SET`, `last_dir`):
+    /// an RST right after it, at its end, is the end of a train ([`rst_ends`]).
+    pub last_ack: u8,
 }
 
 /// The fast path's copy of a carried connection's windows (`DXDP_EGRESS_WINDOWS`' value):
@@ -324,6 +327,30 @@ pub fn answer(
     in_window(sender, receiver, segment, be_liberal)
 }
 
+/// Whether an RST conntrack lets through in direction `dir` closes the connection
+/// (`nf_conntrack_tcp_packet`, the move to `TCP_CONNTRACK_CLOSE`), judged before the segment
+/// moves the copy on: where the connection is not established yet, where the receiver has
+/// acknowledged nothing (no `MAXACK_SET`), where the RST's sequence number is exactly what the
+/// receiver acknowledged, or where it ends a train (the sender's last segment was an ACK and
+/// the RST sits at its end). Any other RST in the window keeps the connection ESTABLISHED,
+/// "to allow a possible challenge ACK": its receiver answers with an ACK, which conntrack
+/// translates, so the copy must go on too.
+///
+/// The train's end is the sender's `td_end`; conntrack's `last_end` differs from it only
+/// where that last ACK was a retransmission below the sender's end.
+#[inline(always)]
+pub const fn rst_ends(window: &TcpWindow, dir: usize, seq: u32, established: bool) -> bool {
+    let (sender, receiver) = if dir == 0 {
+        (&window.seen[0], &window.seen[1])
+    } else {
+        (&window.seen[1], &window.seen[0])
+    };
+    !established
+        || receiver.flags & FLAG_MAXACK_SET == 0
+        || seq == receiver.td_maxack
+        || (sender.last_ack != 0 && seq == sender.td_end)
+}
+
 /// The RST check of `nf_conntrack_tcp_packet` for an ESTABLISHED entry: an RST whose sequence
 /// number is below what the other side has acknowledged is INVALID, liberal or not (unless
 /// `nf_conntrack_tcp_ignore_invalid_rst`).
@@ -480,8 +507,14 @@ pub fn judge(
         return Some(Verdict::Invalid);
     }
     let verdict = in_window(sender, receiver, segment, be_liberal);
-    if verdict == Verdict::Accept && segment.flags & TCP_FIN != 0 {
-        sender.fin = 1;
+    if verdict == Verdict::Accept {
+        if segment.flags & TCP_FIN != 0 {
+            sender.fin = 1;
+        }
+        // conntrack's `last_index`: this segment's kind, from this side.
+        let ack_only = segment.flags & (TCP_SYN | TCP_FIN | TCP_RST | TCP_ACK) == TCP_ACK;
+        sender.last_ack = ack_only as u8;
+        receiver.last_ack = 0;
     }
     Some(verdict)
 }

@@ -17,7 +17,7 @@
 //! one whose entry is not carried (`dxdp_common::egress::status::carried`, TCP not
 //! ESTABLISHED), takes Docker's path unchanged. Packets past conntrack do not refresh their
 //! entry: the programs set its timeout (`bpf_ct_change_timeout`) when it runs low, and cut it
-//! short on a FIN or RST they carry, since conntrack, whose windows the carried packets left
+//! short on a FIN or a closing RST they carry, since conntrack, whose windows the carried packets left
 //! behind, would take the teardown for out of window and leave it untranslated.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
@@ -282,21 +282,22 @@ fn conntrack_says<T>(
     let judged = unsafe { judge(ct, packet, opts.dir == dir, dir) };
     let taken = judged.and_then(|(carried, state, timeout)| {
         let mine = ours(&carried)?;
-        let refresh = if packet.proto == PROTO_TCP {
+        let (refresh, resets) = if packet.proto == PROTO_TCP {
             // SAFETY: as above.
-            match unsafe { window_allows(ctx, ct, packet, dir, &carried) }? {
-                Verdict::Accept => true,
+            let judged = unsafe { window_allows(ctx, ct, packet, dir, &carried) }?;
+            match judged.verdict {
+                Verdict::Accept => (true, judged.resets),
                 // Conntrack lets it through keeping its entry (and NAT), untracked.
-                Verdict::Ignore => false,
+                Verdict::Ignore => (false, false),
                 // INVALID on Docker's path: conntrack and Docker's rules decide there.
                 Verdict::Invalid => return None,
             }
         } else {
-            true
+            (true, false)
         };
         if refresh {
             // SAFETY: as above.
-            unsafe { keep_alive(ct, packet, state, timeout) };
+            unsafe { keep_alive(ct, packet, state, timeout, resets) };
         }
         Some((carried, mine))
     });
@@ -352,8 +353,8 @@ unsafe fn judge(
 /// direction `dir`, on the fast path's copy of the entry's windows (taken from `ct` when the
 /// connection is first carried): `None` where the copy cannot be had (the map is full, the
 /// kernel's offsets unknown, or conntrack would learn the sender's side from this packet), so
-/// the segment goes to conntrack. An RST it lets through, or the ACK of the second FIN, ends
-/// the copy.
+/// the segment goes to conntrack. An RST it accepts that closes the connection, or the ACK of
+/// the second FIN, ends the copy.
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
@@ -364,7 +365,7 @@ unsafe fn window_allows(
     packet: &Packet,
     dir: u8,
     carried: &Carried,
-) -> Option<Verdict> {
+) -> Option<Judged> {
     // seq, ack, data offset, flags, window.
     let header: [u8; 12] = ctx.load(ETH_HLEN + IPV4_HLEN + 4).ok()?;
     let seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
@@ -373,7 +374,10 @@ unsafe fn window_allows(
     let win = u16::from_be_bytes([header[10], header[11]]);
     if doff < TCP_HLEN || packet.l4_len < doff {
         // `tcp_error`: truncated.
-        return Some(Verdict::Invalid);
+        return Some(Judged {
+            verdict: Verdict::Invalid,
+            resets: false,
+        });
     }
     let mut segment = Segment::new(seq, ack, win, header[9], (packet.l4_len - doff) as u32);
     let key = if dir == DIR_ORIGINAL {
@@ -411,6 +415,9 @@ unsafe fn window_allows(
         }
         segment.sack = highest_sack(&options, options_len, ack);
     }
+    // Judged before the segment moves the copy on, as conntrack judges it.
+    let resets = segment.flags & TCP_RST != 0
+        && tcp_window::rst_ends(window, dir as usize, segment.seq, true);
     let verdict = tcp_window::judge(
         window,
         dir as usize,
@@ -418,13 +425,24 @@ unsafe fn window_allows(
         DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
         DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
     )?;
-    // An RST let through, or the last ACK of a closing: the copy has served.
-    if verdict != Verdict::Invalid
-        && (segment.flags & TCP_RST != 0 || tcp_window::closes(window, dir as usize, &segment))
-    {
+    // An RST that closes the connection, or the last ACK of a closing: the copy has served.
+    // Conntrack moves no state on a segment it ignores.
+    let accepted = verdict == Verdict::Accept;
+    if accepted && (resets || tcp_window::closes(window, dir as usize, &segment)) {
         let _ = WINDOWS.remove(key);
     }
-    Some(verdict)
+    Some(Judged {
+        verdict,
+        resets: accepted && resets,
+    })
+}
+
+/// Conntrack's judgement of a carried TCP segment: its verdict, and whether it is an RST that
+/// closes the connection (an RST beside what its receiver acknowledged keeps it ESTABLISHED,
+/// for the challenge ACK the receiver answers with: `tcp_window::rst_ends`).
+struct Judged {
+    verdict: Verdict,
+    resets: bool,
 }
 
 /// The copy of `ct`'s windows under `key`: the one in the map if it was taken from `ct`,
@@ -484,18 +502,18 @@ unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
             td_scale: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_SCALE.load()))?,
             flags: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_FLAGS.load()))?,
             fin: 0,
-            _pad: 0,
+            last_ack: 0,
         })
     }
 }
 
 /// Sets the entry's timeout where conntrack, had it seen the packet, would have given it more
-/// than it has (see `refresh_due`), or ends it soon after a carried FIN or RST.
+/// than it has (see `refresh_due`), or ends it soon after a carried FIN or an RST that `resets` (closes it).
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
-unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32) {
+unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32, resets: bool) {
     let hz = DXDP_EGRESS_HZ.load() as u64;
     if hz == 0 {
         return;
@@ -506,7 +524,7 @@ unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32)
     let remaining_ms = (timeout.wrapping_sub(now) as i32).max(0) as u64 * 1000 / hz;
     let closing_ms = DXDP_EGRESS_TCP_CLOSING_MS.load();
     let set_ms = if packet.proto == PROTO_TCP {
-        if packet.flags & TCP_RST != 0 {
+        if resets {
             Some(DXDP_EGRESS_TCP_RESET_MS.load())
         } else if packet.flags & TCP_FIN != 0 {
             Some(closing_ms).filter(|&ms| (ms as u64) < remaining_ms)
@@ -540,7 +558,10 @@ fn out(ctx: &TcContext) -> Option<i32> {
     // SAFETY: this CPU's copy of the value, valid for this invocation.
     let veth = unsafe { &mut *veth };
     let packet = parse(ctx)?;
-    let carried = routed_out(ctx, veth, &packet)
+    // What the stack would route at all: an IP header `ip_rcv` takes, and a layer-4 checksum
+    // conntrack takes (a packet it finds invalid is never masqueraded on Docker's path).
+    let taken = packet.well_formed && routed_out(ctx, veth, &packet) && l4_taken(ctx, &packet);
+    let carried = taken
         .then(|| conntrack_says(ctx, &packet, DIR_ORIGINAL, |_| Some(())))
         .flatten();
     let Some((carried, ())) = carried else {
@@ -607,25 +628,13 @@ fn back(ctx: &TcContext) -> Option<i32> {
     }
     // The container is enabled through this NIC and alive, and conntrack would take the
     // checksum (on Docker's path a reply it finds invalid never reaches the container).
-    let (src, dst) = (v4_mapped(&packet.src), v4_mapped(&packet.dst));
-    let message = checksum::Message {
-        v6: false,
-        proto: packet.proto,
-        src: &src,
-        dst: &dst,
-        at: ETH_HLEN + IPV4_HLEN,
-        len: packet.l4_len,
-        checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,
-    };
     let enabled = |carried: &Carried| {
         // SAFETY: a map value, copied out at once.
         let veth_ifindex = *unsafe { ADDRS.get(u32::from_ne_bytes(carried.addr)) }?;
         // SAFETY: this CPU's copy of the value, read at once.
         let veth_nic = unsafe { (*VETHS.get_ptr_mut(veth_ifindex)?).nic_ifindex };
-        (veth_nic == nic_ifindex
-            && LIVE.get(veth_ifindex).is_some()
-            && checksum::taken(ctx, &message))
-        .then_some(veth_ifindex)
+        (veth_nic == nic_ifindex && LIVE.get(veth_ifindex).is_some() && l4_taken(ctx, &packet))
+            .then_some(veth_ifindex)
     };
     let (carried, veth_ifindex) = conntrack_says(ctx, &packet, DIR_REPLY, enabled)?;
     let veth = VETHS.get_ptr_mut(veth_ifindex)?;
@@ -643,6 +652,22 @@ fn back(ctx: &TcContext) -> Option<i32> {
     veth.in_bytes += ctx.len() as u64;
     // SAFETY: a plain helper call; it only records the target in per-CPU redirect info.
     Some(unsafe { bpf_redirect_peer(veth_ifindex, 0) } as i32)
+}
+
+/// Whether conntrack would take the packet's TCP or UDP checksum (`nf_conntrack_checksum`).
+#[inline(always)]
+fn l4_taken(ctx: &TcContext, packet: &Packet) -> bool {
+    let (src, dst) = (v4_mapped(&packet.src), v4_mapped(&packet.dst));
+    let message = checksum::Message {
+        v6: false,
+        proto: packet.proto,
+        src: &src,
+        dst: &dst,
+        at: ETH_HLEN + IPV4_HLEN,
+        len: packet.l4_len,
+        checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,
+    };
+    checksum::taken(ctx, &message)
 }
 
 /// Which end of a packet a translation rewrites.

@@ -409,22 +409,24 @@ fn admit(
     }
     let l4 = (packet.l4, packet.l4_len);
     let way = Way::from_client(opening.is_some());
-    match tcp_windows::check(ctx, l4.0, l4.1, &flow, way) {
+    let closes = match tcp_windows::check(ctx, l4.0, l4.1, &flow, way) {
         // No copy (a connection of an older dxdp, or pushed out of the table): conntrack
         // takes it over from here, picking it up mid-stream, as the host's own.
         None => {
             known.forget(flow);
             return Admission::Pass;
         }
-        Some(Verdict::Invalid) => return Admission::Refuse,
-        Some(_) => {}
-    }
+        Some(checked) if checked.verdict == Verdict::Invalid => return Admission::Refuse,
+        Some(checked) => checked.closes,
+    };
     known.touch();
-    // A client's RST ends the connection (conntrack: to CLOSE, the entry gone seconds later):
-    // it reaches the container, and what the client sends after it is judged afresh, on
-    // Docker's path unless it opens a connection again. Kept, an opening would let a SYN-ACK
-    // of the client's in long after (seed 7373, cases 410 and 510).
-    if packet.resets {
+    // A client's RST that closes the connection (conntrack: to CLOSE, the entry gone seconds
+    // later): it reaches the container, and what the client sends after it is judged afresh,
+    // on Docker's path unless it opens a connection again. Kept, an opening would let a
+    // SYN-ACK of the client's in long after (seed 7373, cases 410 and 510). An RST beside what
+    // the container acknowledged keeps the connection, as conntrack does, for the challenge
+    // ACK the container answers with.
+    if closes {
         known.forget(flow);
         return Admission::Carry;
     }
@@ -559,8 +561,8 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
         // No copy: a connection of an older dxdp, or one that drains after an unexpose,
         // whose replies go on as they did.
         match tcp_windows::check(ctx, l4, l4_len, &flow, way) {
-            Some(Verdict::Invalid) => return Some(TC_ACT_SHOT),
-            Some(_) if packet.resets => known.forget(flow),
+            Some(checked) if checked.verdict == Verdict::Invalid => return Some(TC_ACT_SHOT),
+            Some(checked) if checked.closes => known.forget(flow),
             _ => {}
         }
     }

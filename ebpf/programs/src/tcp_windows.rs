@@ -186,10 +186,20 @@ pub(crate) fn establish(flow: &FlowKey) -> bool {
     true
 }
 
+/// Conntrack's judgement of a segment: its verdict, and whether it is an RST that closes the
+/// connection (`tcp_window::rst_ends`): the copy is gone then, and the caller forgets the
+/// connection.
+pub(crate) struct Checked {
+    pub(crate) verdict: Verdict,
+    pub(crate) closes: bool,
+}
+
 /// conntrack's verdict on the segment at `l4` of the connection `flow`, going `way`, on the
 /// copy, which moves on as conntrack's windows would; `None` if the connection has no copy
-/// (it began before the fast path kept them, or the table pushed it out). An RST let through
-/// ends the copy; a connection whose both FINs were acknowledged keeps it ([`closed`]).
+/// (it began before the fast path kept them, or the table pushed it out). An RST that closes
+/// the connection ends the copy (one beside what its receiver acknowledged keeps it, as
+/// conntrack keeps the connection for the challenge ACK); a connection whose both FINs were
+/// acknowledged keeps it ([`closed`]).
 #[inline(always)]
 pub(crate) fn check(
     ctx: &TcContext,
@@ -197,7 +207,7 @@ pub(crate) fn check(
     l4_len: usize,
     flow: &FlowKey,
     way: Way,
-) -> Option<Verdict> {
+) -> Option<Checked> {
     let (dir, opening) = (way.dir(), way.opening());
     // SAFETY: a map value, valid for this invocation; another CPU may move the other side's
     // half at the same time, as conntrack's lock would not allow: a race that can only make
@@ -211,26 +221,29 @@ pub(crate) fn check(
     };
     let window = unsafe { &mut *window? };
     let Some((work, len)) = read(ctx, l4, l4_len) else {
-        return Some(Verdict::Invalid);
+        return Some(Checked {
+            verdict: Verdict::Invalid,
+            closes: false,
+        });
     };
     let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
     let segment = &mut work.segment;
     if segment.flags & TCP_SYN != 0 {
         if tcp_window::restarts(window, dir, segment, opening) {
             read_options(ctx, l4, len, &mut work.options)?;
-            return Some(tcp_window::answer(
-                window,
-                dir,
-                segment,
-                &work.options,
-                len,
-                be_liberal,
-            ));
+            let verdict = tcp_window::answer(window, dir, segment, &work.options, len, be_liberal);
+            return Some(Checked {
+                verdict,
+                closes: false,
+            });
         }
         if !opening {
             // A SYN on an established connection: conntrack ignores it (lets it through,
             // untracked), and the receiver answers it with an ACK.
-            return Some(Verdict::Ignore);
+            return Some(Checked {
+                verdict: Verdict::Ignore,
+                closes: false,
+            });
         }
     }
     let receiver = window.seen[1 - dir].flags;
@@ -238,6 +251,10 @@ pub(crate) fn check(
         read_options(ctx, l4, len, &mut work.options)?;
         segment.sack = tcp_window::highest_sack(&work.options, len, segment.ack);
     }
+    // Judged before the segment moves the copy on, as conntrack judges it: an RST beside what
+    // its receiver acknowledged keeps the connection for the challenge ACK it draws.
+    let resets =
+        segment.flags & TCP_RST != 0 && tcp_window::rst_ends(window, dir, segment.seq, !opening);
     let verdict = tcp_window::judge(
         window,
         dir,
@@ -247,10 +264,13 @@ pub(crate) fn check(
     )
     // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
     .unwrap_or(Verdict::Ignore);
-    if verdict != Verdict::Invalid && segment.flags & TCP_RST != 0 {
+    // While opening, conntrack closes on any RST it lets through (its state machine does not
+    // wait for the window check there).
+    let closes = resets && (verdict == Verdict::Accept || opening && verdict != Verdict::Invalid);
+    if closes {
         forget(flow);
     }
-    Some(verdict)
+    Some(Checked { verdict, closes })
 }
 
 /// Whether both sides of the connection sent a FIN the fast path carried: a SYN then opens a

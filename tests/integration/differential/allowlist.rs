@@ -3,7 +3,7 @@
 //! normalised away in `record.rs`, and named in [`NORMALISED`].
 
 use super::{
-    case::{Case, Family, L4, LinkCase, Source},
+    case::{Case, Direction, Family, L4, LinkCase, OutboundCase, Source},
     runner::Allowance,
 };
 
@@ -148,6 +148,51 @@ pub fn links(
     _fast: &[String],
 ) -> Option<&'static Allowance> {
     None
+}
+
+/// What the outbound topology's observers leave out (`record.rs`): the egress fast path routes
+/// as the host does, so these are alike on both paths, but they are not the promise.
+pub const OUTBOUND_NORMALISED: &[Allowance] = &[
+    Allowance {
+        name: "TTL/hop limit and MACs",
+        reason: "both paths route: the TTL is decremented once, the frame leaves from the NIC's \
+                 (or the bridge's) MAC to the next hop's",
+    },
+    Allowance {
+        name: "the stacks' own numbers",
+        reason: "IP ids, TCP sequence numbers and checksums of what the container's and the \
+                 server's stacks send in answer differ between any two runs, on either path",
+    },
+    REASSEMBLY_TIMEOUTS,
+];
+
+/// A spoofed source whose connection would leave from the NIC's address and the live flow's
+/// port: conntrack draws another port at random.
+pub const CLASH_DRAW: Allowance = Allowance {
+    name: "a clash's drawn port",
+    reason: "a frame from the container claiming another container's address (which \
+             MASQUERADE maps to the NIC's) or the NIC's own, from the live flow's port, is a new \
+             connection on both paths (the fast path carries none); conntrack finds that tuple \
+             taken by the live flow and draws another source port at random, so the two runs \
+             leave from different ports",
+};
+
+/// The allowance that excuses a difference of `observer` on an outbound `case`, if any.
+pub fn outbound(
+    case: &OutboundCase,
+    observer: &str,
+    docker: &[String],
+    fast: &[String],
+) -> Option<&'static Allowance> {
+    let drawn = case.direction == Direction::Out
+        && matches!(case.base.source, Source::OtherContainer | Source::HostNic)
+        && observer == "outside"
+        && docker.len() == fast.len()
+        && docker
+            .iter()
+            .zip(fast)
+            .all(|(d, f)| without_source_port(d) == without_source_port(f));
+    drawn.then_some(&CLASH_DRAW)
 }
 
 #[cfg(test)]

@@ -214,7 +214,7 @@ impl Case {
         };
         // A source port of the case's own, so that no two cases share a connection; sometimes
         // an edge.
-        let own_port = 30000 + (index % 30000) as u16;
+        let own_port = own_port(index);
         let sport = if rng.below(10) < 9 {
             own_port
         } else {
@@ -280,6 +280,12 @@ impl Case {
             l4,
         }
     }
+}
+
+/// Case `index`'s own source port: no two cases of a run within 30,000 share one, so no two
+/// share a connection.
+pub fn own_port(index: u64) -> u16 {
+    30000 + (index % 30000) as u16
 }
 
 /// The UDP payload that fills an IP packet of `mtu` bytes of `family` with `l3`'s header bytes:
@@ -448,7 +454,7 @@ impl LinkCase {
         };
         Case {
             l4: L4::Udp {
-                sport: 30000 + (self.base.index % 30000) as u16,
+                sport: own_port(self.base.index),
                 dport: Port::Published,
                 payload: full_udp(self.base.family, l3, self.mtu) + over,
                 length: UdpLength::Exact,
@@ -479,5 +485,133 @@ impl fmt::Display for LinkCase {
             "; wire {:?}, {:?} datapath, rule {:?}",
             self.wire, self.datapath, self.rule
         )
+    }
+}
+
+/// Which way an outbound case's frame goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Put by the container on its own `eth0`, towards the outside server.
+    Out,
+    /// Put by the outside namespace onto the NIC, to the host's address at the masqueraded
+    /// port of the case's live flow: a reply, or what claims to be one.
+    Back,
+}
+
+/// One case of the outbound topology: the exposed generator's case, sent one way or the other
+/// beside a live flow of its own port. The base case's layers are the exposed topology's edges,
+/// each of which the egress fast path meets only on a connection conntrack holds: so each layer
+/// is made ordinary (IPv4, the case's own address and MAC, TTL 64, no L3 edge, the live flow's
+/// ports) three times in four, drawn from a stream of its own so that the base stays the
+/// exposed case of the same seed and number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutboundCase {
+    pub direction: Direction,
+    pub base: Case,
+    pub numbers: Numbers,
+}
+
+/// The sequence and acknowledgment numbers of a TCP case's segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numbers {
+    /// The generator's own: nowhere near any connection's window.
+    Own,
+    /// The live connection's next numbers in the segment's direction, shifted by `seq` and
+    /// `ack` bytes: in the window, ahead of it, behind it, or acknowledging what was never
+    /// sent.
+    Live { seq: i32, ack: i32 },
+}
+
+impl OutboundCase {
+    pub fn generate(seed: u64, index: u64) -> Self {
+        let mut base = Case::generate(seed, index);
+        let mut rng =
+            Rng::from_seed(seed.rotate_left(17) ^ index.wrapping_mul(0x1656_67b1_9e37_79f9));
+        let direction = if rng.below(2) == 0 {
+            Direction::Out
+        } else {
+            Direction::Back
+        };
+        let mut ordinary = || rng.below(4) > 0;
+        // IPv4 mostly: the fast path carries IPv4 only, and leaves the rest as Docker's path
+        // has it.
+        if ordinary() {
+            base.family = Family::V4;
+        }
+        if ordinary() {
+            base.source = Source::Client;
+        }
+        if ordinary() {
+            base.l2 = L2::NicMac;
+        }
+        if ordinary() {
+            base.ttl = 64;
+        }
+        if ordinary() {
+            base.l3 = L3Edge::None;
+        }
+        if ordinary() {
+            let own = own_port(index);
+            match &mut base.l4 {
+                L4::Tcp { sport, dport, .. } | L4::Udp { sport, dport, .. } => {
+                    *sport = own;
+                    *dport = Port::Published;
+                }
+                L4::MtuError { .. } => {}
+            }
+        }
+        // A segment on the live connection's own ports mostly carries its numbers, so that the
+        // window check, not only the ports, decides whether the fast path carries it.
+        let on_live_ports = matches!(base.l4, L4::Tcp { sport, dport: Port::Published, .. }
+            if sport == own_port(index));
+        let numbers = if on_live_ports && rng.below(3) > 0 {
+            // Mostly the flags of a connection under way (the base's are mostly SYNs, which the
+            // fast path never carries).
+            if let L4::Tcp { flags, .. } = &mut base.l4
+                && rng.below(4) > 0
+            {
+                use TcpFlags as F;
+                let under_way = [
+                    F::ACK,
+                    F::PSH | F::ACK,
+                    F::PSH | F::ACK,
+                    F::FIN | F::ACK,
+                    F::RST,
+                    F::RST | F::ACK,
+                ];
+                *flags = TcpFlags(under_way[rng.below(6) as usize]);
+            }
+            Numbers::Live {
+                seq: [0, 0, 0, 1000, -70_000, 1 << 30][rng.below(6) as usize],
+                ack: [0, 0, 0, -1000, 1 << 20][rng.below(5) as usize],
+            }
+        } else {
+            Numbers::Own
+        };
+        Self {
+            direction,
+            base,
+            numbers,
+        }
+    }
+
+    /// The port of the container's live flow: the case's own.
+    pub fn flow_port(&self) -> u16 {
+        own_port(self.base.index)
+    }
+}
+
+impl fmt::Display for OutboundCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.direction, self.base)?;
+        match self.numbers {
+            Numbers::Own => Ok(()),
+            Numbers::Live { seq, ack } => {
+                write!(
+                    f,
+                    "; the live connection's numbers, seq {seq:+}, ack {ack:+}"
+                )
+            }
+        }
     }
 }

@@ -13,14 +13,14 @@ use std::{
 use super::{
     allowlist,
     case::{Case, Family, L4, Source},
-    frame::{self, Target},
+    frame::{self, Target, mac},
     packet_socket::PacketSocket,
     record::record,
     runner::{Allowance, Observation, Topology},
+    sources::Sources,
 };
 use crate::support::{
-    Background, LinkGuard, NetnsGuard, Outside, World, iface_name, in_container, in_netns, must,
-    named_netns, netns_of, quietly, run,
+    Background, Outside, World, in_container, in_netns, must, named_netns, netns_of, quietly, run,
 };
 
 /// How long each observer watches after a frame: long enough for a reply to come back through
@@ -58,10 +58,8 @@ pub struct ExposedPorts {
     web: String,
     pid: u32,
     container: (IpAddr, IpAddr),
-    other: (IpAddr, IpAddr),
     fast: bool,
-    _elsewhere: LinkGuard,
-    _sink: NetnsGuard,
+    sources: Sources,
     out: Outside,
     world: World,
 }
@@ -70,7 +68,6 @@ impl ExposedPorts {
     pub fn new() -> Self {
         let mut world = World::shared();
         let out = Outside::new(&world);
-        let k = out.k;
         let net = world.network_v6("diff", true, &[]);
         let (h4, h6) = (&out.host_addr, &out.host_addr6);
         let publish = [
@@ -104,76 +101,7 @@ impl ExposedPorts {
             &["python3", "-c", ECHO, &UDP_INSIDE.to_string()],
         ));
 
-        // Addresses "not behind the NIC" live behind another veth of the test's, whose far end
-        // sits alone in a namespace with no address: what goes there answers nobody. The
-        // link-local and multicast sources and the class E "martian" get routes of their own,
-        // through the NIC or that veth, so that no answer on either path follows the host's
-        // default route out of the machine. All of them go with the interfaces.
-        let sink = NetnsGuard::create(&format!("{}-sink{k}", world.prefix));
-        let elsewhere = iface_name();
-        let far_end = iface_name();
-        must(&[
-            "ip", "link", "add", &elsewhere, "type", "veth", "peer", "name", &far_end, "netns",
-            &sink.name,
-        ]);
-        let elsewhere_guard = LinkGuard::adopt(&elsewhere);
-        must(&["ip", "-n", &sink.name, "link", "set", &far_end, "up"]);
-        must(&["ip", "link", "set", &elsewhere, "up"]);
-        must(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("10.240.{k}.1/24"),
-            "dev",
-            &elsewhere,
-        ]);
-        must(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("fd00:240:{k:x}::1/64"),
-            "dev",
-            &elsewhere,
-            "nodad",
-        ]);
-        for (route, dev) in [
-            (format!("169.254.236.{k}/32"), &out.nic),
-            (format!("239.255.236.{k}/32"), &out.nic),
-            (format!("240.236.{k}.9/32"), &elsewhere),
-            (format!("0.236.{k}.9/32"), &elsewhere),
-            (format!("::ffff:{}/128", out.client_addr), &elsewhere),
-        ] {
-            must(&["ip", "route", "add", &route, "dev", dev]);
-        }
-        // The one route not of this fixture's own: `replace`, should another run hold it.
-        must(&["ip", "-6", "route", "replace", "::/128", "dev", &elsewhere]);
-        // Neighbours nobody answers for would, 3 s later, draw "address unreachable" errors
-        // into the container, in some later case's window: these are known, to a MAC nobody
-        // has, so that what goes to them is dropped at once and silently.
-        let nobody = "02:00:5e:10:ee:02";
-        for (addr, dev) in [
-            (format!("10.240.{k}.9"), &elsewhere),
-            (format!("fd00:240:{k:x}::9"), &elsewhere),
-            (format!("240.236.{k}.9"), &elsewhere),
-            (format!("0.236.{k}.9"), &elsewhere),
-            ("::".to_owned(), &elsewhere),
-            (format!("::ffff:{}", out.client_addr), &elsewhere),
-            (format!("169.254.236.{k}"), &out.nic),
-        ] {
-            must(&[
-                "ip",
-                "neigh",
-                "replace",
-                &addr,
-                "lladdr",
-                nobody,
-                "dev",
-                dev,
-                "nud",
-                "permanent",
-            ]);
-        }
+        let sources = Sources::new(&world.prefix, &out, other);
 
         let client = PacketSocket::open(&named_netns(&out.ns.name), &out.peer);
         let inside = PacketSocket::open(&netns_of(pid), "eth0");
@@ -198,10 +126,8 @@ impl ExposedPorts {
             web,
             pid,
             container,
-            other,
             fast: false,
-            _elsewhere: elsewhere_guard,
-            _sink: sink,
+            sources,
             out,
             world,
         };
@@ -216,85 +142,23 @@ impl ExposedPorts {
 
     /// The address a case's source kind stands for, in its family.
     fn source(&self, source: Source, family: Family) -> IpAddr {
-        let k = self.out.k;
-        let v4 = family == Family::V4;
-        let text = match (source, v4) {
-            (Source::Client, true) => self.out.client_addr.clone(),
-            (Source::Client, false) => self.out.client_addr6.clone(),
-            (Source::Martian(n), true) => [
-                "127.0.0.9".to_owned(),
-                format!("0.236.{k}.9"),
-                format!("240.236.{k}.9"),
-            ][n as usize % 3]
-                .clone(),
-            (Source::Martian(n), false) => [
-                "::1".to_owned(),
-                "::".to_owned(),
-                format!("::ffff:{}", self.out.client_addr),
-            ][n as usize % 3]
-                .clone(),
-            (Source::HostNic, true) => self.out.host_addr.clone(),
-            (Source::HostNic, false) => self.out.host_addr6.clone(),
-            (Source::OtherContainer, true) => self.other.0.to_string(),
-            (Source::OtherContainer, false) => self.other.1.to_string(),
-            (Source::LinkLocal, true) => format!("169.254.236.{k}"),
-            (Source::LinkLocal, false) => format!("fe80::236:{k:x}"),
-            (Source::Multicast, true) => format!("239.255.236.{k}"),
-            (Source::Multicast, false) => format!("ff0e::236:{k:x}"),
-            (Source::Broadcast(n), true) => {
-                ["255.255.255.255".to_owned(), format!("10.236.{k}.255")][n as usize % 2].clone()
-            }
-            (Source::Broadcast(_), false) => "ff02::1".to_owned(),
-            (Source::NotViaNic, true) => format!("10.240.{k}.9"),
-            (Source::NotViaNic, false) => format!("fd00:240:{k:x}::9"),
-        };
-        text.parse().expect("a source address")
+        self.sources.address(source, self.client(family))
     }
 
-    /// No source a case uses may route out of the host's own interfaces: every answer must
-    /// stay within what the test made.
+    /// The client namespace's own address in `family`.
+    fn client(&self, family: Family) -> IpAddr {
+        match family {
+            Family::V4 => &self.out.client_addr,
+            Family::V6 => &self.out.client_addr6,
+        }
+        .parse()
+        .expect("the client's address")
+    }
+
+    /// No source a case uses may route out of the host's own interfaces.
     fn assert_sources_stay_here(&self) {
-        let mut default_devs = Vec::new();
-        for family in ["-4", "-6"] {
-            let routes = must(&["ip", family, "route", "show", "default"]);
-            default_devs.extend(
-                routes
-                    .split_whitespace()
-                    .skip_while(|w| *w != "dev")
-                    .nth(1)
-                    .map(str::to_owned),
-            );
-        }
-        let kinds = [
-            Source::Client,
-            Source::Martian(0),
-            Source::Martian(1),
-            Source::Martian(2),
-            Source::HostNic,
-            Source::OtherContainer,
-            Source::LinkLocal,
-            Source::Multicast,
-            Source::Broadcast(0),
-            Source::Broadcast(1),
-            Source::NotViaNic,
-        ];
-        for family in [Family::V4, Family::V6] {
-            for kind in kinds {
-                let addr = self.source(kind, family).to_string();
-                let route = run(&["ip", "route", "get", &addr]);
-                // Multicast, broadcast and IPv6 link-local destinations are never forwarded:
-                // an answer to them stays on the container's own link.
-                let link_only = route.stdout.starts_with("multicast ")
-                    || route.stdout.starts_with("broadcast ")
-                    || addr.starts_with("fe80:");
-                for dev in default_devs.iter().filter(|_| !link_only) {
-                    assert!(
-                        !(route.success() && route.stdout.contains(&format!("dev {dev} "))),
-                        "source {addr} ({kind:?}) would be answered through {dev}: {route}"
-                    );
-                }
-            }
-        }
+        self.sources
+            .assert_stay_here((self.client(Family::V4), self.client(Family::V6)));
     }
 
     /// Forgets what earlier cases left on the paths: conntrack's entries of the test's
@@ -425,6 +289,7 @@ impl Topology for ExposedPorts {
             tcp_port: TCP_PORT,
             udp_port: UDP_PORT,
             quote,
+            tcp_numbers: None,
         };
         let bytes = frame::frame(case, &target);
         self.client.forget();
@@ -460,13 +325,4 @@ impl Topology for ExposedPorts {
     ) -> Option<&'static Allowance> {
         allowlist::exposed(case, observer, docker, fast)
     }
-}
-
-fn mac(text: &str) -> [u8; 6] {
-    let bytes: Vec<u8> = text
-        .trim()
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16).expect("a MAC byte"))
-        .collect();
-    bytes.try_into().expect("six bytes")
 }

@@ -23,6 +23,9 @@ pub struct Target {
     pub udp_port: u16,
     /// For an MTU error: the packet it quotes, from its IP header on.
     pub quote: Vec<u8>,
+    /// A TCP segment's sequence and acknowledgment numbers, where they are a live
+    /// connection's; otherwise the case's own, far from any window.
+    pub tcp_numbers: Option<(u32, u32)>,
 }
 
 /// The MTUs the errors announce: above each family's minimum, below the container's 1500.
@@ -31,6 +34,16 @@ pub const MTU6: u32 = 1280;
 
 /// Flipped bits that turn a right checksum into a wrong one.
 const SPOIL: u16 = 0x0101;
+
+/// A MAC from its text (`02:42:0a:e7:00:02`, as sysfs and Docker write it).
+pub fn mac(text: &str) -> [u8; 6] {
+    let bytes: Vec<u8> = text
+        .trim()
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).expect("a MAC byte"))
+        .collect();
+    bytes.try_into().expect("six bytes")
+}
 
 /// The whole frame of `case` on `target`.
 pub fn frame(case: &Case, target: &Target) -> Vec<u8> {
@@ -180,7 +193,9 @@ fn transport(case: &Case, target: &Target, spoil: bool) -> (IpNumber, Vec<u8>) {
             payload,
         } => {
             let data = vec![b't'; payload as usize];
-            let seq = 0x1000_0000 + case.index as u32;
+            let (seq, ack) = target
+                .tcp_numbers
+                .unwrap_or((0x1000_0000 + case.index as u32, 1));
             let mut tcp = TcpHeader::new(sport, port(dport, target.tcp_port), seq, 64240);
             let bits = flags.0;
             tcp.fin = bits & TcpFlags::FIN != 0;
@@ -190,7 +205,7 @@ fn transport(case: &Case, target: &Target, spoil: bool) -> (IpNumber, Vec<u8>) {
             tcp.ack = bits & TcpFlags::ACK != 0;
             tcp.urg = bits & TcpFlags::URG != 0;
             if tcp.ack {
-                tcp.acknowledgment_number = 1;
+                tcp.acknowledgment_number = ack;
             }
             tcp.checksum = match (target.src, target.dst) {
                 (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -402,6 +417,7 @@ pub fn neighbour(case: &Case, target: &Target, advert: bool, lladdr: Option<[u8;
     let on_wire = Target {
         dst: IpAddr::V6(to),
         quote: Vec::new(),
+        tcp_numbers: None,
         ..*target
     };
     let mut out = link(case, &on_wire, EtherType::IPV6);
@@ -456,6 +472,7 @@ mod tests {
                     tcp_port: 5201,
                     udp_port: 7002,
                     quote,
+                    tcp_numbers: None,
                 };
                 let tag = if case.l2 == L2::Vlan { 4 } else { 0 };
                 let len = frame(&case, &target).len();

@@ -21,7 +21,7 @@ use super::{
     allowlist,
     case::{Datapath, Family, L4, LinkCase, Message, NdOption, Rule, Source, Wire},
     exposed::ECHO,
-    frame::{self, Target},
+    frame::{self, Target, mac},
     packet_socket::PacketSocket,
     record::{Own, link_line},
     runner::{Allowance, Observation, Topology},
@@ -446,6 +446,7 @@ impl<S: Segment> Links<S> {
             tcp_port: TCP_PORT,
             udp_port: UDP_PORT,
             quote,
+            tcp_numbers: None,
         };
         let bytes = message(case, &target, self.a.mac);
         (bytes, flow.map(|(_, (socket, _))| socket))
@@ -647,15 +648,6 @@ fn neighbours(case: &LinkCase) -> bool {
     )
 }
 
-fn mac(text: &str) -> [u8; 6] {
-    let bytes: Vec<u8> = text
-        .trim()
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16).expect("a MAC byte"))
-        .collect();
-    bytes.try_into().expect("six bytes")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -701,6 +693,7 @@ mod tests {
             tcp_port: TCP_PORT,
             udp_port: UDP_PORT,
             quote,
+            tcp_numbers: None,
         }
     }
 
@@ -758,6 +751,7 @@ mod tests {
             src: gateway,
             dst: b,
             quote: frame::answer((b, TCP_PORT), (a, sport), b""),
+            tcp_numbers: None,
             ..target(&case)
         };
         let late = frame::frame(&error, &quoting(31020));

@@ -11,6 +11,9 @@
 //! - [`packet_socket`]: AF_PACKET sockets that inject and observe inside namespaces;
 //! - [`record`]: a frame normalised to what both paths must agree on;
 //! - [`exposed`]: the exposed-port topology (`dxdp expose`);
+//! - [`outbound`]: the outbound topology (`dxdp egress`), frames both ways beside live flows;
+//! - [`sources`]: the addresses a case's source kind stands for, routed so that every answer
+//!   stays inside the test;
 //! - [`links`]: the link topology (`dxdp link`, tc and xdp);
 //! - [`segment`]: the link topology's network, a bridge network of the host's or a Swarm overlay
 //!   network (linked inside its sandbox), and the namespace holding its bridge;
@@ -24,10 +27,12 @@ mod case;
 mod exposed;
 mod frame;
 mod links;
+mod outbound;
 mod packet_socket;
 mod record;
 mod runner;
 mod segment;
+mod sources;
 
 use std::time::Duration;
 
@@ -47,6 +52,10 @@ const CI_LINK_TIME: Duration = Duration::from_secs(115);
 /// its containers made and undone around them (10 s).
 const CI_OVERLAY_CASES: u64 = 110;
 const CI_OVERLAY_TIME: Duration = Duration::from_secs(150);
+/// The outbound topology's: a live flow opened before each run of a case, `egress on` and
+/// `off` between them.
+const CI_OUTBOUND_CASES: u64 = 110;
+const CI_OUTBOUND_TIME: Duration = Duration::from_secs(240);
 
 fn env_number(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -228,4 +237,42 @@ fn overlay_links_match_the_overlay_bridge_long() {
         return;
     }
     assert_paths_match(links::Links::<segment::Overlay>::new, long_budget());
+}
+
+/// CI's run of the outbound topology (`dxdp egress`): a fixed seed, a budget of cases.
+#[test]
+fn outbound_connections_match_dockers_path() {
+    if !prerequisites() {
+        return;
+    }
+    assert_outbound_matches(ci_budget(CI_OUTBOUND_CASES, CI_OUTBOUND_TIME));
+}
+
+/// The long run of the outbound topology, by hand (scripts/differential.sh --topology
+/// outbound).
+#[test]
+#[ignore = "long: scripts/differential.sh --topology outbound --seed N --minutes M"]
+fn outbound_connections_match_dockers_path_long() {
+    if !prerequisites() {
+        return;
+    }
+    assert_outbound_matches(long_budget());
+}
+
+/// As [`assert_paths_match`] on the outbound topology, and the fast path carried some of the
+/// cases: without it, Docker's path would only have been compared with itself.
+fn assert_outbound_matches((seed, budget): (u64, Budget)) {
+    let mut topology = outbound::Outbound::new();
+    let report = runner::run(&mut topology, seed, &budget);
+    assert_no_difference(&report);
+    let carried = topology.carried();
+    eprintln!(
+        "differential: the egress fast path carried {carried} of the {} cases",
+        report.cases
+    );
+    assert!(
+        carried > 0 || report.cases < 10,
+        "the egress fast path carried none of {} cases",
+        report.cases
+    );
 }

@@ -12,7 +12,7 @@ fn established() -> TcpWindow {
         td_scale: 7,
         flags: FLAG_WINDOW_SCALE | FLAG_SACK_PERM | FLAG_MAXACK_SET,
         fin: 0,
-        _pad: 0,
+        last_ack: 0,
     };
     TcpWindow {
         conn: 1,
@@ -222,6 +222,49 @@ fn a_sack_beyond_the_receivers_end_is_invalid() {
     let mut seg = data(5001, 1001, 0);
     seg.sack = 1001 + 5000;
     assert_eq!(judge(&mut w, 1, &seg, false, false), Some(Verdict::Invalid));
+}
+
+#[test]
+fn an_rst_at_what_the_peer_acknowledged_closes_and_one_beside_it_keeps_the_connection() {
+    let w = established();
+    // The server acknowledged 1001: an RST from the client there closes, as it would anywhere
+    // before the handshake completed or where the server acknowledged nothing.
+    assert!(rst_ends(&w, 0, 1001, true));
+    assert!(rst_ends(&w, 0, 1001 + 1000, false));
+    let mut unacknowledged = w;
+    unacknowledged.seen[1].flags &= !FLAG_MAXACK_SET;
+    assert!(rst_ends(&unacknowledged, 0, 1001 + 1000, true));
+    // Elsewhere in the window: conntrack keeps ESTABLISHED for the challenge ACK.
+    assert!(!rst_ends(&w, 0, 1001 + 1000, true));
+    assert!(!rst_ends(&w, 1, 5001 + 1000, true));
+}
+
+#[test]
+fn an_rst_ending_a_train_of_the_senders_closes() {
+    let mut w = established();
+    let sent = data(1001, 5001, 100);
+    assert_eq!(judge(&mut w, 0, &sent, false, false), Some(Verdict::Accept));
+    // The client's data ended at 1101; the server has not acknowledged it (td_maxack 1001).
+    assert!(
+        rst_ends(&w, 0, 1101, true),
+        "the RST at the end of the train"
+    );
+    assert!(!rst_ends(&w, 0, 1050, true), "inside the train");
+    // Once the server's segment came last, the train is over.
+    let answer = data(5001, 1101, 0);
+    assert_eq!(
+        judge(&mut w, 1, &answer, false, false),
+        Some(Verdict::Accept)
+    );
+    assert!(!rst_ends(&w, 0, 1101 + 10, true));
+    assert!(
+        rst_ends(&w, 0, 1101, true),
+        "at what the server acknowledged"
+    );
+    // A FIN is no ACK of the kind: an RST after it at its end keeps the connection.
+    let fin = Segment::new(1101, 5001, 512, TCP_FIN | TCP_ACK, 0);
+    assert_eq!(judge(&mut w, 0, &fin, false, false), Some(Verdict::Accept));
+    assert!(!rst_ends(&w, 0, 1102, true));
 }
 
 #[test]
