@@ -18,7 +18,8 @@
 //! after an IP header without options, or a fragment): fragments of the container's
 //! replies (`fragments`) and ICMP errors (`icmp_errors`) are looked at next, by `main`.
 //!
-//! Everything else passes, unchanged, to the programs after ours and the stack.
+//! Everything else passes, unchanged, to the programs after ours and the stack, save a carried
+//! connection's RST or FIN on its last hop, which is dropped (see `ingress`).
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::map,
@@ -27,7 +28,7 @@ use aya_ebpf::{
 };
 use dxdp_common::{
     ingress::{
-        Flow, FlowKey, Opening, PortKey, TCP_ACK, TCP_RST, TCP_SYN, refused_source,
+        Flow, FlowKey, Opening, PortKey, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, refused_source,
         tcp_flags_valid, udp_length_valid,
     },
     tcp_window::Verdict,
@@ -71,6 +72,11 @@ pub(crate) struct Packet {
     acknowledges: bool,
     /// A TCP segment with RST.
     resets: bool,
+    /// A TCP segment with RST or FIN: one conntrack does not pick up mid-stream (`tcp_new`).
+    ends: bool,
+    /// A TTL or hop limit of 0 or 1: the host answers it "time exceeded" instead of
+    /// forwarding it.
+    last_hop: bool,
     /// TCP's sequence and acknowledgement numbers (zero for UDP).
     seq: u32,
     ack_seq: u32,
@@ -179,8 +185,10 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 accepts: hs.accepts,
                 acknowledges: hs.acknowledges,
                 resets: hs.resets,
+                ends: hs.ends,
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
+                last_hop: ip[8] <= 1,
                 forwardable: ip[8] > 1 && hs.header_valid,
                 well_formed,
                 proto,
@@ -223,8 +231,10 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 accepts: hs.accepts,
                 acknowledges: hs.acknowledges,
                 resets: hs.resets,
+                ends: hs.ends,
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
+                last_hop: ip[7] <= 1,
                 forwardable: ip[7] > 1 && hs.header_valid,
                 well_formed: ipv6_length_valid(payload, l3_len) && hs.length_valid,
                 proto,
@@ -255,6 +265,7 @@ struct Layer4 {
     accepts: bool,
     acknowledges: bool,
     resets: bool,
+    ends: bool,
     seq: u32,
     ack_seq: u32,
     /// TCP: flags conntrack takes (`tcp_flags_valid`) and a data offset of at least 5 words.
@@ -274,6 +285,7 @@ fn layer4(proto: u8, l4: usize, end: usize, ip_payload: u16, udp_len: u16) -> Op
             accepts: false,
             acknowledges: false,
             resets: false,
+            ends: false,
             seq: 0,
             ack_seq: 0,
             header_valid: true,
@@ -294,6 +306,7 @@ fn layer4(proto: u8, l4: usize, end: usize, ip_payload: u16, udp_len: u16) -> Op
         accepts: flags == TCP_SYN | TCP_ACK,
         acknowledges: flags == TCP_ACK,
         resets: flags & TCP_RST != 0,
+        ends: all_flags & (TCP_RST | TCP_FIN) != 0,
         seq: word(TCP_SEQ_OFF),
         ack_seq: word(TCP_ACK_SEQ_OFF),
         header_valid: tcp_flags_valid(all_flags) && header_len >= TCP_HLEN,
@@ -326,6 +339,13 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
         && checksum::taken(ctx, &packet.message())
     {
         admit(ctx, packet, &key, &flow, nic_ifindex)
+    } else if packet.last_hop && packet.ends && carried_tcp(flow) {
+        // Docker's path answers a connection's last-hop RST or FIN "time exceeded". Here the
+        // stack's conntrack never saw the connection and does not pick an RST or a FIN up
+        // mid-stream: the segment would reach the host's own stack, whose listener on the
+        // published port (docker-proxy's) answers a FIN with an RST the client takes, ending
+        // a connection Docker's path keeps. Dropped: neither path delivers it.
+        Admission::Refuse
     } else {
         Admission::Pass
     };
@@ -343,6 +363,15 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
             Some(TC_ACT_SHOT)
         }
     }
+}
+
+/// Whether `flow` is a TCP connection the fast path carries (opening or established).
+#[inline(always)]
+fn carried_tcp(flow: FlowKey) -> bool {
+    matches!(
+        known_flow(flow),
+        Some(Known::Opening(_) | Known::Established(_))
+    )
 }
 
 /// What becomes of a packet to an exposed port.

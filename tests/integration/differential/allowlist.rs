@@ -3,7 +3,8 @@
 //! normalised away in `record.rs`, and named in [`NORMALISED`].
 
 use super::{
-    case::{Case, Direction, Family, L4, LinkCase, OutboundCase, Source},
+    case::{Direction, ExposedCase, Family, L4, LinkCase, Numbers, OutboundCase, Source, TcpFlags},
+    exposed::TCP_PORT as TCP_PUBLISHED,
     runner::Allowance,
 };
 
@@ -69,13 +70,67 @@ fn without_source_port(line: &str) -> String {
     format!("{from} > {rest}")
 }
 
-/// The allowance that excuses a difference of `observer` on `case`, if any.
+/// A segment of a connection the fast path carries that conntrack would mark INVALID is dropped
+/// and counted; on Docker's path it is not translated and reaches the host's own stack, whose
+/// listener on the published port (docker-proxy's, or none) answers a non-RST with an RST.
+pub const HOST_RST: Allowance = Allowance {
+    name: "the host's RST to an INVALID segment",
+    reason: "stricter by design (docs/ingress.md, TCP windows): a segment of a fast-path \
+             connection conntrack would mark INVALID (out of the window, an ACK of data never \
+             sent) is dropped and counted as refused; on Docker's path conntrack leaves it \
+             untranslated, so it reaches the host's own stack, which answers it with an RST \
+             from the published port; neither path delivers it",
+};
+
+/// A carried connection's RST or FIN with a TTL the host does not forward: Docker's path, which
+/// tracks the connection, answers "time exceeded"; the fast path drops it, as the stack, whose
+/// conntrack never saw the connection, cannot pick an RST or FIN up mid-stream.
+pub const LAST_HOP: Allowance = Allowance {
+    name: "no time exceeded for a carried connection's RST or FIN",
+    reason: "a carried connection's RST or FIN with TTL or hop limit 0 or 1 is dropped: the \
+             fast path answers no ICMP, and the stack, whose conntrack never saw the \
+             connection, picks a mid-stream ACK up (nf_conntrack_tcp_loose) but not an RST or a \
+             FIN, which would reach the host's own listener (a FIN answered with an RST the \
+             client takes); Docker's path answers \"time exceeded\"; neither path delivers \
+             the segment",
+};
+
+/// Whether every line is a TCP RST (with or without ACK, no payload) from `port`.
+fn resets_from(lines: &[String], port: u16) -> bool {
+    lines.iter().all(|l| {
+        l.starts_with("TCP ")
+            && l.split_once(" > ")
+                .is_some_and(|(from, _)| from.ends_with(&format!(".{port}")))
+            && (l.ends_with("[R] len 0") || l.ends_with("[R.] len 0"))
+    })
+}
+
+/// The allowance that excuses a difference of `observer` on `exposed`, if any.
 pub fn exposed(
-    case: &Case,
+    exposed: &ExposedCase,
     observer: &str,
     docker: &[String],
     fast: &[String],
 ) -> Option<&'static Allowance> {
+    let case = &exposed.base;
+    let live = exposed.numbers != Numbers::Own;
+    if live && observer == "client" && fast.is_empty() && resets_from(docker, TCP_PUBLISHED) {
+        return Some(&HOST_RST);
+    }
+    let ends = matches!(case.l4, L4::Tcp { flags, .. }
+        if flags.0 & (TcpFlags::RST | TcpFlags::FIN) != 0);
+    let time_exceeded =
+        |l: &String| l.starts_with("ICMP error 11/0 ") || l.starts_with("ICMP error 3/0 ");
+    if live
+        && ends
+        && case.ttl <= 1
+        && observer == "client"
+        && !docker.is_empty()
+        && docker.iter().all(time_exceeded)
+        && fast.is_empty()
+    {
+        return Some(&LAST_HOP);
+    }
     let proxied = case.family == Family::V6
         && case.source == Source::LinkLocal
         && matches!(case.l4, L4::Udp { .. });
@@ -198,11 +253,11 @@ pub fn outbound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::differential::case::{L2, L3Edge, Port, UdpLength};
+    use crate::differential::case::{Case, L2, L3Edge, Port, UdpLength};
 
     /// Seed 8484's case 830, with the datagram `payload` bytes long.
-    fn proxied(payload: u16) -> Case {
-        Case {
+    fn proxied(payload: u16) -> ExposedCase {
+        let base = Case {
             index: 830,
             family: Family::V6,
             source: Source::LinkLocal,
@@ -215,7 +270,79 @@ mod tests {
                 payload,
                 length: UdpLength::Exact,
             },
+        };
+        ExposedCase {
+            base,
+            numbers: Numbers::Own,
         }
+    }
+
+    /// Seed 39's case 52: an IPv6 PSH+ACK on the live connection 2^30 past its window.
+    fn past_the_window(flags: u8, ttl: u8) -> ExposedCase {
+        let base = Case {
+            index: 52,
+            family: Family::V6,
+            source: Source::Client,
+            l2: L2::NicMac,
+            ttl,
+            l3: L3Edge::None,
+            l4: L4::Tcp {
+                flags: TcpFlags(flags),
+                sport: 30052,
+                dport: Port::Published,
+                payload: 10,
+            },
+        };
+        ExposedCase {
+            base,
+            numbers: Numbers::Live {
+                seq: 1 << 30,
+                ack: 1 << 20,
+            },
+        }
+    }
+
+    #[test]
+    fn only_the_hosts_rst_from_the_published_port_is_allowed_for_an_invalid_segment() {
+        let case = past_the_window(TcpFlags::PSH | TcpFlags::ACK, 64);
+        let rst = ["TCP fd00:236:5f::1.17100 > fd00:236:5f::2.30052 [R] len 0".to_owned()];
+        let allowed = exposed(&case, "client", &rst, &[]);
+        assert_eq!(allowed.map(|a| a.name), Some(HOST_RST.name));
+        // Not the other way round, not from another port, not data, not into the container.
+        assert!(exposed(&case, "client", &[], &rst).is_none());
+        let other = ["TCP fd00:236:5f::1.17101 > fd00:236:5f::2.30052 [R] len 0".to_owned()];
+        assert!(exposed(&case, "client", &other, &[]).is_none());
+        let data = ["TCP fd00:236:5f::1.17100 > fd00:236:5f::2.30052 [P.] len 10".to_owned()];
+        assert!(exposed(&case, "client", &data, &[]).is_none());
+        assert!(exposed(&case, "container", &rst, &[]).is_none());
+        // Nor without the live connection's numbers.
+        let own = ExposedCase {
+            numbers: Numbers::Own,
+            ..case
+        };
+        assert!(exposed(&own, "client", &rst, &[]).is_none());
+    }
+
+    #[test]
+    fn a_missing_time_exceeded_is_allowed_only_for_a_last_hop_rst_or_fin() {
+        let exceeded = [
+            "ICMP error 3/0 info 0 fd00:236:5f::1 > fd00:236:5f::2 quoting proto 6 \
+                         fd00:236:5f::2 > fd00:236:5f::1 ports 30052 > 17100"
+                .to_owned(),
+        ];
+        let rst = past_the_window(TcpFlags::RST | TcpFlags::ACK, 1);
+        let allowed = exposed(&rst, "client", &exceeded, &[]);
+        assert_eq!(allowed.map(|a| a.name), Some(LAST_HOP.name));
+        let fin = past_the_window(TcpFlags::FIN | TcpFlags::ACK, 0);
+        assert!(exposed(&fin, "client", &exceeded, &[]).is_some());
+        // The host's RST to a last-hop FIN is not: it ends the client's connection.
+        let host_rst = ["TCP fd00:236:5f::1.17100 > fd00:236:5f::2.30052 [R] len 0".to_owned()];
+        assert!(exposed(&fin, "client", &exceeded, &host_rst).is_none());
+        // An ACK is picked up mid-stream: its time exceeded must come on both paths.
+        let ack = past_the_window(TcpFlags::ACK, 1);
+        assert!(exposed(&ack, "client", &exceeded, &[]).is_none());
+        let far = past_the_window(TcpFlags::RST, 64);
+        assert!(exposed(&far, "client", &exceeded, &[]).is_none());
     }
 
     #[test]

@@ -522,6 +522,78 @@ pub enum Numbers {
     Live { seq: i32, ack: i32 },
 }
 
+impl Numbers {
+    /// The numbers of `base`'s segment: a TCP segment on the live connection's own ports
+    /// (the case's own source port, the published port) two times in three carries the
+    /// connection's, mostly with the flags of a connection under way (the base's are mostly
+    /// SYNs, which no fast path carries on an established connection), so that the window
+    /// check, not only the ports, decides what a fast path carries.
+    fn draw(base: &mut Case, rng: &mut Rng) -> Self {
+        let on_live_ports = matches!(base.l4, L4::Tcp { sport, dport: Port::Published, .. }
+            if sport == own_port(base.index));
+        if !on_live_ports || rng.below(3) == 0 {
+            return Numbers::Own;
+        }
+        if let L4::Tcp { flags, .. } = &mut base.l4
+            && rng.below(4) > 0
+        {
+            use TcpFlags as F;
+            let under_way = [
+                F::ACK,
+                F::PSH | F::ACK,
+                F::PSH | F::ACK,
+                F::FIN | F::ACK,
+                F::RST,
+                F::RST | F::ACK,
+            ];
+            *flags = TcpFlags(under_way[rng.below(6) as usize]);
+        }
+        Numbers::Live {
+            seq: [0, 0, 0, 1000, -70_000, 1 << 30][rng.below(6) as usize],
+            ack: [0, 0, 0, -1000, 1 << 20][rng.below(5) as usize],
+        }
+    }
+}
+
+impl fmt::Display for Numbers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Numbers::Own => Ok(()),
+            Numbers::Live { seq, ack } => {
+                write!(
+                    f,
+                    "; the live connection's numbers, seq {seq:+}, ack {ack:+}"
+                )
+            }
+        }
+    }
+}
+
+/// One case of the exposed topology: the base case, and its TCP segment's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExposedCase {
+    pub base: Case,
+    pub numbers: Numbers,
+}
+
+impl ExposedCase {
+    /// Case `index` of the run with `seed`: [`Case::generate`]'s, its numbers drawn from a
+    /// stream of their own.
+    pub fn generate(seed: u64, index: u64) -> Self {
+        let mut base = Case::generate(seed, index);
+        let mut rng =
+            Rng::from_seed(seed.rotate_left(29) ^ index.wrapping_mul(0x27d4_eb2f_1656_67c5));
+        let numbers = Numbers::draw(&mut base, &mut rng);
+        Self { base, numbers }
+    }
+}
+
+impl fmt::Display for ExposedCase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.base, self.numbers)
+    }
+}
+
 impl OutboundCase {
     pub fn generate(seed: u64, index: u64) -> Self {
         let mut base = Case::generate(seed, index);
@@ -560,34 +632,7 @@ impl OutboundCase {
                 L4::MtuError { .. } => {}
             }
         }
-        // A segment on the live connection's own ports mostly carries its numbers, so that the
-        // window check, not only the ports, decides whether the fast path carries it.
-        let on_live_ports = matches!(base.l4, L4::Tcp { sport, dport: Port::Published, .. }
-            if sport == own_port(index));
-        let numbers = if on_live_ports && rng.below(3) > 0 {
-            // Mostly the flags of a connection under way (the base's are mostly SYNs, which the
-            // fast path never carries).
-            if let L4::Tcp { flags, .. } = &mut base.l4
-                && rng.below(4) > 0
-            {
-                use TcpFlags as F;
-                let under_way = [
-                    F::ACK,
-                    F::PSH | F::ACK,
-                    F::PSH | F::ACK,
-                    F::FIN | F::ACK,
-                    F::RST,
-                    F::RST | F::ACK,
-                ];
-                *flags = TcpFlags(under_way[rng.below(6) as usize]);
-            }
-            Numbers::Live {
-                seq: [0, 0, 0, 1000, -70_000, 1 << 30][rng.below(6) as usize],
-                ack: [0, 0, 0, -1000, 1 << 20][rng.below(5) as usize],
-            }
-        } else {
-            Numbers::Own
-        };
+        let numbers = Numbers::draw(&mut base, &mut rng);
         Self {
             direction,
             base,
@@ -603,15 +648,71 @@ impl OutboundCase {
 
 impl fmt::Display for OutboundCase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}: {}", self.direction, self.base)?;
-        match self.numbers {
-            Numbers::Own => Ok(()),
-            Numbers::Live { seq, ack } => {
-                write!(
-                    f,
-                    "; the live connection's numbers, seq {seq:+}, ack {ack:+}"
-                )
+        write!(f, "{:?}: {}{}", self.direction, self.base, self.numbers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_numbers_come_only_on_the_live_connections_ports_and_keep_the_base_case() {
+        let (mut live, mut exposed_live) = (0, 0);
+        for index in 0..2000 {
+            let exposed = ExposedCase::generate(39, index);
+            assert_eq!(exposed, ExposedCase::generate(39, index), "case {index}");
+            let base = Case::generate(39, index);
+            // Only the flags may change, and only on a live case.
+            let flagless = |case: &Case| match case.l4 {
+                L4::Tcp {
+                    sport,
+                    dport,
+                    payload,
+                    ..
+                } => (case.family, case.source, case.l3, sport, dport, payload),
+                _ => (case.family, case.source, case.l3, 0, Port::Number(0), 0),
+            };
+            assert_eq!(flagless(&exposed.base), flagless(&base), "case {index}");
+            let outbound = OutboundCase::generate(39, index);
+            for (case, numbers) in [
+                (exposed.base, exposed.numbers),
+                (outbound.base, outbound.numbers),
+            ] {
+                if numbers == Numbers::Own {
+                    continue;
+                }
+                live += 1;
+                assert!(
+                    matches!(case.l4, L4::Tcp { sport, dport: Port::Published, .. }
+                        if sport == own_port(index)),
+                    "case {index}: live numbers off the live connection's ports: {case}"
+                );
+            }
+            if exposed.numbers == Numbers::Own {
+                assert_eq!(exposed.base, base, "case {index}");
+            } else {
+                exposed_live += 1;
             }
         }
+        assert!(
+            exposed_live > 200 && live > 600,
+            "{exposed_live} and {live} live cases"
+        );
+    }
+
+    #[test]
+    fn outbound_cases_are_mostly_ordinary_ipv4_from_the_container() {
+        let cases: Vec<OutboundCase> = (0..1000).map(|i| OutboundCase::generate(39, i)).collect();
+        let count = |f: &dyn Fn(&OutboundCase) -> bool| cases.iter().filter(|c| f(c)).count();
+        let v4 = count(&|c| c.base.family == Family::V4);
+        let own = count(&|c| c.base.source == Source::Client);
+        let out = count(&|c| c.direction == Direction::Out);
+        assert!((800..950).contains(&v4), "{v4} IPv4 cases");
+        assert!(
+            (750..950).contains(&own),
+            "{own} from the case's own address"
+        );
+        assert!((400..600).contains(&out), "{out} going out");
     }
 }

@@ -1,26 +1,27 @@
 //! The exposed-port topology: the ingress tests' client namespace behind a veth "NIC", a
-//! container publishing a TCP port (iperf3's listener) and a UDP port (an echo) on the NIC's
+//! container publishing a TCP port (an echo) and a UDP port (an echo) on the NIC's
 //! addresses in both families, another container beside it, and a dummy interface that routes
 //! the addresses "not behind the NIC". Docker's path: the container not exposed; dxdp's path:
 //! `dxdp expose CONTAINER --nic NIC`. Observers: what arrived in the container's namespace, what
 //! came back to the client, and, for MTU errors, the container's path MTU towards the client.
 
 use std::{
-    net::{IpAddr, UdpSocket},
+    net::{IpAddr, SocketAddr, UdpSocket},
     time::Duration,
 };
 
 use super::{
     allowlist,
-    case::{Case, Family, L4, Source},
+    case::{ExposedCase, Family, L4, Numbers, Source, own_port},
     frame::{self, Target, mac},
+    live::{self, TCP_ECHO, UDP_ECHO},
     packet_socket::PacketSocket,
-    record::record,
+    record::{self, lines},
     runner::{Allowance, Observation, Topology},
     sources::Sources,
 };
 use crate::support::{
-    Background, Outside, World, in_container, in_netns, must, named_netns, netns_of, quietly, run,
+    Background, Outside, World, in_container, must, named_netns, netns_of, quietly, run,
 };
 
 /// How long each observer watches after a frame: long enough for a reply to come back through
@@ -28,31 +29,18 @@ use crate::support::{
 const WINDOW: Duration = Duration::from_millis(300);
 
 /// The ports the container publishes (host side) and listens on.
-const TCP_PORT: u16 = 17100;
+pub(super) const TCP_PORT: u16 = 17100;
 const UDP_PORT: u16 = 17101;
 const TCP_INSIDE: u16 = 5201;
 const UDP_INSIDE: u16 = 7002;
-
-/// A UDP echo on both families that lives as long as its process (ingress_peer.py's gives up
-/// after 30 s of silence, which a long run has), and past a datagram it cannot answer (from
-/// port 0, say: `sendto` fails, which ended the echo and every later case's answers).
-pub const ECHO: &str = "import socket, sys\n\
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n\
-    s.bind(('::', int(sys.argv[1])))\n\
-    while True:\n    \
-        data, peer = s.recvfrom(65535)\n    \
-        try:\n        \
-            s.sendto(data, peer)\n    \
-        except OSError:\n        \
-            pass\n";
 
 pub struct ExposedPorts {
     // Dropped first: sockets and processes, then the fixture's interfaces, then the world
     // (containers, networks, the pin directory with `dxdp cleanup`).
     client: PacketSocket,
     inside: PacketSocket,
-    _echo: Background,
+    _udp_echo: Background,
+    _tcp_echo: Background,
     nic_mac: [u8; 6],
     client_mac: [u8; 6],
     web: String,
@@ -80,7 +68,7 @@ impl ExposedPorts {
         for p in &publish {
             args.extend(["-p", p.as_str()]);
         }
-        let web = world.run("web", &args, &["iperf3", "-s"]);
+        let web = world.run("web", &args, &["sleep", "infinity"]);
         let other = world.run("other", &["--network", &net], &["sleep", "infinity"]);
         let pid = world.pid(&web);
         let ip = |c: &str| -> (IpAddr, IpAddr) {
@@ -96,10 +84,14 @@ impl ExposedPorts {
             pid,
             &["sysctl", "-q", "-w", "net.ipv4.tcp_synack_retries=0"],
         ));
-        let echo = Background::spawn(&in_container(
-            pid,
-            &["python3", "-c", ECHO, &UDP_INSIDE.to_string()],
-        ));
+        // The host's python3 in the container's namespaces: the image has none.
+        let echo = |script: &str, port: u16| {
+            Background::spawn(&in_container(
+                pid,
+                &["python3", "-c", script, &port.to_string()],
+            ))
+        };
+        let (udp_echo, tcp_echo) = (echo(UDP_ECHO, UDP_INSIDE), echo(TCP_ECHO, TCP_INSIDE));
 
         let sources = Sources::new(&world.prefix, &out, other);
 
@@ -120,7 +112,8 @@ impl ExposedPorts {
         let topology = Self {
             client,
             inside,
-            _echo: echo,
+            _udp_echo: udp_echo,
+            _tcp_echo: tcp_echo,
             nic_mac,
             client_mac,
             web,
@@ -136,6 +129,14 @@ impl ExposedPorts {
         // either family wait for neighbours: the cases start once a flow answers in both.
         for family in [Family::V4, Family::V6] {
             drop(topology.live_flow(family, 29999, 20));
+            // The TCP echo started with the UDP one, which has answered.
+            let client = topology.client(family);
+            let published = topology.sources.address(Source::HostNic, client);
+            drop(live::connect(
+                &named_netns(&topology.out.ns.name),
+                SocketAddr::new(client, 29998),
+                SocketAddr::new(published, TCP_PORT),
+            ));
         }
         topology
     }
@@ -189,27 +190,15 @@ impl ExposedPorts {
     /// `tries`, 500 ms apart) and the container's answer. The socket stays open while the case runs, so that the client
     /// itself raises no "port unreachable".
     fn live_flow(&self, family: Family, sport: u16, tries: u32) -> (UdpSocket, Vec<u8>) {
-        let (client, host) = match family {
-            Family::V4 => (&self.out.client_addr, &self.out.host_addr),
-            Family::V6 => (&self.out.client_addr6, &self.out.host_addr6),
-        };
-        let client: IpAddr = client.parse().expect("client address");
-        let host: IpAddr = host.parse().expect("host address");
-        in_netns(&named_netns(&self.out.ns.name), move || {
-            let socket = UdpSocket::bind((client, sport)).expect("the client's UDP socket");
-            socket.connect((host, UDP_PORT)).expect("connect");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(500)))
-                .expect("timeout");
-            for _ in 0..tries {
-                socket.send(b"dxdp-differential").expect("send");
-                let mut buf = [0u8; 2048];
-                if let Ok(n) = socket.recv(&mut buf) {
-                    return (socket, buf[..n].to_vec());
-                }
-            }
-            panic!("no answer on the live flow from {client}:{sport} to {host}:{UDP_PORT}");
-        })
+        let client = self.client(family);
+        let host = self.sources.address(Source::HostNic, client);
+        let ns = named_netns(&self.out.ns.name);
+        live::udp_flow(
+            &ns,
+            SocketAddr::new(client, sport),
+            SocketAddr::new(host, UDP_PORT),
+            tries,
+        )
     }
 
     /// `ip route get CLIENT` in the container: the path MTU it learned, if any.
@@ -218,26 +207,20 @@ impl ExposedPorts {
             Family::V4 => &self.out.client_addr,
             Family::V6 => &self.out.client_addr6,
         };
-        let route = must(&in_container(self.pid, &["ip", "route", "get", client]));
-        let mtu = route
-            .split_whitespace()
-            .skip_while(|w| *w != "mtu")
-            .nth(1)
-            .map_or("none".to_owned(), str::to_owned);
-        format!("path MTU {mtu}")
+        record::path_mtu(self.pid, client)
     }
 }
 
 impl Topology for ExposedPorts {
-    type Case = Case;
+    type Case = ExposedCase;
     const TEST: &'static str = "differential::exposed_ports_match_dockers_path";
     const NORMALISED: &'static [Allowance] = allowlist::NORMALISED;
 
-    fn case(&self, seed: u64, index: u64) -> Case {
-        Case::generate(seed, index)
+    fn case(&self, seed: u64, index: u64) -> ExposedCase {
+        ExposedCase::generate(seed, index)
     }
 
-    fn make_dockers(&mut self, _: &Case) {
+    fn make_dockers(&mut self, _: &ExposedCase) {
         if self.fast {
             self.world
                 .dxdp
@@ -247,7 +230,7 @@ impl Topology for ExposedPorts {
         }
     }
 
-    fn make_fast(&mut self, _: &Case) {
+    fn make_fast(&mut self, _: &ExposedCase) {
         if !self.fast {
             // Past the firewall walk: the walk judges every rule on the host, and other tests'
             // networks come and go with rules of their own (their MASQUERADE rules made it
@@ -266,7 +249,8 @@ impl Topology for ExposedPorts {
         }
     }
 
-    fn exercise(&mut self, case: &Case) -> Observation {
+    fn exercise(&mut self, exposed: &ExposedCase) -> Observation {
+        let case = &exposed.base;
         self.forget();
         let (published, client) = match case.family {
             Family::V4 => (&self.out.host_addr, &self.out.client_addr),
@@ -281,6 +265,23 @@ impl Topology for ExposedPorts {
         let quote = flow.as_ref().map_or_else(Vec::new, |(sport, (_, answer))| {
             frame::answer((published, UDP_PORT), (client, *sport), answer)
         });
+        // A live connection from the case's own port, whose next numbers (shifted) the
+        // segment carries.
+        let (connection, tcp_numbers) = match exposed.numbers {
+            Numbers::Own => (None, None),
+            Numbers::Live { seq, ack } => {
+                let own = own_port(case.index);
+                let ns = named_netns(&self.out.ns.name);
+                let from = SocketAddr::new(client, own);
+                let connection = live::connect(&ns, from, SocketAddr::new(published, TCP_PORT));
+                let (server, client_next) = live::next_numbers(&self.client, TCP_PORT, own);
+                let numbers = (
+                    client_next.wrapping_add_signed(seq),
+                    server.wrapping_add_signed(ack),
+                );
+                (Some(connection), Some(numbers))
+            }
+        };
         let target = Target {
             src_mac: self.client_mac,
             nic_mac: self.nic_mac,
@@ -289,7 +290,7 @@ impl Topology for ExposedPorts {
             tcp_port: TCP_PORT,
             udp_port: UDP_PORT,
             quote,
-            tcp_numbers: None,
+            tcp_numbers,
         };
         let bytes = frame::frame(case, &target);
         self.client.forget();
@@ -297,15 +298,8 @@ impl Topology for ExposedPorts {
         self.client.send(&bytes);
         std::thread::sleep(WINDOW);
         let seen = |socket: &PacketSocket| {
-            let mut lines: Vec<String> = socket
-                .arrived(Duration::from_millis(20))
-                .iter()
-                .filter_map(|a| record(&a.bytes))
-                .filter(|r| !r.reassembly_timeout())
-                .map(|r| r.to_string())
-                .collect();
-            lines.sort();
-            lines
+            let arrived = socket.arrived(Duration::from_millis(20));
+            lines(arrived.iter().map(|a| a.bytes.as_slice()))
         };
         let mut observation = Observation::new();
         observation.insert("container", seen(&self.inside));
@@ -313,12 +307,20 @@ impl Topology for ExposedPorts {
         if flow.is_some() {
             observation.insert("path MTU", vec![self.path_mtu(case.family)]);
         }
+        if connection.is_some() {
+            drop(connection);
+            let abort = live::abort_server_side(own_port(case.index));
+            quietly(&in_container(
+                self.pid,
+                &abort.each_ref().map(String::as_str),
+            ));
+        }
         observation
     }
 
     fn allowed(
         &self,
-        case: &Case,
+        case: &ExposedCase,
         observer: &str,
         docker: &[String],
         fast: &[String],

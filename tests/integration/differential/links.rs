@@ -12,7 +12,7 @@
 //! sandbox namespace, where dxdp links the pair (`segment.rs`).
 
 use std::{
-    net::{IpAddr, UdpSocket},
+    net::{IpAddr, SocketAddr, UdpSocket},
     path::PathBuf,
     time::Duration,
 };
@@ -20,16 +20,16 @@ use std::{
 use super::{
     allowlist,
     case::{Datapath, Family, L4, LinkCase, Message, NdOption, Rule, Source, Wire},
-    exposed::ECHO,
     frame::{self, Target, mac},
+    live::{self, UDP_ECHO},
     packet_socket::PacketSocket,
-    record::{Own, link_line},
+    record::{self, Own, link_line},
     runner::{Allowance, Observation, Topology},
     segment::{Crossing, Segment},
+    sources::Sink,
 };
 use crate::support::{
-    Background, FirewallRule, LinkGuard, NetnsGuard, World, container_iface, iface_name,
-    in_container, in_netns, must, netns_of, run,
+    Background, FirewallRule, World, container_iface, in_container, must, netns_of, run,
 };
 
 /// As the exposed topology's: a reply comes back well within it, the first retransmission not.
@@ -108,8 +108,7 @@ pub struct Links<S: Segment> {
     /// The third octet of the network's subnet: the test's other addresses use it too.
     k: u32,
     crossing: Crossing,
-    _elsewhere: LinkGuard,
-    _sink: NetnsGuard,
+    _sink: Sink,
     world: World,
     _segment: S,
 }
@@ -150,7 +149,7 @@ impl<S: Segment> Links<S> {
         }
         let echo = Background::spawn(&in_container(
             b.pid,
-            &["python3", "-c", ECHO, &UDP_PORT.to_string()],
+            &["python3", "-c", UDP_ECHO, &UDP_PORT.to_string()],
         ));
         let k: u32 = world
             .address(&net, 0)
@@ -221,16 +220,8 @@ impl<S: Segment> Links<S> {
         // bridge network, the bridge; on an overlay, `docker_gwbridge`): they are routed to a
         // veth of the test's whose far end sits alone in a namespace, to a MAC nobody has, so
         // that no answer leaves the machine or draws an error back later.
-        let sink = NetnsGuard::create(&format!("{}-lsink{k}", world.prefix));
-        let elsewhere = iface_name();
-        let far_end = iface_name();
-        must(&[
-            "ip", "link", "add", &elsewhere, "type", "veth", "peer", "name", &far_end, "netns",
-            &sink.name,
-        ]);
-        let elsewhere_guard = LinkGuard::adopt(&elsewhere);
-        must(&["ip", "-n", &sink.name, "link", "set", &far_end, "up"]);
-        must(&["ip", "link", "set", &elsewhere, "up"]);
+        let sink = Sink::new(&format!("{}-lsink{k}", world.prefix));
+        let elsewhere = sink.iface.clone();
         let v4_net = format!("10.241.{k}.1/24");
         let v6_net = format!("fd00:241:{k:x}::1/64");
         must(&["ip", "addr", "add", &v4_net, "dev", &elsewhere]);
@@ -253,7 +244,6 @@ impl<S: Segment> Links<S> {
             host_macs,
             k,
             crossing,
-            _elsewhere: elsewhere_guard,
             _sink: sink,
             world,
             _segment: segment,
@@ -382,34 +372,15 @@ impl<S: Segment> Links<S> {
     /// A live UDP flow from A's port `sport` to B's echo, answered (up to `tries`, 500 ms
     /// apart); the socket stays open while the case runs.
     fn live_flow(&self, family: Family, sport: u16, tries: u32) -> (UdpSocket, Vec<u8>) {
-        let (from, to) = (self.a.ip(family), self.b.ip(family));
-        in_netns(&self.a.netns(), move || {
-            let socket = UdpSocket::bind((from, sport)).expect("A's UDP socket");
-            socket.connect((to, UDP_PORT)).expect("connect");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(500)))
-                .expect("timeout");
-            for _ in 0..tries {
-                socket.send(b"dxdp-differential").expect("send");
-                let mut buf = [0u8; 2048];
-                if let Ok(n) = socket.recv(&mut buf) {
-                    return (socket, buf[..n].to_vec());
-                }
-            }
-            panic!("no answer on the live flow from {from}:{sport} to {to}:{UDP_PORT}");
-        })
+        let from = SocketAddr::new(self.a.ip(family), sport);
+        let to = SocketAddr::new(self.b.ip(family), UDP_PORT);
+        live::udp_flow(&self.a.netns(), from, to, tries)
     }
 
     /// `ip route get A` in B: the path MTU it learned, if any.
     fn path_mtu(&self, family: Family) -> String {
         let a = self.a.ip(family).to_string();
-        let route = must(&in_container(self.b.pid, &["ip", "route", "get", &a]));
-        let mtu = route
-            .split_whitespace()
-            .skip_while(|w| *w != "mtu")
-            .nth(1)
-            .map_or("none".to_owned(), str::to_owned);
-        format!("path MTU {mtu}")
+        record::path_mtu(self.b.pid, &a)
     }
 
     /// The case's frame, and the UDP socket of its live flow (kept open while it runs).

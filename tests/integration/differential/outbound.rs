@@ -12,27 +12,21 @@
 
 use std::{
     net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
-    os::fd::AsRawFd,
     time::Duration,
-};
-
-use nix::sys::socket::{
-    AddressFamily, SockFlag, SockType, SockaddrStorage, bind, connect, setsockopt, socket, sockopt,
 };
 
 use super::{
     allowlist,
     case::{Case, Direction, Family, L4, Numbers, OutboundCase, Port},
-    exposed::ECHO,
     frame::{self, Target, mac},
+    live::{self, GREETING, TCP_ECHO, UDP_ECHO},
     packet_socket::PacketSocket,
-    record::record,
+    record::{self, lines},
     runner::{Allowance, Observation, Topology},
     sources::Sources,
 };
 use crate::support::{
-    Background, Outside, World, in_container, in_netns, in_ns, must, named_netns, netns_of,
-    quietly, run,
+    Background, Outside, World, in_container, in_ns, must, named_netns, netns_of, quietly, run,
 };
 
 /// As the exposed topology's: an answer comes back well within it.
@@ -40,31 +34,6 @@ const WINDOW: Duration = Duration::from_millis(300);
 /// The server's ports in the outside namespace.
 const TCP_PORT: u16 = 17200;
 const UDP_PORT: u16 = 17201;
-/// What a live flow sends and its echo answers.
-const GREETING: &[u8] = b"dxdp-differential";
-
-/// A TCP echo on both families, one thread per connection, that lives as long as its process
-/// and past a connection reset.
-const TCP_ECHO: &str = "import socket, sys, threading\n\
-    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n\
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n\
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-    s.bind(('::', int(sys.argv[1])))\n\
-    s.listen(128)\n\
-    def echo(c):\n    \
-        try:\n        \
-            while True:\n            \
-                data = c.recv(65536)\n            \
-                if not data:\n                \
-                    break\n            \
-                c.sendall(data)\n    \
-        except OSError:\n        \
-            pass\n    \
-        c.close()\n\
-    while True:\n    \
-        c, _ = s.accept()\n    \
-        threading.Thread(target=echo, args=(c,), daemon=True).start()\n";
-
 /// The container's end of a live flow, open while its case runs.
 enum Flow {
     Udp(#[allow(dead_code)] UdpSocket),
@@ -118,7 +87,7 @@ impl Outbound {
                 &["python3", "-c", script, &port.to_string()],
             ))
         };
-        let (udp_echo, tcp_echo) = (echo(ECHO, UDP_PORT), echo(TCP_ECHO, TCP_PORT));
+        let (udp_echo, tcp_echo) = (echo(UDP_ECHO, UDP_PORT), echo(TCP_ECHO, TCP_PORT));
         let outside_eth = PacketSocket::open(&named_netns(&out.ns.name), &out.peer);
         let container_eth = PacketSocket::open(&netns_of(pid), "eth0");
         let sysfs_mac = |iface: &str| {
@@ -157,6 +126,8 @@ impl Outbound {
         // either family wait for neighbours: the cases start once a flow answers in both.
         for family in [Family::V4, Family::V6] {
             drop(topology.udp_flow(family, 29999, 20));
+            // The TCP echo started with the UDP one, which has answered.
+            drop(topology.tcp_flow(family, 29998));
         }
         topology
     }
@@ -208,25 +179,9 @@ impl Outbound {
     /// A live UDP flow from the container's port `sport` to the server's echo, answered (up to
     /// `tries`, 500 ms apart): the socket and the answer.
     fn udp_flow(&self, family: Family, sport: u16, tries: u32) -> (UdpSocket, Vec<u8>) {
-        let (from, to) = (
-            Self::pick(self.container, family),
-            Self::pick(self.server_pair(), family),
-        );
-        in_netns(&netns_of(self.pid), move || {
-            let socket = UdpSocket::bind((from, sport)).expect("the container's UDP socket");
-            socket.connect((to, UDP_PORT)).expect("connect");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(500)))
-                .expect("timeout");
-            for _ in 0..tries {
-                socket.send(GREETING).expect("send");
-                let mut buf = [0u8; 2048];
-                if let Ok(n) = socket.recv(&mut buf) {
-                    return (socket, buf[..n].to_vec());
-                }
-            }
-            panic!("no answer on the live flow from {from}:{sport} to {to}:{UDP_PORT}");
-        })
+        let from = SocketAddr::new(Self::pick(self.container, family), sport);
+        let to = SocketAddr::new(Self::pick(self.server_pair(), family), UDP_PORT);
+        live::udp_flow(&netns_of(self.pid), from, to, tries)
     }
 
     /// A live TCP connection from the container's port `sport` to the server's echo, which
@@ -234,35 +189,7 @@ impl Outbound {
     fn tcp_flow(&self, family: Family, sport: u16) -> TcpStream {
         let from = SocketAddr::new(Self::pick(self.container, family), sport);
         let to = SocketAddr::new(Self::pick(self.server_pair(), family), TCP_PORT);
-        in_netns(&netns_of(self.pid), move || {
-            let domain = match family {
-                Family::V4 => AddressFamily::Inet,
-                Family::V6 => AddressFamily::Inet6,
-            };
-            let fd = socket(domain, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
-                .expect("the container's TCP socket");
-            let timeout = nix::sys::time::TimeVal::new(5, 0);
-            setsockopt(&fd, sockopt::ReuseAddr, &true).expect("SO_REUSEADDR");
-            setsockopt(&fd, sockopt::SendTimeout, &timeout).expect("SO_SNDTIMEO");
-            setsockopt(&fd, sockopt::ReceiveTimeout, &timeout).expect("SO_RCVTIMEO");
-            let reset = libc::linger {
-                l_onoff: 1,
-                l_linger: 0,
-            };
-            setsockopt(&fd, sockopt::Linger, &reset).expect("SO_LINGER");
-            bind(fd.as_raw_fd(), &SockaddrStorage::from(from))
-                .unwrap_or_else(|e| panic!("bind {from}: {e}"));
-            connect(fd.as_raw_fd(), &SockaddrStorage::from(to))
-                .unwrap_or_else(|e| panic!("connect {from} to {to}: {e}"));
-            let mut stream = TcpStream::from(fd);
-            use std::io::{Read, Write};
-            stream.write_all(GREETING).expect("the greeting");
-            let mut echoed = vec![0u8; GREETING.len()];
-            stream
-                .read_exact(&mut echoed)
-                .unwrap_or_else(|e| panic!("no echo on {from} to {to}: {e}"));
-            stream
-        })
+        live::connect(&netns_of(self.pid), from, to)
     }
 
     /// The port conntrack's masquerade gave the container's flow from `sport` (the reply
@@ -333,40 +260,7 @@ impl Outbound {
     /// `ip route get SERVER` in the container: the path MTU it learned, if any.
     fn path_mtu(&self, family: Family) -> String {
         let server = Self::pick(self.server_pair(), family).to_string();
-        let route = must(&in_container(self.pid, &["ip", "route", "get", &server]));
-        let mtu = route
-            .split_whitespace()
-            .skip_while(|w| *w != "mtu")
-            .nth(1)
-            .map_or("none".to_owned(), str::to_owned);
-        format!("path MTU {mtu}")
-    }
-
-    /// The live connection's next numbers, (the server's, the container's), from the echo of
-    /// the greeting from `sport` as it arrived on the container's `eth0`: its sequence number
-    /// and length, its acknowledgment of the greeting.
-    fn live_numbers(&self, sport: u16) -> (u32, u32) {
-        self.container_eth
-            .arrived(Duration::from_millis(20))
-            .iter()
-            .rev()
-            .find_map(|a| {
-                let packet = etherparse::SlicedPacket::from_ethernet(&a.bytes).ok()?;
-                let Some(etherparse::TransportSlice::Tcp(tcp)) = packet.transport else {
-                    return None;
-                };
-                let echo = tcp.source_port() == TCP_PORT
-                    && tcp.destination_port() == sport
-                    && !tcp.payload().is_empty();
-                echo.then(|| {
-                    let len = tcp.payload().len() as u32;
-                    (
-                        tcp.sequence_number().wrapping_add(len),
-                        tcp.acknowledgment_number(),
-                    )
-                })
-            })
-            .unwrap_or_else(|| panic!("no echo of the greeting from port {sport} was seen"))
+        record::path_mtu(self.pid, &server)
     }
 
     /// The frame of a case going out, from the container towards the server.
@@ -496,7 +390,7 @@ impl Topology for Outbound {
         let numbers = match case.numbers {
             Numbers::Own => None,
             Numbers::Live { seq, ack } => {
-                let (server, container) = self.live_numbers(sport);
+                let (server, container) = live::next_numbers(&self.container_eth, TCP_PORT, sport);
                 let (sender, receiver) = match case.direction {
                     Direction::Out => (container, server),
                     Direction::Back => (server, container),
@@ -517,15 +411,8 @@ impl Topology for Outbound {
         socket.send(&bytes);
         std::thread::sleep(WINDOW);
         let seen = |socket: &PacketSocket| {
-            let mut lines: Vec<String> = socket
-                .arrived(Duration::from_millis(20))
-                .iter()
-                .filter_map(|a| record(&a.bytes))
-                .filter(|r| !r.reassembly_timeout())
-                .map(|r| r.to_string())
-                .collect();
-            lines.sort();
-            lines
+            let arrived = socket.arrived(Duration::from_millis(20));
+            lines(arrived.iter().map(|a| a.bytes.as_slice()))
         };
         let mut observation = Observation::new();
         observation.insert("outside", seen(&self.outside_eth));
@@ -536,7 +423,11 @@ impl Topology for Outbound {
         if self.fast_path_packets() > before {
             self.carried += 1;
         }
-        drop(flow);
+        if let Flow::Tcp(stream) = flow {
+            drop(stream);
+            let abort = live::abort_server_side(sport);
+            quietly(&in_ns(&self.out.ns.name, &abort));
+        }
         observation
     }
 

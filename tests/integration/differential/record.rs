@@ -14,6 +14,7 @@ use etherparse::{
 };
 
 use super::case::flag_letters;
+use crate::support::{in_container, must};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Record {
@@ -74,6 +75,31 @@ pub struct Quoted {
     pub dst: IpAddr,
     pub proto: u8,
     pub ports: Option<(u16, u16)>,
+}
+
+/// The sorted records of `frames`, as lines, without what no case is about and without
+/// reassembly timeouts (which belong to earlier cases).
+pub fn lines<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> Vec<String> {
+    let mut lines: Vec<String> = frames
+        .into_iter()
+        .filter_map(record)
+        .filter(|r| !r.reassembly_timeout())
+        .map(|r| r.to_string())
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// The path MTU the container of `pid` has learned towards `to` (`ip route get`), as an
+/// observation: "path MTU 1400", or "path MTU none".
+pub fn path_mtu(pid: u32, to: &str) -> String {
+    let route = must(&in_container(pid, &["ip", "route", "get", to]));
+    let mtu = route
+        .split_whitespace()
+        .skip_while(|w| *w != "mtu")
+        .nth(1)
+        .map_or("none".to_owned(), str::to_owned);
+    format!("path MTU {mtu}")
 }
 
 /// The record of an Ethernet frame, `None` for what no case is about (not IP, or the

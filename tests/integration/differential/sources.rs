@@ -21,10 +21,39 @@ pub struct Sources {
     outside: String,
     /// Another container's addresses on the container network.
     other: (IpAddr, IpAddr),
-    // Dropped before the namespace, which takes the pair's other end with it; the routes and
-    // neighbours go with the interface.
-    _elsewhere: LinkGuard,
-    _sink: NetnsGuard,
+    /// Where the addresses "not behind the NIC" lead; the routes and neighbours go with it.
+    _sink: Sink,
+}
+
+/// A veth of the test's whose far end sits up and alone in a namespace of its own, with no
+/// address: what is routed there answers nobody.
+pub struct Sink {
+    /// The host's end.
+    pub iface: String,
+    // Dropped before the namespace, which takes the pair's other end with it.
+    _iface: LinkGuard,
+    _ns: NetnsGuard,
+}
+
+impl Sink {
+    /// A sink in a namespace named `ns`.
+    pub fn new(ns: &str) -> Self {
+        let ns = NetnsGuard::create(ns);
+        let iface = iface_name();
+        let far_end = iface_name();
+        must(&[
+            "ip", "link", "add", &iface, "type", "veth", "peer", "name", &far_end, "netns",
+            &ns.name,
+        ]);
+        let guard = LinkGuard::adopt(&iface);
+        must(&["ip", "-n", &ns.name, "link", "set", &far_end, "up"]);
+        must(&["ip", "link", "set", &iface, "up"]);
+        Self {
+            iface,
+            _iface: guard,
+            _ns: ns,
+        }
+    }
 }
 
 impl Sources {
@@ -37,16 +66,8 @@ impl Sources {
         // link-local and multicast sources and the class E "martian" get routes of their own,
         // through the NIC or that veth, so that no answer on either path follows the host's
         // default route out of the machine. All of them go with the interfaces.
-        let sink = NetnsGuard::create(&format!("{prefix}-sink{k}"));
-        let elsewhere = iface_name();
-        let far_end = iface_name();
-        must(&[
-            "ip", "link", "add", &elsewhere, "type", "veth", "peer", "name", &far_end, "netns",
-            &sink.name,
-        ]);
-        let elsewhere_guard = LinkGuard::adopt(&elsewhere);
-        must(&["ip", "-n", &sink.name, "link", "set", &far_end, "up"]);
-        must(&["ip", "link", "set", &elsewhere, "up"]);
+        let sink = Sink::new(&format!("{prefix}-sink{k}"));
+        let elsewhere = sink.iface.clone();
         must(&[
             "ip",
             "addr",
@@ -107,7 +128,6 @@ impl Sources {
             host: (parse(&out.host_addr), parse(&out.host_addr6)),
             outside: out.client_addr.clone(),
             other,
-            _elsewhere: elsewhere_guard,
             _sink: sink,
         }
     }
