@@ -17,8 +17,8 @@
 //! one whose entry is not carried (`dxdp_common::egress::status::carried`, TCP not
 //! ESTABLISHED), takes Docker's path unchanged. Packets past conntrack do not refresh their
 //! entry: the programs set its timeout (`bpf_ct_change_timeout`) when it runs low, and cut it
-//! short on a FIN or a closing RST they carry, since conntrack, whose windows the carried packets left
-//! behind, would take the teardown for out of window and leave it untranslated.
+//! short on a FIN or a closing RST they carry, since conntrack, whose windows the carried
+//! packets left behind, would take the teardown for out of window and leave it untranslated.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
@@ -508,7 +508,8 @@ unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
 }
 
 /// Sets the entry's timeout where conntrack, had it seen the packet, would have given it more
-/// than it has (see `refresh_due`), or ends it soon after a carried FIN or an RST that `resets` (closes it).
+/// than it has (see `refresh_due`), or ends it soon after a carried FIN or an RST that
+/// `resets` (closes it).
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.

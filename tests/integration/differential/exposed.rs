@@ -187,8 +187,8 @@ impl ExposedPorts {
     }
 
     /// A live UDP flow from the client's port `sport`: a datagram to the published port (up to
-    /// `tries`, 500 ms apart) and the container's answer. The socket stays open while the case runs, so that the client
-    /// itself raises no "port unreachable".
+    /// `tries`, 500 ms apart) and the container's answer. The socket stays open while the case
+    /// runs, so that the client itself raises no "port unreachable".
     fn live_flow(&self, family: Family, sport: u16, tries: u32) -> (UdpSocket, Vec<u8>) {
         let client = self.client(family);
         let host = self.sources.address(Source::HostNic, client);
