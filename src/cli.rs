@@ -360,7 +360,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub bypass_firewall: bool,
     /// Measure packet rates instead: 64 B and 1500 B UDP frames sent from A as XDP live frames
-    /// (not through A's sockets, which cap the rate), counted by an XDP program on B's
+    /// (not through A's sockets, which cap the rate; an AF_PACKET socket where the kernel
+    /// refuses live frames), counted by an XDP program on B's
     /// interface, by B's UDP stack and by an application reading an AF_XDP socket on B's
     /// interface, with where the rest were dropped. `--seconds` is per run and `--port` the
     /// frames' UDP port; there is no loopback configuration nor chart.

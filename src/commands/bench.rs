@@ -310,7 +310,8 @@ impl Run<'_> {
         }
     }
 
-    /// `--pps`: live frames from A, counted at B's XDP receiver, B's stack and an AF_XDP
+    /// `--pps`: frames from A (XDP live frames, or an AF_PACKET socket where the kernel refuses
+    /// them), counted at B's XDP receiver, B's stack and an AF_XDP
     /// application on B's interface.
     fn pps(&self, pair: &mut PairState) -> Result<ExitCode> {
         let (a, b) = (self.a, self.b);
@@ -330,7 +331,7 @@ impl Run<'_> {
         };
         let (configs, rounds) = (&self.plan.configs, self.plan.rounds);
         self.announce(
-            "live frames per run",
+            "frames per run",
             pps::estimate(configs, rounds, self.plan.seconds),
         );
         let load_start = host_load::start();
@@ -345,6 +346,8 @@ impl Run<'_> {
                 pair: self.pair_info(load, mtu),
                 seconds_per_run: self.plan.seconds,
                 src_ip: src_ip.to_string(),
+                generator: results.generator,
+                live_frames_refused: results.live_frames_refused.clone(),
                 configs: pps::json_configs(&results),
             })?)
         })?;
@@ -474,6 +477,9 @@ struct PpsReport {
     pair: PairInfo,
     seconds_per_run: u32,
     src_ip: String,
+    generator: pps::Generator,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    live_frames_refused: Option<String>,
     configs: Vec<pps::JsonConfig>,
 }
 

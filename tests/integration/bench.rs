@@ -533,6 +533,17 @@ fn bench_pps_counts_what_reaches_the_receivers_and_only_them() {
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).expect("JSON");
     assert_eq!(report["schema"], "dxdp.bench-pps/1");
+    // Live frames where the kernel runs them; an AF_PACKET socket, with the kernel's answer
+    // named, where it refuses them (EPERM for root on this project's CI kernel since 2026-12).
+    match report["generator"].as_str() {
+        Some("xdp_live_frames") => assert!(report.get("live_frames_refused").is_none()),
+        Some("af_packet") => {
+            let why = report["live_frames_refused"].as_str().unwrap_or_default();
+            assert!(!why.is_empty(), "no reason for the AF_PACKET generator");
+            assert!(stdout.contains(why), "the table does not say why: {stdout}");
+        }
+        other => panic!("generator {other:?}"),
+    }
     let configs = report["configs"].as_array().expect("configs");
     let names: Vec<&str> = configs
         .iter()
@@ -590,6 +601,7 @@ fn bench_pps_counts_what_reaches_the_receivers_and_only_them() {
                         .unwrap_or_else(|| panic!("{what}: no dropped.{k}"))
                 };
                 let dropped: u64 = [
+                    "a_tx",
                     "a_veth_rx",
                     "a_veth_tx",
                     "b_veth_rx",

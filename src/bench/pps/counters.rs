@@ -66,6 +66,9 @@ pub(super) fn backlog_drops(softnet_stat: &str) -> Result<u64> {
 /// Where the frames that were offered and not delivered were dropped, as the kernel counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Drops {
+    /// A's own interface's `tx_dropped` (in A's namespace): frames of the AF_PACKET generator
+    /// its driver could not pass to the host veth (live frames do not pass it).
+    pub a_tx: u64,
     /// A's host veth `rx_dropped`: mostly its ring full when the generator outran its NAPI.
     pub a_veth_rx: u64,
     pub a_veth_tx: u64,
@@ -87,8 +90,9 @@ pub struct Drops {
 }
 
 impl Drops {
-    pub(super) fn places(&self) -> [(&'static str, u64); 8] {
+    pub(super) fn places(&self) -> [(&'static str, u64); 9] {
         [
+            ("A tx", self.a_tx),
             ("A veth rx", self.a_veth_rx),
             ("A veth tx", self.a_veth_tx),
             ("B veth rx", self.b_veth_rx),
@@ -107,6 +111,7 @@ impl Drops {
 
     pub(super) fn since(&self, before: &Drops) -> Drops {
         Drops {
+            a_tx: self.a_tx.saturating_sub(before.a_tx),
             a_veth_rx: self.a_veth_rx.saturating_sub(before.a_veth_rx),
             a_veth_tx: self.a_veth_tx.saturating_sub(before.a_veth_tx),
             b_veth_rx: self.b_veth_rx.saturating_sub(before.b_veth_rx),
@@ -126,6 +131,7 @@ impl Drops {
     }
 
     pub(super) fn add(&mut self, other: &Drops) {
+        self.a_tx += other.a_tx;
         self.a_veth_rx += other.a_veth_rx;
         self.a_veth_tx += other.a_veth_tx;
         self.b_veth_rx += other.b_veth_rx;
@@ -179,12 +185,17 @@ pub(super) fn b_xdp_drops(b: &Endpoint) -> Result<u64> {
     xdp_drops(&out.stdout).with_context(|| format!("{} in {}", b.ifname, b.netns))
 }
 
-/// The host-side drop counters now, and for the AF_XDP receiver B's `xdp_drops` (frames its
+/// The drop counters now: A's interface's, the host side's, and for the AF_XDP receiver B's `xdp_drops` (frames its
 /// program found no socket for). The socket's own counts are read when it stops.
 pub(super) fn drops_now(a: &Endpoint, b: &Endpoint, receiver: Receiver) -> Result<Drops> {
     let softnet = std::fs::read_to_string("/proc/net/softnet_stat")
         .context("cannot read /proc/net/softnet_stat")?;
+    let a_tx = a
+        .netns
+        .run(|| host_counter(&a.ifname, "tx_dropped"))
+        .with_context(|| format!("{} in {}", a.label, a.netns))?;
     Ok(Drops {
+        a_tx,
         a_veth_rx: host_counter(&a.host_ifname, "rx_dropped")?,
         a_veth_tx: host_counter(&a.host_ifname, "tx_dropped")?,
         b_veth_rx: host_counter(&b.host_ifname, "rx_dropped")?,

@@ -22,8 +22,14 @@
 //! A's host veth must have NAPI to take `XDP_TX` frames (`veth_xdp_xmit` drops them otherwise):
 //! the xdp datapath's program gives it that, and for the bridge and tc the bench turns GRO on
 //! there for the measurement and puts it back after.
+//!
+//! Where the kernel refuses live frames (EPERM for root on some sandboxed 6.18 builds; kernels
+//! before 5.18), an AF_PACKET socket on A's interface sends the frames instead ([`generator`]):
+//! fewer per second, counted the same way, and the report says which generator it used.
 mod counters;
 mod frame;
+mod generator;
+mod packet_socket;
 mod programs;
 mod report;
 #[cfg(test)]
@@ -38,10 +44,12 @@ use super::{Config, Step, measure, pair::PairState, stats::Spread, table};
 use crate::endpoint::Endpoint;
 use counters::{delivered, drops_now};
 use frame::frame;
-use programs::{DROP_PROGRAM, GroOn, Programs, TX_PROGRAM, XSK_PROGRAM, announce, offer};
+use generator::Sender;
+use programs::{DROP_PROGRAM, GroOn, Programs, TX_PROGRAM, XSK_PROGRAM, announce};
 
 pub use counters::Drops;
 pub use frame::Flow;
+pub use generator::Generator;
 pub use report::{JsonConfig, json_configs, render};
 
 /// Frame lengths measured, without the FCS: the smallest Ethernet frame, and a full one at the
@@ -179,10 +187,13 @@ impl ConfigResults {
     }
 }
 
-/// Per configuration, in the order measured.
-#[derive(Clone, Debug, Default)]
+/// Per configuration, in the order measured, and what made the frames.
+#[derive(Clone, Debug)]
 pub struct PpsResults {
     pub configs: Vec<(Config, ConfigResults)>,
+    pub generator: Generator,
+    /// The kernel's answer when it refused XDP live frames (and the AF_PACKET socket sent).
+    pub live_frames_refused: Option<String>,
 }
 
 /// The pair as the pps measurement needs it.
@@ -207,15 +218,14 @@ pub fn run(
         .map(|size| Ok((*size, frame(&setup.flow, *size)?)))
         .collect::<Result<_>>()?;
     let limit = Duration::from_secs(u64::from(setup.seconds));
-    let mut results = PpsResults {
-        configs: configs
-            .iter()
-            .map(|c| (*c, ConfigResults::default()))
-            .collect(),
-    };
+    let mut sender = Sender::new();
+    let mut configs: Vec<(Config, ConfigResults)> = configs
+        .iter()
+        .map(|c| (*c, ConfigResults::default()))
+        .collect();
     let (a, b) = (setup.a, setup.b);
     for round in 1..=rounds {
-        for (config, found) in &mut results.configs {
+        for (config, found) in &mut configs {
             let config = *config;
             measure::check_interrupted()?;
             pair.switch(config.datapath())?;
@@ -250,7 +260,15 @@ pub fn run(
                     };
                     let (count_before, drops_before) =
                         (delivered(b, receiver)?, drops_now(a, b, receiver)?);
-                    let offered = offer(programs.get(TX_PROGRAM)?, a, bytes, limit)?;
+                    let generator = sender.generator();
+                    let offered = sender.offer(programs.get(TX_PROGRAM)?, a, bytes, limit)?;
+                    if generator != sender.generator() {
+                        tell(Step::Note(&format!(
+                            "the kernel refused XDP live frames ({}): frames come from an \
+                             AF_PACKET socket instead",
+                            sender.refusal().unwrap_or("?")
+                        )));
+                    }
                     thread::sleep(SETTLE);
                     let mut dropped = drops_now(a, b, receiver)?.since(&drops_before);
                     let mut other_frames = None;
@@ -292,7 +310,11 @@ pub fn run(
             )?;
         }
     }
-    Ok(results)
+    Ok(PpsResults {
+        configs,
+        generator: sender.generator(),
+        live_frames_refused: sender.refusal().map(str::to_owned),
+    })
 }
 
 /// How long the whole plan takes, roughly.

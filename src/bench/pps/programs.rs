@@ -131,7 +131,8 @@ impl Drop for Attached {
 }
 
 /// GRO on A's host veth for the bridge and tc: without NAPI there, `XDP_TX` frames from A are
-/// dropped. Put back as found when dropped.
+/// dropped (the AF_PACKET generator's frames would not need it; they get it too, so that both
+/// generators meet the same receive path). Put back as found when dropped.
 pub(super) struct GroOn {
     ifname: String,
     was: bool,
@@ -164,7 +165,7 @@ impl Drop for GroOn {
     }
 }
 
-/// What one live-frames run offered.
+/// What one run of a generator offered.
 pub(super) struct Offered {
     pub(super) frames: u64,
     pub(super) seconds: f64,

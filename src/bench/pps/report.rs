@@ -37,16 +37,22 @@ pub fn render(results: &PpsResults, rounds: u32) -> String {
         }
     }
     let mut out = table::align(&rows);
+    let refused = results
+        .live_frames_refused
+        .as_ref()
+        .map(|why| format!(" (the kernel refused XDP live frames: {why})"))
+        .unwrap_or_default();
     let spread = if rounds > 1 {
         format!(" (min–max over {rounds} rounds)")
     } else {
         String::new()
     };
     out.push_str(&format!(
-        "\nframes of 64 and 1500 B sent from A as XDP live frames; medians{spread}; % is \
+        "\nframes of 64 and 1500 B {}{refused}; medians{spread}; % is \
          delivered / offered; DROPPED AT: the counter that rose most, as a share of all frames \
          offered. XDP RX and AF_XDP APP (an application reading an AF_XDP socket on B's interface, \
-         copy mode) are n/a for tc: bpf_redirect_peer enters B past its driver's XDP hook\n"
+         copy mode) are n/a for tc: bpf_redirect_peer enters B past its driver's XDP hook\n",
+        results.generator.describe()
     ));
     out
 }

@@ -113,8 +113,10 @@ fn the_table_puts_the_receivers_side_by_side() {
     bridge.push(64, Receiver::AfXdp, at_socket);
     let mut tc = ConfigResults::default();
     tc.push(64, Receiver::Stack, sample(4_000_000, 800_000, 0));
-    let results = PpsResults {
+    let mut results = PpsResults {
         configs: vec![(Config::Bridge, bridge), (Config::Tc, tc)],
+        generator: Generator::XdpLiveFrames,
+        live_frames_refused: None,
     };
     let text = render(&results, 1);
     let lines: Vec<&str> = text.lines().collect();
@@ -144,6 +146,40 @@ fn the_table_puts_the_receivers_side_by_side() {
     assert!(lines[3].starts_with("1500 B") && lines[3].matches("n/a").count() == 12);
     assert!(text.contains("XDP RX and AF_XDP APP (an application reading an AF_XDP"));
     assert!(text.contains("are n/a for tc"));
+    assert!(text.contains("B sent from A as XDP live frames; medians"));
+    // Where the kernel refused live frames, the footnote names the other generator and why.
+    results.generator = Generator::AfPacket;
+    results.live_frames_refused = Some("Operation not permitted (os error 1)".to_owned());
+    let text = render(&results, 1);
+    assert!(text.contains(
+        "sent from A by an AF_PACKET socket (sendmmsg, past the qdisc: slower to make than XDP \
+         live frames) (the kernel refused XDP live frames: Operation not permitted (os error 1))"
+    ));
+}
+
+#[test]
+fn only_a_kernel_that_does_not_run_live_frames_switches_the_generator() {
+    use std::io;
+    let syscall = |errno: i32| {
+        anyhow::Error::new(io::Error::from_raw_os_error(errno))
+            .context("`bpf_prog_test_run` failed")
+            .context("cannot send live frames on a (eth0)")
+    };
+    for errno in [libc::EPERM, libc::EINVAL, libc::EOPNOTSUPP, 524] {
+        assert_eq!(
+            generator::refused(&syscall(errno)).and_then(|e| e.raw_os_error()),
+            Some(errno)
+        );
+    }
+    // Out of memory or an interrupted call is an error of the measurement, not a refusal.
+    for errno in [libc::ENOMEM, libc::EINTR, libc::ENXIO] {
+        assert!(generator::refused(&syscall(errno)).is_none(), "{errno}");
+    }
+    assert!(generator::refused(&anyhow::anyhow!("interrupted")).is_none());
+    assert_eq!(
+        serde_json::to_string(&[Generator::XdpLiveFrames, Generator::AfPacket]).unwrap(),
+        r#"["xdp_live_frames","af_packet"]"#
+    );
 }
 
 #[test]
@@ -162,6 +198,7 @@ fn tc_cannot_feed_an_xdp_receiver() {
 #[test]
 fn drops_count_each_frame_once_and_receivers_keep_their_json_names() {
     let d = Drops {
+        a_tx: 32,
         a_veth_rx: 1,
         b_veth_tx: 2,
         b_xsk_no_socket: 4,
@@ -171,7 +208,7 @@ fn drops_count_each_frame_once_and_receivers_keep_their_json_names() {
         b_xsk_fill_ring_empty: 8,
         ..Drops::default()
     };
-    assert_eq!(d.total(), 31);
+    assert_eq!(d.total(), 63);
     let later = Drops {
         b_xsk_no_socket: 10,
         ..d
