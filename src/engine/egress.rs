@@ -1,16 +1,27 @@
 //! The planner of the egress fast path (issue 36, docs/egress.md): what `dxdp egress on` makes
-//! for one container, or why it refuses.
+//! for one container, or why it refuses; and the watch's hold of those fast paths to the rules,
+//! which takes one away when a rule that appeared later covers it.
 use std::net::IpAddr;
 
 use anyhow::Result;
 
+use super::ports::Ingress;
 use crate::{
-    datapath::EgressPlan,
+    datapath::{EgressPlan, EgressRecord},
     docker::Container,
-    firewall::{self, OutboundWay},
+    firewall::{self, OutboundWay, RulesetCache},
     netlink::Interface,
     ports,
 };
+
+/// What the egress table must do for the engine; the pinned datapath in the product, a fake in
+/// the unit tests.
+pub trait EgressStore {
+    fn egress(&mut self) -> Result<Vec<EgressRecord>>;
+    /// Takes `veth_ifindex`'s container's fast path away: its connections go back to Docker's
+    /// path.
+    fn egress_off(&mut self, veth_ifindex: u32) -> Result<()>;
+}
 
 /// How to leave the fast path off without the refusal: what every refusal ends with.
 const WAY_OUT: &str = "the container's connections stay on Docker's path";
@@ -84,6 +95,43 @@ pub fn plan_by_hand(
         nic_ifindex: nic.index,
         nic: nic.name,
     }))
+}
+
+/// The fast paths in `records` that a rule now covers, each with the rule named: the walk
+/// `egress on` made, over the way each record names as the host is now (its veth, the veth's
+/// bridge, its NIC and the NIC's addresses in `way_out`, the container networks). A record
+/// whose veth or NIC is gone carries nothing: garbage, not the rules' to take.
+pub fn covered(
+    records: &[EgressRecord],
+    host: &[Interface],
+    way_out: &Ingress,
+    rules: &RulesetCache,
+) -> Result<Vec<(u32, String)>> {
+    let by_index = |index: u32| host.iter().find(|i| i.index == index);
+    let mut covered = Vec::new();
+    for r in records {
+        let nic = way_out.nics.iter().find(|n| n.index == r.nic_ifindex);
+        let (Some(veth), Some(nic)) = (by_index(r.veth_ifindex), nic) else {
+            continue;
+        };
+        let bridge = veth
+            .master
+            .and_then(by_index)
+            .map_or("", |b| b.name.as_str());
+        let way = OutboundWay {
+            nic: &nic.name,
+            bridge,
+            veth: &veth.name,
+            container_addr: IpAddr::V4(r.addr),
+            nic_addrs: &nic.addrs,
+            remotes_outside: &way_out.outside,
+        };
+        let blockers = rules.outbound_blockers(&way)?;
+        if !blockers.is_empty() {
+            covered.push((r.veth_ifindex, refusal(&r.container, &nic.name, &blockers)));
+        }
+    }
+    Ok(covered)
 }
 
 /// Why `container`'s connections out of `nic` stay on Docker's path: the rules that could drop

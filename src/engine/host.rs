@@ -9,6 +9,7 @@ use tracing::{debug, warn};
 
 pub use super::endpoints::EndpointError;
 use super::{
+    egress::EgressStore,
     links::LinkStore,
     ports::{Ingress, PortStore},
     tables::PinnedTables,
@@ -26,8 +27,9 @@ use crate::{
 };
 
 pub trait Host: Send + Sync + 'static {
-    /// The links table, locked for one pass; the exposed ports are in it too.
-    type Links: LinkStore + PortStore;
+    /// The links table, locked for one pass; the exposed ports and the egress fast paths are in
+    /// it too.
+    type Links: LinkStore + PortStore + EgressStore;
     /// The links table between passes (loaded, not locked).
     type Idle: Send;
 
@@ -45,6 +47,10 @@ pub trait Host: Send + Sync + 'static {
     /// wants its ports exposed), with their addresses, and the container networks' prefixes:
     /// asked only in a pass with such a container or with exposures made by hand to check.
     fn ingress(&self, host: &[Interface], find_nics: bool) -> Result<Ingress>;
+    /// The NICs with these ifindexes, with their addresses, and the container networks'
+    /// prefixes: the ways out of the egress fast paths, asked only in a pass that holds some
+    /// to the rules.
+    fn egress_ways_out(&self, host: &[Interface], nic_ifindexes: &[u32]) -> Result<Ingress>;
     /// Locks the links table: the one kept from the last pass if given, else opened afresh.
     fn lock_links(&self, idle: Option<Self::Idle>, host: &[Interface]) -> Result<Self::Links>;
     fn unlock_links(&self, links: Self::Links) -> Self::Idle;
@@ -141,6 +147,10 @@ impl Host for RealHost {
             );
         }
         Ingress::of_host(host, find_nics.then_some(&self.ingress_nics))
+    }
+
+    fn egress_ways_out(&self, host: &[Interface], nic_ifindexes: &[u32]) -> Result<Ingress> {
+        Ingress::of_nic_indexes(host, nic_ifindexes)
     }
 
     fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<PinnedTables> {

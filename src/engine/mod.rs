@@ -307,6 +307,8 @@ impl<H: Host> Engine<H> {
             .removed_by_firewall(applied.removed_by_rules + on_sites.removed_by_rules);
         self.stats
             .exposures_removed_by_firewall(applied.exposures_removed_by_rules);
+        self.stats
+            .egress_removed_by_firewall(applied.egress_removed_by_rules);
         held.links_seen.retain_running(&running);
         held.ports_seen.retain_running(&running);
         held.endpoints.retain(|id| running.contains(id));

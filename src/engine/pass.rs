@@ -11,13 +11,16 @@
 //! Each kind's planner fills a [`VethsAndRefusals`] ([`super::record`]); the one kept between
 //! passes scopes an event's pass and takes it in, and its refusals are reported with the
 //! others.
+//! The egress fast paths (`dxdp egress on`, made by hand only) are held to the same rules by
+//! every whole pass ([`hold_egress`]).
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::Result;
 use tracing::{debug, trace, warn};
 
 use super::{
-    Which,
+    Which, egress,
+    egress::EgressStore,
     endpoints::EndpointCache,
     host::{EndpointError, Host},
     links::{self, LinkStore, LinkTable, Resolved, Scope, Wanted},
@@ -72,6 +75,8 @@ pub(super) struct PassApplied {
     /// Exposures made by hand a firewall rule took away in this pass (the watch's own are
     /// refusals, held in [`BetweenPasses::ports_seen`]).
     pub(super) exposures_removed_by_rules: usize,
+    /// Egress fast paths (`dxdp egress on`) a firewall rule took away in this pass.
+    pub(super) egress_removed_by_rules: usize,
 }
 
 /// Takes every kind's table to what `links` call for, within what `which` is about.
@@ -167,6 +172,15 @@ pub(super) fn run<H: Host>(
         Some(Err(err)) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
         None => {}
     }
+    // The egress fast paths are the machine's too, and made by hand only: a whole pass holds
+    // them to the rules.
+    let mut removed_egress = 0;
+    if host.exposes_ports() && which.is_whole() {
+        match hold_egress(&mut shared, host, &mut table) {
+            Ok(removed) => removed_egress = removed,
+            Err(err) => warn!("cannot check the egress fast paths against the rules: {err:#}"),
+        }
+    }
     trace!(
         reads = shared.rule_reads(),
         "firewall rules read in full so far"
@@ -201,6 +215,7 @@ pub(super) fn run<H: Host>(
         unreadable: plan.unreadable,
         removed_by_rules,
         exposures_removed_by_rules: removed_exposures,
+        egress_removed_by_rules: removed_egress,
     })
 }
 
@@ -241,6 +256,31 @@ fn expose_ports<H: Host>(
     let done = ports::apply(table, &pinned, &plan, &covered, &scope);
     seen.take(plan.seen, which, &scope);
     done
+}
+
+/// Holds the egress fast paths (`dxdp egress on`) to the rules, as firmly as hand-made links:
+/// one a rule now covers (a DOCKER-USER rule added after it was made, say) is taken away, its
+/// connections back on Docker's path, where the rule meets their next packets. Returns how
+/// many were taken away. The NICs' addresses are asked only when there is a fast path to hold.
+fn hold_egress<H: Host>(shared: &mut Shared<'_>, host: &H, table: &mut H::Links) -> Result<usize> {
+    let records = table.egress()?;
+    if records.is_empty() {
+        return Ok(0);
+    }
+    let nics: Vec<u32> = records.iter().map(|r| r.nic_ifindex).collect();
+    let way_out = host.egress_ways_out(shared.host, &nics)?;
+    let covered = egress::covered(&records, shared.host, &way_out, shared.rules()?)?;
+    let mut removed = 0;
+    for (veth, why) in covered {
+        match table.egress_off(veth) {
+            Ok(()) => {
+                warn!("removed an egress fast path: {why}");
+                removed += 1;
+            }
+            Err(err) => warn!("cannot remove the egress fast path a rule covers ({why}): {err:#}"),
+        }
+    }
+    Ok(removed)
 }
 
 /// The links a pass wants, resolved and judged.

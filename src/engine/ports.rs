@@ -65,6 +65,28 @@ impl Ingress {
             marks: ports::ArrivingMarks::default(),
         })
     }
+
+    /// The host's NICs with these ifindexes (those that exist and are no bridge or bridge
+    /// port), with their addresses now, and its container networks: the ways out the egress
+    /// fast paths were made on, as the host is now.
+    pub fn of_nic_indexes(host: &[Interface], indexes: &[u32]) -> Result<Self> {
+        let addrs = ports::host_addresses()?;
+        let names: Vec<String> = host
+            .iter()
+            .filter(|i| indexes.contains(&i.index))
+            .map(|i| i.name.clone())
+            .collect();
+        let nics = names
+            .iter()
+            .filter_map(|name| ports::nics(std::slice::from_ref(name), host, &addrs).ok())
+            .flatten()
+            .collect();
+        Ok(Self {
+            nics,
+            outside: ports::container_prefixes(host, &addrs),
+            marks: ports::ArrivingMarks::default(),
+        })
+    }
 }
 
 /// The exposures a pass wants, by host veth; each labeled container's veth, for the scope of an

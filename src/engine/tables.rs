@@ -1,17 +1,21 @@
 //! The real tables of every kind of fast path ([`PinnedTables`]): the pinned datapath of this
 //! host, installing links between endpoints the watch resolved from Docker ([`LinkTable`],
-//! [`LinkStore`]) and exposing published ports ([`PortStore`]). The unit tests have fakes.
+//! [`LinkStore`]), exposing published ports ([`PortStore`]) and holding the egress fast paths
+//! ([`EgressStore`]). The unit tests have fakes.
 use std::net::IpAddr;
 
 use anyhow::Result;
 
 use super::{
+    egress::EgressStore,
     links::{LinkStore, LinkTable, Resolved},
     ports::PortStore,
 };
 use crate::{
     choice::{Kind, Origin},
-    datapath::{Datapath, ExistingConnections, ExposedPort, Exposure, LinkRecord, LinkRequest},
+    datapath::{
+        Datapath, EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord, LinkRequest,
+    },
     endpoint::Endpoint,
     family::Families,
     netlink::Interface,
@@ -94,5 +98,15 @@ impl PortStore for PinnedTables {
 
     fn mirror_route_mtus(&mut self) -> Result<usize> {
         self.datapath.mirror_route_mtus()
+    }
+}
+
+impl EgressStore for PinnedTables {
+    fn egress(&mut self) -> Result<Vec<EgressRecord>> {
+        self.datapath.egress()
+    }
+
+    fn egress_off(&mut self, veth_ifindex: u32) -> Result<()> {
+        self.datapath.egress_off(veth_ifindex).map(drop)
     }
 }

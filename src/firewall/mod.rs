@@ -236,7 +236,6 @@ impl RulesetCache {
         Ok(verdict)
     }
 
-    /// How many times the rules were read in full.
     /// The rules that keep a published port on Docker's path
     /// ([`Ruleset::published_port_blockers`]), as of the last [`RulesetCache::refresh`].
     pub fn published_port_blockers(
@@ -250,6 +249,17 @@ impl RulesetCache {
         Ok(rules.published_port_blockers(port))
     }
 
+    /// The rules that keep a container's outbound connections on Docker's path
+    /// ([`Ruleset::outbound_blockers`]), as of the last [`RulesetCache::refresh`].
+    pub fn outbound_blockers(&self, way: &OutboundWay<'_>) -> anyhow::Result<Vec<Blocker>> {
+        let (_, rules) = self
+            .held
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the firewall rules were not read yet"))?;
+        Ok(rules.outbound_blockers(way))
+    }
+
+    /// How many times the rules were read in full.
     pub fn reads(&self) -> u64 {
         self.reads
     }

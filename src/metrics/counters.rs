@@ -24,6 +24,9 @@ pub(super) struct WatchCounters {
     /// Exposures made by hand a rule that appeared after them took away, since the watch
     /// started.
     pub(super) exposures_removed_by_firewall: u64,
+    /// Egress fast paths (`dxdp egress on`) a rule that appeared after them took away, since
+    /// the watch started.
+    pub(super) egress_removed_by_firewall: u64,
     /// Pairs the rules refused at the last reconcile, by reason.
     pub(super) refused: BTreeMap<&'static str, usize>,
     /// Containers whose dxdp labels do not parse, at the last reconcile.
@@ -64,6 +67,13 @@ impl Metrics {
         }
     }
 
+    /// Egress fast paths a firewall rule took away (fail closed).
+    pub fn egress_removed_by_firewall(&self, containers: usize) {
+        if let Ok(mut m) = self.0.lock() {
+            m.egress_removed_by_firewall += containers as u64;
+        }
+    }
+
     pub fn firewall_refused(&self, pairs: usize) {
         if let Ok(mut m) = self.0.lock() {
             m.firewall_refused = pairs as u64;
@@ -93,6 +103,12 @@ impl Metrics {
     #[cfg(test)]
     pub(crate) fn exposures_removed_by_firewall_total(&self) -> u64 {
         self.snapshot().exposures_removed_by_firewall
+    }
+
+    /// What the engine's tests read back of the counter.
+    #[cfg(test)]
+    pub(crate) fn egress_removed_by_firewall_total(&self) -> u64 {
+        self.snapshot().egress_removed_by_firewall
     }
 
     pub(super) fn snapshot(&self) -> WatchCounters {

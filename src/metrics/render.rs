@@ -252,6 +252,13 @@ fn render_refusals(out: &mut String, watch: &WatchCounters) {
     );
     single(
         out,
+        "dxdp_egress_removed_by_firewall_total",
+        "counter",
+        "Containers whose egress fast path (dxdp egress on) a firewall rule that appeared after it took away (fail closed).",
+        watch.egress_removed_by_firewall,
+    );
+    single(
+        out,
         "dxdp_label_errors",
         "gauge",
         "Containers whose dxdp labels do not parse, left out of every link, at the last reconcile.",
@@ -572,6 +579,7 @@ mod tests {
             firewall_refused: 3,
             refused_exposures: 2,
             exposures_removed_by_firewall: 5,
+            egress_removed_by_firewall: 6,
             removed_by_firewall: 4,
             refused: BTreeMap::from([("icc_disabled", 2)]),
             malformed: 1,
@@ -624,7 +632,8 @@ mod tests {
         assert!(text.contains("dxdp_firewall_refused_pairs 3\n"), "{text}");
         assert!(text.contains("dxdp_refused_exposures 2\n"), "{text}");
         assert!(
-            text.contains("dxdp_exposures_removed_by_firewall_total 5\n"),
+            text.contains("dxdp_exposures_removed_by_firewall_total 5\n")
+                && text.contains("dxdp_egress_removed_by_firewall_total 6\n"),
             "{text}"
         );
         assert!(text.contains(&format!(

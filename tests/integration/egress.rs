@@ -543,3 +543,153 @@ fn connections_survive_egress_on_and_off_in_the_middle() {
         "the download lost bytes across egress on and off"
     );
 }
+
+/// A steady stream (1000 bytes every 5 ms for at most 60 s) from the container to
+/// `server`:`port`, and the outside end writing what arrives to `out`, flushed at each read, so
+/// that the file's size says what arrived so far.
+fn stream_out(out: &Outside, pid: u32, server: &str, port: u16, file: &Path) -> [Background; 2] {
+    let receiver = format!(
+        "import socket\ns=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('0.0.0.0', {port})); s.listen(1); s.settimeout(30); c, _ = s.accept()\n\
+         c.settimeout(60); f = open('{}', 'wb')\n\
+         while True:\n    d = c.recv(65536)\n    if not d: break\n    f.write(d); f.flush()\n",
+        file.display()
+    );
+    let receiver = Background::spawn(&in_ns(&out.ns.name, &["python3", "-c", &receiver]));
+    std::thread::sleep(Duration::from_millis(300));
+    let sender = format!(
+        "import socket, time\ns = socket.create_connection(('{server}', {port}), timeout=5)\n\
+         end = time.time() + 60\n\
+         while time.time() < end:\n    s.send(b'x' * 1000); time.sleep(0.005)\n"
+    );
+    let sender = Background::spawn(&in_container(pid, &["python3", "-c", &sender]));
+    [receiver, sender]
+}
+
+fn size_of(file: &Path) -> u64 {
+    std::fs::metadata(file).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Issue 36's promise for rules that come later: with the watch running, a DOCKER-USER rule
+/// added while the fast path carries a connection takes the fast path away within a second
+/// (the rule change brings a pass), the watch names the rule, and from then on the rule meets
+/// the connection's packets on Docker's path: nothing more arrives.
+#[test]
+fn a_rule_added_mid_connection_takes_egress_away_when_the_watch_runs() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-later", &[]);
+    let c = world.run("egr-later", &["--network", &net], &["iperf3", "-s"]);
+    let pid = world.pid(&c);
+    let cip = world.ip(&c, &net);
+    let server = out.client_addr.clone();
+    let file = PathBuf::from(format!("/tmp/dxt-egress-{}-later", std::process::id()));
+    let _file = Removed(file.clone());
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    let streams = stream_out(&out, pid, &server, 7130, &file);
+    // The watch's resync is far away: only the rule change can bring the pass that acts.
+    let watch = world.watch(&["--resync", "300"]);
+    assert!(
+        crate::support::wait_until(Duration::from_secs(10), || {
+            counters(&world, &c).is_some_and(|(out_bytes, _, _)| out_bytes > 20_000)
+        }),
+        "the fast path should carry the stream: {:?}\n{}",
+        counters(&world, &c),
+        watch.log_text()
+    );
+    // Let the watch's first pass finish: its log says it is watching.
+    std::thread::sleep(Duration::from_millis(1500));
+    let rule_dst = format!("{server}/32");
+    let added = std::time::Instant::now();
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &format!("{cip}/32"), "-d", &rule_dst, "-j", "DROP"],
+    );
+    let gone =
+        crate::support::wait_until(Duration::from_secs(10), || counters(&world, &c).is_none());
+    let took = added.elapsed();
+    let log = watch.log_text();
+    eprintln!("the fast path went {took:?} after the rule");
+    assert!(gone, "the watch left the fast path under the rule:\n{log}");
+    assert!(
+        took <= Duration::from_millis(1000),
+        "the fast path went {took:?} after the rule, not within a second:\n{log}"
+    );
+    assert!(
+        log.contains("removed an egress fast path") && log.contains(&rule_dst),
+        "the watch should name the rule:\n{log}"
+    );
+    assert_eq!(egress_pins(&world), Vec::<String>::new(), "{log}");
+    // The rule meets the connection now: what was in flight lands, then nothing.
+    std::thread::sleep(Duration::from_millis(500));
+    let settled = size_of(&file);
+    std::thread::sleep(Duration::from_millis(2000));
+    assert!(settled > 0, "nothing arrived before the rule");
+    assert_eq!(
+        size_of(&file),
+        settled,
+        "bytes still arrive past the DOCKER-USER rule"
+    );
+    drop(streams);
+}
+
+/// Without a running watch, a rule that came after `egress on` is bypassed until someone acts:
+/// `dxdp doctor` fails naming it and the way out, and one pass of the watch takes the fast path
+/// away, naming the rule.
+#[test]
+fn a_rule_that_came_after_egress_on_fails_doctor_until_a_watch_pass_removes_it() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-doc", &[]);
+    let c = world.run("egr-doc", &["--network", &net], &["iperf3", "-s"]);
+    let cip = world.ip(&c, &net);
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(
+        doctor
+            .stdout
+            .contains("1 container(s) leave by the egress fast path"),
+        "{doctor}"
+    );
+    assert!(
+        !doctor.stdout.contains("egress fast path bypasses"),
+        "{doctor}"
+    );
+    let rule_dst = format!("{}/32", out.client_addr);
+    let _rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &["-s", &format!("{cip}/32"), "-d", &rule_dst, "-j", "DROP"],
+    );
+    let doctor = world.dxdp.run(&["doctor"]);
+    doctor.assert_failure();
+    assert!(
+        doctor
+            .stdout
+            .contains("[FAIL] an egress fast path bypasses a rule that came after it")
+            && doctor.stdout.contains(&rule_dst)
+            && doctor.stdout.contains(&format!("fix: dxdp egress off {c}")),
+        "doctor should name the rule and the way out: {doctor}"
+    );
+    let pass = world.dxdp.run(&["watch", "--once"]);
+    pass.assert_success();
+    assert!(
+        pass.stderr.contains("removed an egress fast path") && pass.stderr.contains(&rule_dst),
+        "the watch should say which rule took the fast path away: {pass}"
+    );
+    assert_eq!(counters(&world, &c), None, "fail closed: {pass}");
+    assert_eq!(egress_pins(&world), Vec::<String>::new());
+}

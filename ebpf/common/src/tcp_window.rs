@@ -351,6 +351,39 @@ pub const fn rst_ends(window: &TcpWindow, dir: usize, seq: u32, established: boo
         || (sender.last_ack != 0 && seq == sender.td_end)
 }
 
+/// Conntrack's judgement of one segment of a connection a fast path carries (published ports
+/// and outbound connections alike): its verdict, and whether it is an RST that closes the
+/// connection, after which the fast path's copy of the windows is gone and the connection is
+/// left to conntrack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    pub verdict: Verdict,
+    pub closes: bool,
+}
+
+impl Judgement {
+    /// A verdict on a segment that closes nothing.
+    #[inline(always)]
+    pub const fn kept(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            closes: false,
+        }
+    }
+
+    /// `verdict` on a segment, `resets` being whether it is an RST [`rst_ends`] found closing
+    /// (judged before the segment moved the copy on): an RST conntrack accepts closes the
+    /// connection; while the connection is `opening`, so does any RST it does not find
+    /// INVALID (its state machine does not wait for the window check there).
+    #[inline(always)]
+    pub const fn of_rst(verdict: Verdict, resets: bool, opening: bool) -> Self {
+        let closes = resets
+            && (matches!(verdict, Verdict::Accept)
+                || opening && !matches!(verdict, Verdict::Invalid));
+        Self { verdict, closes }
+    }
+}
+
 /// The RST check of `nf_conntrack_tcp_packet` for an ESTABLISHED entry: an RST whose sequence
 /// number is below what the other side has acknowledged is INVALID, liberal or not (unless
 /// `nf_conntrack_tcp_ignore_invalid_rst`).

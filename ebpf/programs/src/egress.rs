@@ -57,8 +57,8 @@ use dxdp_common::{
         DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
     },
     tcp_window::{
-        self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Segment, TCP_OPTIONS_MAX, TcpSide, TcpWindow,
-        Verdict, WindowKey, highest_sack,
+        self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TcpSide,
+        TcpWindow, Verdict, WindowKey, highest_sack,
     },
 };
 
@@ -286,7 +286,7 @@ fn conntrack_says<T>(
             // SAFETY: as above.
             let judged = unsafe { window_allows(ctx, ct, packet, dir, &carried) }?;
             match judged.verdict {
-                Verdict::Accept => (true, judged.resets),
+                Verdict::Accept => (true, judged.closes),
                 // Conntrack lets it through keeping its entry (and NAT), untracked.
                 Verdict::Ignore => (false, false),
                 // INVALID on Docker's path: conntrack and Docker's rules decide there.
@@ -365,7 +365,7 @@ unsafe fn window_allows(
     packet: &Packet,
     dir: u8,
     carried: &Carried,
-) -> Option<Judged> {
+) -> Option<Judgement> {
     // seq, ack, data offset, flags, window.
     let header: [u8; 12] = ctx.load(ETH_HLEN + IPV4_HLEN + 4).ok()?;
     let seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
@@ -374,10 +374,7 @@ unsafe fn window_allows(
     let win = u16::from_be_bytes([header[10], header[11]]);
     if doff < TCP_HLEN || packet.l4_len < doff {
         // `tcp_error`: truncated.
-        return Some(Judged {
-            verdict: Verdict::Invalid,
-            resets: false,
-        });
+        return Some(Judgement::kept(Verdict::Invalid));
     }
     let mut segment = Segment::new(seq, ack, win, header[9], (packet.l4_len - doff) as u32);
     let key = if dir == DIR_ORIGINAL {
@@ -431,18 +428,9 @@ unsafe fn window_allows(
     if accepted && (resets || tcp_window::closes(window, dir as usize, &segment)) {
         let _ = WINDOWS.remove(key);
     }
-    Some(Judged {
-        verdict,
-        resets: accepted && resets,
-    })
-}
-
-/// Conntrack's judgement of a carried TCP segment: its verdict, and whether it is an RST that
-/// closes the connection (an RST beside what its receiver acknowledged keeps it ESTABLISHED,
-/// for the challenge ACK the receiver answers with: `tcp_window::rst_ends`).
-struct Judged {
-    verdict: Verdict,
-    resets: bool,
+    // An RST beside what its receiver acknowledged keeps the connection ESTABLISHED, for the
+    // challenge ACK the receiver answers with (`tcp_window::rst_ends`).
+    Some(Judgement::of_rst(verdict, resets, false))
 }
 
 /// The copy of `ct`'s windows under `key`: the one in the map if it was taken from `ct`,

@@ -80,9 +80,8 @@ pub(crate) struct Packet {
     /// TCP's sequence and acknowledgement numbers (zero for UDP).
     seq: u32,
     ack_seq: u32,
-    /// Whether the stack would forward the packet on: a TTL or hop limit above 1, and a TCP
-    /// header conntrack takes as valid (flags, data offset).
-    forwardable: bool,
+    /// Whether its TCP header is one conntrack takes as valid (flags, data offset); true for UDP.
+    header_valid: bool,
     /// Whether its IP header is one `ip_rcv` / `ipv6_rcv` take (IPv4's checksum, the lengths
     /// within the frame) and its UDP length one conntrack takes: checked on packets from
     /// outside, as the stack checks them before Docker's DNAT.
@@ -96,6 +95,12 @@ pub(crate) struct Packet {
 }
 
 impl Packet {
+    /// Whether the stack would forward the packet on: a TTL or hop limit above 1, and a header
+    /// conntrack takes.
+    fn forwardable(&self) -> bool {
+        !self.last_hop && self.header_valid
+    }
+
     /// Byte offset of the source or destination address inside the frame.
     fn addr_offset(&self, source: bool) -> usize {
         match (self.v6, source) {
@@ -189,7 +194,7 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 last_hop: ip[8] <= 1,
-                forwardable: ip[8] > 1 && hs.header_valid,
+                header_valid: hs.header_valid,
                 well_formed,
                 proto,
                 src: v4_mapped(&ip[12..16]),
@@ -235,7 +240,7 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 last_hop: ip[7] <= 1,
-                forwardable: ip[7] > 1 && hs.header_valid,
+                header_valid: hs.header_valid,
                 well_formed: ipv6_length_valid(payload, l3_len) && hs.length_valid,
                 proto,
                 src,
@@ -333,7 +338,7 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
     // removes it at unregistration, so a reused ifindex is not taken for it either. What the
     // stack would not forward to the container (see the module's head) is its to refuse.
     let admission = if PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
-        && packet.forwardable
+        && packet.forwardable()
         && packet.well_formed
         && for_this_host(ctx)
         && checksum::taken(ctx, &packet.message())
@@ -558,7 +563,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
     let port = known.port();
     // A packet the host would not forward (TTL or hop limit 1; flags conntrack refuses; too
     // big for the NIC) is the stack's to answer or drop, as on Docker's path.
-    if !packet.forwardable
+    if !packet.forwardable()
         || !fits_mtu(ctx, port.nic_ifindex)
         || !routes::fit(
             ctx,

@@ -16,7 +16,8 @@ use aya_ebpf::{
 use dxdp_common::{
     ingress::{DEFAULT_MAX_FLOWS, FlowKey, side_table_size},
     tcp_window::{
-        self, FLAG_SACK_PERM, Segment, TCP_OPTIONS_MAX, TCP_RST, TCP_SYN, TcpWindow, Verdict,
+        self, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TCP_RST, TCP_SYN, TcpWindow,
+        Verdict,
     },
 };
 
@@ -186,14 +187,6 @@ pub(crate) fn establish(flow: &FlowKey) -> bool {
     true
 }
 
-/// Conntrack's judgement of a segment: its verdict, and whether it is an RST that closes the
-/// connection (`tcp_window::rst_ends`): the copy is gone then, and the caller forgets the
-/// connection.
-pub(crate) struct Checked {
-    pub(crate) verdict: Verdict,
-    pub(crate) closes: bool,
-}
-
 /// conntrack's verdict on the segment at `l4` of the connection `flow`, going `way`, on the
 /// copy, which moves on as conntrack's windows would; `None` if the connection has no copy
 /// (it began before the fast path kept them, or the table pushed it out). An RST that closes
@@ -207,7 +200,7 @@ pub(crate) fn check(
     l4_len: usize,
     flow: &FlowKey,
     way: Way,
-) -> Option<Checked> {
+) -> Option<Judgement> {
     let (dir, opening) = (way.dir(), way.opening());
     // SAFETY: a map value, valid for this invocation; another CPU may move the other side's
     // half at the same time, as conntrack's lock would not allow: a race that can only make
@@ -221,10 +214,7 @@ pub(crate) fn check(
     };
     let window = unsafe { &mut *window? };
     let Some((work, len)) = read(ctx, l4, l4_len) else {
-        return Some(Checked {
-            verdict: Verdict::Invalid,
-            closes: false,
-        });
+        return Some(Judgement::kept(Verdict::Invalid));
     };
     let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
     let segment = &mut work.segment;
@@ -232,18 +222,12 @@ pub(crate) fn check(
         if tcp_window::restarts(window, dir, segment, opening) {
             read_options(ctx, l4, len, &mut work.options)?;
             let verdict = tcp_window::answer(window, dir, segment, &work.options, len, be_liberal);
-            return Some(Checked {
-                verdict,
-                closes: false,
-            });
+            return Some(Judgement::kept(verdict));
         }
         if !opening {
             // A SYN on an established connection: conntrack ignores it (lets it through,
             // untracked), and the receiver answers it with an ACK.
-            return Some(Checked {
-                verdict: Verdict::Ignore,
-                closes: false,
-            });
+            return Some(Judgement::kept(Verdict::Ignore));
         }
     }
     let receiver = window.seen[1 - dir].flags;
@@ -264,13 +248,11 @@ pub(crate) fn check(
     )
     // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
     .unwrap_or(Verdict::Ignore);
-    // While opening, conntrack closes on any RST it lets through (its state machine does not
-    // wait for the window check there).
-    let closes = resets && (verdict == Verdict::Accept || opening && verdict != Verdict::Invalid);
-    if closes {
+    let judgement = Judgement::of_rst(verdict, resets, opening);
+    if judgement.closes {
         forget(flow);
     }
-    Some(Checked { verdict, closes })
+    Some(judgement)
 }
 
 /// Whether both sides of the connection sent a FIN the fast path carried: a SYN then opens a

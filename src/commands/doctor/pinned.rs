@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::{
     Check, Verdict, check,
-    rules::{covered_links, exposures},
+    rules::{covered_links, egress, exposures},
 };
 use crate::{
     choice::Kind,
@@ -47,7 +47,7 @@ pub(super) fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
     }
     let records = datapath.links().unwrap_or_default();
     out.extend(attachments(&mut datapath, &host, &records, None));
-    // One read of the rules serves the links and the exposed ports.
+    // One read of the rules serves the links, the exposed ports and the egress fast paths.
     let mut rules = RulesetCache::default();
     let mut readable = rules.refresh().is_ok().then_some(&mut rules);
     out.extend(covered_links(
@@ -56,7 +56,8 @@ pub(super) fn programs(pin_dir: &Path, capacity: Capacity) -> Vec<Check> {
         &host,
         &records,
     ));
-    out.extend(exposures(&mut datapath, readable, &host));
+    out.extend(exposures(&mut datapath, readable.as_deref_mut(), &host));
+    out.extend(egress(&mut datapath, readable, &host));
     if let Ok(tables) = datapath.connection_tables() {
         out.extend(connection_tables(&tables));
     }

@@ -8,6 +8,7 @@ use crate::{
     commands::published::{self, PortPath},
     datapath::{Datapath, LinkRecord},
     docker::BridgeNetwork,
+    engine::{self, Ingress},
     family::Families,
     firewall::{self, Ruleset, RulesetCache},
     netlink::Interface,
@@ -264,6 +265,64 @@ pub(super) fn exposures(
             "{} published port(s) of {} container(s) exposed from the NIC (dxdp status lists them)",
             exposed.len(),
             containers.len()
+        ),
+        None,
+    ));
+    out
+}
+
+/// The egress fast paths (`dxdp egress on`): how many, and each one a rule added after it now
+/// covers (the fast path bypasses that rule until a running watch takes it away at the pass the
+/// rule change brings; without one, nothing does).
+pub(super) fn egress(
+    datapath: &mut Datapath,
+    rules: Option<&mut RulesetCache>,
+    host: &[Interface],
+) -> Vec<Check> {
+    let records = match datapath.egress() {
+        Ok(records) => records,
+        Err(e) => {
+            return vec![check(
+                Verdict::Warn,
+                format!("cannot read the egress fast paths: {e:#}"),
+                None,
+            )];
+        }
+    };
+    if records.is_empty() {
+        return vec![];
+    }
+    let mut out = vec![];
+    if let Some(rules) = rules {
+        let nics: Vec<u32> = records.iter().map(|r| r.nic_ifindex).collect();
+        let covered = Ingress::of_nic_indexes(host, &nics)
+            .and_then(|way_out| engine::egress::covered(&records, host, &way_out, rules));
+        match covered {
+            Ok(covered) => {
+                for (veth, why) in covered {
+                    let container = records
+                        .iter()
+                        .find(|r| r.veth_ifindex == veth)
+                        .map_or("", |r| r.container.as_str());
+                    out.push(check(
+                        Verdict::Fail,
+                        format!("an egress fast path bypasses a rule that came after it: {why}"),
+                        Some(&format!("dxdp egress off {container}")),
+                    ));
+                }
+            }
+            Err(e) => out.push(check(
+                Verdict::Warn,
+                format!("cannot hold the egress fast paths to the rules: {e:#}"),
+                None,
+            )),
+        }
+    }
+    out.push(check(
+        Verdict::Ok,
+        format!(
+            "{} container(s) leave by the egress fast path (dxdp status lists them)",
+            records.len()
         ),
         None,
     ));

@@ -11,7 +11,7 @@ use anyhow::{Result, anyhow, bail};
 
 use crate::{
     choice::{Kind, Origin},
-    datapath::{ExistingConnections, ExposedPort, LinkRecord},
+    datapath::{EgressRecord, ExistingConnections, ExposedPort, LinkRecord},
     docker::{
         Container, ContainerSource, NetworkAttachment, NetworkCache, OverlayTask, PublishedPort,
     },
@@ -48,6 +48,9 @@ pub(super) struct World {
     pub(super) exposed: Vec<ExposedPort>,
     /// Every unexposure, with what became of its connections.
     pub(super) unexposed: Vec<(u32, ExistingConnections)>,
+    /// The egress fast paths (`dxdp egress on`), and the veths each `egress_off` named.
+    pub(super) egress: Vec<EgressRecord>,
+    pub(super) egress_off: Vec<u32>,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
     /// Exposures to fail before one succeeds again.
@@ -446,6 +449,10 @@ impl Host for FakeHost {
             marks: ArrivingMarks::known([(NIC, Some(0))]),
             outside: vec![(IpAddr::from([10, 0, 0, 0]), 24)],
         })
+    }
+
+    fn egress_ways_out(&self, host: &[Interface], _: &[u32]) -> Result<Ingress> {
+        self.ingress(host, true)
     }
 
     fn lock_links(&self, _: Option<()>, _: &[Interface]) -> Result<FakeLinks> {

@@ -1,5 +1,6 @@
 //! The engine's passes against a fake container engine and a fake host ([`fakes`]): what a pass
 //! looks at, what it keeps, and what it does when something fails or changes behind it.
+mod egress;
 mod fakes;
 mod links;
 mod overlay;

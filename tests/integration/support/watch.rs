@@ -8,7 +8,7 @@ use std::{
 };
 
 use super::{
-    dxdp::{DXDP, Dxdp},
+    dxdp::{Dxdp, dxdp_bin},
     names::next_id,
     process::wait_until,
 };
@@ -74,7 +74,9 @@ impl Watch {
             .append(true)
             .open(&self.log)
             .expect("watch log");
-        let child = Command::new(DXDP)
+        // The build `DXDP_BIN` names, as for one-shot commands: an older commit's, to see a test
+        // fail without the change it checks.
+        let child = Command::new(dxdp_bin())
             .arg("--pin-dir")
             .arg(&self.dxdp.pin_dir)
             .arg("watch")

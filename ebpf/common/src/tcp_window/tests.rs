@@ -240,6 +240,29 @@ fn an_rst_at_what_the_peer_acknowledged_closes_and_one_beside_it_keeps_the_conne
 }
 
 #[test]
+fn an_rst_closes_where_conntrack_lets_it_through_and_while_opening_unless_invalid() {
+    use Verdict::{Accept, Ignore, Invalid};
+    for verdict in [Accept, Ignore, Invalid] {
+        // Not closing by `rst_ends`: nothing closes, opening or not.
+        for opening in [false, true] {
+            assert_eq!(
+                Judgement::of_rst(verdict, false, opening),
+                Judgement::kept(verdict)
+            );
+        }
+    }
+    // Established: only an RST conntrack accepts moves it to CLOSE.
+    assert!(Judgement::of_rst(Accept, true, false).closes);
+    assert!(!Judgement::of_rst(Ignore, true, false).closes);
+    assert!(!Judgement::of_rst(Invalid, true, false).closes);
+    // Opening: any RST it does not mark INVALID.
+    assert!(Judgement::of_rst(Accept, true, true).closes);
+    assert!(Judgement::of_rst(Ignore, true, true).closes);
+    assert!(!Judgement::of_rst(Invalid, true, true).closes);
+    assert_eq!(Judgement::of_rst(Ignore, true, true).verdict, Ignore);
+}
+
+#[test]
 fn an_rst_ending_a_train_of_the_senders_closes() {
     let mut w = established();
     let sent = data(1001, 5001, 100);

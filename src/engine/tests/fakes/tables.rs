@@ -7,10 +7,11 @@ use anyhow::{Result, bail};
 use super::{Shared, record};
 use crate::{
     choice::{Kind, Origin},
-    datapath::{ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
+    datapath::{EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
     endpoint::Endpoint,
     engine::{
         PortStore,
+        egress::EgressStore,
         links::{LinkStore, LinkTable, Resolved},
     },
     family::Families,
@@ -136,6 +137,19 @@ impl LinkStore for FakeLinks {
                 l.families = families;
             }
         }
+        Ok(())
+    }
+}
+
+impl EgressStore for FakeLinks {
+    fn egress(&mut self) -> Result<Vec<EgressRecord>> {
+        Ok(self.0.world().egress.clone())
+    }
+
+    fn egress_off(&mut self, veth_ifindex: u32) -> Result<()> {
+        let mut world = self.0.world();
+        world.egress.retain(|r| r.veth_ifindex != veth_ifindex);
+        world.egress_off.push(veth_ifindex);
         Ok(())
     }
 }
