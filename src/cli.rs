@@ -290,6 +290,11 @@ pub struct WatchArgs {
     /// `dxdp expose`). The default route's interface if not given.
     #[arg(long = "ingress-nic", value_name = "IFACE")]
     pub ingress_nics: Vec<String>,
+    /// The interface containers labeled `dxdp.egress=true` have their established outbound
+    /// connections taken to (as `dxdp egress on --nic`). The default route's interface if not
+    /// given.
+    #[arg(long = "egress-nic", value_name = "IFACE")]
+    pub egress_nic: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@
 //! | `dxdp.network`  | `NAME` of a Docker network | any     |
 //! | `dxdp.firewall` | `enforce` or `bypass`      | `enforce` |
 //! | `dxdp.ingress`  | `true` or `false`          | `false` |
+//! | `dxdp.egress`   | `true` or `false`          | `false` |
 //!
 //! Rules:
 //! - Every `dxdp.*` label is validated whether or not the container opted in, so that a typo
@@ -18,6 +19,9 @@
 //! - `dxdp.ingress=true` asks a watch started with `--ingress-nic` to take the container's
 //!   published ports straight from the NIC (`dxdp expose`); it needs no `dxdp.enable`. With
 //!   `dxdp.firewall=bypass` on the same container, its ports skip the firewall walk.
+//! - `dxdp.egress=true` asks a watch to take the container's established outbound IPv4
+//!   connections straight to the default route's NIC (`dxdp egress on`); it needs no
+//!   `dxdp.enable`, and the rules are always walked (no bypass).
 //! - `dxdp.firewall=bypass` lets a link skip host firewall rules that could drop its traffic on
 //!   the bridge (see [`crate::firewall`]) only when both containers of the pair carry it, so it
 //!   counts on a container that is only named as a peer, without `dxdp.enable`.
@@ -36,7 +40,7 @@ use thiserror::Error;
 use crate::choice::Choice;
 
 pub(crate) use crate::rules::keys::{
-    DATAPATH, ENABLE, FIREWALL, GROUP, INGRESS, KEYS, NETWORK, PEERS, PREFIX,
+    DATAPATH, EGRESS, ENABLE, FIREWALL, GROUP, INGRESS, KEYS, NETWORK, PEERS, PREFIX,
 };
 
 /// Docker's container-name limit, so that any container name can be written as a peer.
@@ -134,6 +138,9 @@ impl LabelError {
             INGRESS => "write dxdp.ingress=true to take the container's published ports \
                         straight from the NIC, or dxdp.ingress=false"
                 .to_owned(),
+            EGRESS => "write dxdp.egress=true to take the container's outbound connections \
+                       straight to the NIC, or dxdp.egress=false"
+                .to_owned(),
             _ => format!("valid keys are {}", KEYS.join(", ")),
         };
         Self {
@@ -213,7 +220,7 @@ pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<Label
                     fail("expected enforce or bypass".to_owned());
                 }
             }
-            INGRESS => {
+            INGRESS | EGRESS => {
                 if bool_value(value).is_none() {
                     fail("expected true or false".to_owned());
                 }
@@ -233,7 +240,7 @@ pub(crate) fn parse(labels: &HashMap<String, String>) -> Result<OptIn, Vec<Label
 
     let ignored = || {
         ours.iter()
-            .filter(|(k, _)| ![ENABLE, FIREWALL, INGRESS].contains(k))
+            .filter(|(k, _)| ![ENABLE, FIREWALL, INGRESS, EGRESS].contains(k))
             .map(|(k, _)| (*k).to_owned())
             .collect()
     };
@@ -266,6 +273,15 @@ fn bool_value(value: &str) -> Option<bool> {
 pub fn wants_ingress(labels: &HashMap<String, String>) -> bool {
     labels
         .get(INGRESS)
+        .and_then(|v| bool_value(v))
+        .unwrap_or(false)
+}
+
+/// Whether these labels say `dxdp.egress=true` (validly): the container's established
+/// outbound connections are to be taken straight to the NIC.
+pub fn wants_egress(labels: &HashMap<String, String>) -> bool {
+    labels
+        .get(EGRESS)
         .and_then(|v| bool_value(v))
         .unwrap_or(false)
 }

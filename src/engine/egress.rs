@@ -5,10 +5,11 @@ use std::net::IpAddr;
 
 use anyhow::Result;
 
-use super::ports::Ingress;
+use super::{host::EndpointError, ports::Ingress};
 use crate::{
     datapath::{EgressPlan, EgressRecord},
     docker::Container,
+    endpoint::Endpoint,
     firewall::{self, OutboundWay, RulesetCache},
     netlink::Interface,
     ports,
@@ -21,6 +22,8 @@ pub trait EgressStore {
     /// Takes `veth_ifindex`'s container's fast path away: its connections go back to Docker's
     /// path.
     fn egress_off(&mut self, veth_ifindex: u32) -> Result<()>;
+    /// Takes `plan`'s container's established outbound connections to the NIC.
+    fn egress_on(&mut self, plan: &EgressPlan) -> Result<()>;
 }
 
 /// How to leave the fast path off without the refusal: what every refusal ends with.
@@ -40,14 +43,73 @@ pub fn plan_by_hand(
     let any_v4 = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
     let endpoint = match ports::endpoint_of(container, any_v4, host) {
         Ok(Some(endpoint)) => endpoint,
-        Ok(None) => {
-            return Ok(Err(format!(
-                "container {name} has no IPv4 address on a bridge network; the egress fast \
-                 path carries IPv4 only (IPv6 and other drivers: not yet); {WAY_OUT}"
-            )));
-        }
+        Ok(None) => return Ok(Err(no_ipv4(name))),
         Err(e) => return Ok(Err(format!("container {name}: {e}"))),
     };
+    let addrs = ports::host_addresses()?;
+    let names: Vec<String> = nic_name.into_iter().map(str::to_owned).collect();
+    let nic = match ports::nics(&names, host, &addrs) {
+        Ok(mut nics) if !nics.is_empty() => nics.remove(0),
+        Ok(_) => return Ok(Err(format!("no NIC to leave by; {WAY_OUT}"))),
+        Err(e) => return Ok(Err(format!("{e:#}"))),
+    };
+    let outside = ports::container_prefixes(host, &addrs);
+    plan_for(name, endpoint, &nic, &outside, host, |way| {
+        Ok(rules.outbound_blockers(way))
+    })
+}
+
+/// The plan for a container labeled `dxdp.egress=true`, as the watch makes it: its endpoint on
+/// the first of its bridge networks where it has an IPv4 address (`endpoints`, one per bridge
+/// network as the pass found them), the first NIC of `way_out` (the default route's), the rules
+/// as the pass read them. Changes nothing.
+pub fn plan_labeled(
+    name: &str,
+    endpoints: Vec<Result<Endpoint, EndpointError>>,
+    way_out: &Ingress,
+    host: &[Interface],
+    rules: &RulesetCache,
+) -> Result<Result<EgressPlan, String>> {
+    let mut last_error = None;
+    let mut endpoint = None;
+    for found in endpoints {
+        match found {
+            Ok(e) if e.addrs.iter().any(IpAddr::is_ipv4) => {
+                endpoint = Some(e);
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => last_error = Some(format!("container {name}: {e:#}")),
+        }
+    }
+    let Some(endpoint) = endpoint else {
+        return Ok(Err(last_error.unwrap_or_else(|| no_ipv4(name))));
+    };
+    let Some(nic) = way_out.nics.first() else {
+        return Ok(Err(format!("no NIC to leave by; {WAY_OUT}")));
+    };
+    plan_for(name, endpoint, nic, &way_out.outside, host, |way| {
+        rules.outbound_blockers(way)
+    })
+}
+
+fn no_ipv4(name: &str) -> String {
+    format!(
+        "container {name} has no IPv4 address on a bridge network; the egress fast path \
+         carries IPv4 only (IPv6 and other drivers: not yet); {WAY_OUT}"
+    )
+}
+
+/// The plan once the container's endpoint and the NIC are known: its IPv4 address, its
+/// bridge's MAC, and the rules `blockers` names on the way (none, or it is refused).
+fn plan_for(
+    name: &str,
+    endpoint: Endpoint,
+    nic: &ports::Nic,
+    outside: &[(IpAddr, u8)],
+    host: &[Interface],
+    blockers: impl FnOnce(&OutboundWay<'_>) -> Result<Vec<firewall::Blocker>>,
+) -> Result<Result<EgressPlan, String>> {
     let Some(addr) = endpoint.addrs.iter().find_map(|a| match a {
         IpAddr::V4(v4) => Some(*v4),
         IpAddr::V6(_) => None,
@@ -67,33 +129,25 @@ pub fn plan_by_hand(
             endpoint.bridge_name
         )));
     };
-    let addrs = ports::host_addresses()?;
-    let names: Vec<String> = nic_name.into_iter().map(str::to_owned).collect();
-    let nic = match ports::nics(&names, host, &addrs) {
-        Ok(mut nics) if !nics.is_empty() => nics.remove(0),
-        Ok(_) => return Ok(Err(format!("no NIC to leave by; {WAY_OUT}"))),
-        Err(e) => return Ok(Err(format!("{e:#}"))),
-    };
-    let outside = ports::container_prefixes(host, &addrs);
     let way = OutboundWay {
         nic: &nic.name,
         bridge: &endpoint.bridge_name,
         veth: &endpoint.host_ifname,
         container_addr: IpAddr::V4(addr),
         nic_addrs: &nic.addrs,
-        remotes_outside: &outside,
+        remotes_outside: outside,
     };
-    let blockers = rules.outbound_blockers(&way);
+    let blockers = blockers(&way)?;
     if !blockers.is_empty() {
         return Ok(Err(refusal(name, &nic.name, &blockers)));
     }
     Ok(Ok(EgressPlan {
-        container: name.clone(),
+        container: name.to_owned(),
         endpoint,
         addr,
         gateway_mac,
         nic_ifindex: nic.index,
-        nic: nic.name,
+        nic: nic.name.clone(),
     }))
 }
 

@@ -51,6 +51,10 @@ pub trait Host: Send + Sync + 'static {
     /// prefixes: the ways out of the egress fast paths, asked only in a pass that holds some
     /// to the rules.
     fn egress_ways_out(&self, host: &[Interface], nic_ifindexes: &[u32]) -> Result<Ingress>;
+    /// The NIC the labeled containers leave by (`--egress-nic`, else the default route's) with
+    /// its addresses, and the container networks' prefixes: the way out of the containers
+    /// labeled `dxdp.egress=true`, asked only in a pass with one.
+    fn egress_default_way_out(&self, host: &[Interface]) -> Result<Ingress>;
     /// Locks the links table: the one kept from the last pass if given, else opened afresh.
     fn lock_links(&self, idle: Option<Self::Idle>, host: &[Interface]) -> Result<Self::Links>;
     fn unlock_links(&self, links: Self::Links) -> Self::Idle;
@@ -97,6 +101,9 @@ pub struct RealHost {
     /// `--ingress-nic`: where clients of published ports come in; the default route's
     /// interface when empty.
     ingress_nics: Vec<String>,
+    /// `--egress-nic`: where the labeled containers' outbound connections leave; the default
+    /// route's interface when empty.
+    egress_nic: Vec<String>,
 }
 
 impl RealHost {
@@ -108,12 +115,19 @@ impl RealHost {
             expedite_rcu,
             switch: rcu::Switch::host(),
             ingress_nics: Vec::new(),
+            egress_nic: Vec::new(),
         }
     }
 
     /// Takes published ports from these NICs (`--ingress-nic`).
     pub fn with_ingress_nics(mut self, nics: Vec<String>) -> Self {
         self.ingress_nics = nics;
+        self
+    }
+
+    /// Takes the labeled containers' outbound connections to this NIC (`--egress-nic`).
+    pub fn with_egress_nic(mut self, nic: Option<String>) -> Self {
+        self.egress_nic = nic.into_iter().collect();
         self
     }
 }
@@ -151,6 +165,10 @@ impl Host for RealHost {
 
     fn egress_ways_out(&self, host: &[Interface], nic_ifindexes: &[u32]) -> Result<Ingress> {
         Ingress::of_nic_indexes(host, nic_ifindexes)
+    }
+
+    fn egress_default_way_out(&self, host: &[Interface]) -> Result<Ingress> {
+        Ingress::of_host(host, Some(&self.egress_nic))
     }
 
     fn lock_links(&self, idle: Option<Unlocked>, host: &[Interface]) -> Result<PinnedTables> {
@@ -195,6 +213,7 @@ impl Host for RealHost {
                 expedite_rcu: false,
                 switch: rcu::Switch::host(),
                 ingress_nics: Vec::new(),
+                egress_nic: Vec::new(),
             }),
             Err(err) => {
                 debug!("{err:#}");

@@ -13,10 +13,10 @@
 //! others.
 //! The egress fast paths (`dxdp egress on`, made by hand only) are held to the same rules by
 //! every whole pass ([`hold_egress`]).
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Result;
-use tracing::{debug, trace, warn};
+use tracing::{debug, info, trace, warn};
 
 use super::{
     Which, egress,
@@ -49,6 +49,9 @@ pub(super) struct BetweenPasses<H: Host> {
     pub(super) links_seen: VethsAndRefusals<(u32, u32)>,
     /// The labeled containers' veths whose ports were planned, and the refusals, by veth.
     pub(super) ports_seen: VethsAndRefusals<u32>,
+    /// Why each container labeled `dxdp.egress=true` stays on Docker's path, by container id:
+    /// logged when it first holds or changes.
+    pub(super) egress_refused: BTreeMap<String, String>,
 }
 
 impl<H: Host> BetweenPasses<H> {
@@ -59,6 +62,7 @@ impl<H: Host> BetweenPasses<H> {
             links: None,
             links_seen: VethsAndRefusals::default(),
             ports_seen: VethsAndRefusals::default(),
+            egress_refused: BTreeMap::new(),
         }
     }
 }
@@ -181,6 +185,19 @@ pub(super) fn run<H: Host>(
             Err(err) => warn!("cannot check the egress fast paths against the rules: {err:#}"),
         }
     }
+    // After the hold: a labeled container a rule now covers is refused, not enabled again.
+    if host.exposes_ports()
+        && let Err(err) = egress_labeled(
+            &mut held.egress_refused,
+            &mut shared,
+            host,
+            containers,
+            which,
+            &mut table,
+        )
+    {
+        warn!("cannot take the labeled containers' outbound connections to the NIC: {err:#}");
+    }
     trace!(
         reads = shared.rule_reads(),
         "firewall rules read in full so far"
@@ -281,6 +298,73 @@ fn hold_egress<H: Host>(shared: &mut Shared<'_>, host: &H, table: &mut H::Links)
         }
     }
     Ok(removed)
+}
+
+/// Takes the outbound connections of the running containers labeled `dxdp.egress=true`, within
+/// what `which` is about, to the default route's NIC, as `dxdp egress on` would; a container
+/// already enabled (by the watch or by hand) is left as it is. What refuses one (no IPv4
+/// endpoint, a rule, a kernel without the kfuncs) is held in `refused` and logged when it first
+/// holds or changes. The fast path goes with its container's veth (garbage) or with a rule
+/// ([`hold_egress`]). Returns how many were enabled.
+fn egress_labeled<H: Host>(
+    refused: &mut BTreeMap<String, String>,
+    shared: &mut Shared<'_>,
+    host: &H,
+    containers: &[Container],
+    which: &Which,
+    table: &mut H::Links,
+) -> Result<usize> {
+    let in_scope = |c: &&Container| match which {
+        Which::Containers(ids) => ids.contains(&c.view.id),
+        Which::All | Which::LastSeen => true,
+    };
+    let labeled: Vec<&Container> = containers
+        .iter()
+        .filter(|c| c.view.running && labels::wants_egress(&c.view.labels))
+        .filter(in_scope)
+        .collect();
+    refused.retain(|id, _| labeled.iter().any(|c| c.view.id == *id) || !which.is_whole());
+    if labeled.is_empty() {
+        return Ok(0);
+    }
+    let enabled: BTreeSet<u32> = table.egress()?.iter().map(|r| r.veth_ifindex).collect();
+    let way_out = host.egress_default_way_out(shared.host)?;
+    let mut made = 0;
+    for c in labeled {
+        let endpoints: Vec<_> = c
+            .attachments
+            .iter()
+            .filter(|a| a.bridge.is_some())
+            .map(|a| shared.endpoint(c, &a.network.id))
+            .collect();
+        let host_ifs = shared.host;
+        let planned =
+            egress::plan_labeled(&c.view.name, endpoints, &way_out, host_ifs, shared.rules()?)?;
+        let outcome = match planned {
+            Ok(plan) if enabled.contains(&plan.endpoint.host_ifindex) => Ok(false),
+            Ok(plan) => table
+                .egress_on(&plan)
+                .map(|()| true)
+                .map_err(|err| format!("container {}: {err:#}", c.view.name)),
+            Err(why) => Err(why),
+        };
+        match outcome {
+            Ok(made_now) => {
+                refused.remove(&c.view.id);
+                if made_now {
+                    info!(container = %c.view.name, "outbound connections take the egress fast path");
+                    made += 1;
+                }
+            }
+            Err(why) => {
+                if refused.get(&c.view.id) != Some(&why) {
+                    warn!("dxdp.egress: {why}");
+                    refused.insert(c.view.id.clone(), why);
+                }
+            }
+        }
+    }
+    Ok(made)
 }
 
 /// The links a pass wants, resolved and judged.

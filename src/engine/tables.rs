@@ -14,7 +14,8 @@ use super::{
 use crate::{
     choice::{Kind, Origin},
     datapath::{
-        Datapath, EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord, LinkRequest,
+        Datapath, EgressPlan, EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord,
+        LinkRequest,
     },
     endpoint::Endpoint,
     family::Families,
@@ -108,5 +109,11 @@ impl EgressStore for PinnedTables {
 
     fn egress_off(&mut self, veth_ifindex: u32) -> Result<()> {
         self.datapath.egress_off(veth_ifindex).map(drop)
+    }
+
+    fn egress_on(&mut self, plan: &EgressPlan) -> Result<()> {
+        // Before anything is made, as `dxdp egress on` checks: a kernel that cannot run it.
+        crate::datapath::egress_available()?;
+        self.datapath.egress_on(plan)
     }
 }

@@ -12,7 +12,11 @@ pub(crate) const NETWORK: &str = "dxdp.network";
 pub(crate) const FIREWALL: &str = "dxdp.firewall";
 /// Published ports straight from the NIC (`dxdp watch --ingress-nic`), apart from links.
 pub(crate) const INGRESS: &str = "dxdp.ingress";
-pub(crate) const KEYS: [&str; 7] = [ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL, INGRESS];
+/// Outbound connections straight to the NIC (`dxdp egress on`), apart from links.
+pub(crate) const EGRESS: &str = "dxdp.egress";
+pub(crate) const KEYS: [&str; 8] = [
+    ENABLE, PEERS, GROUP, DATAPATH, NETWORK, FIREWALL, INGRESS, EGRESS,
+];
 
 /// Set by Compose (v1 and v2) on every container it starts.
 pub(crate) const COMPOSE_PROJECT: &str = "com.docker.compose.project";

@@ -376,7 +376,7 @@ fn a_bad_label_is_named_by_file_line_and_column() {
         [format!(
             "error: {path}:{line}:{column}: service web: label dxdp.enabel: unknown dxdp label \
              key; valid keys are dxdp.enable, dxdp.peers, dxdp.group, dxdp.datapath, \
-             dxdp.network, dxdp.firewall, dxdp.ingress"
+             dxdp.network, dxdp.firewall, dxdp.ingress, dxdp.egress"
         )
         .as_str()],
         "{}",

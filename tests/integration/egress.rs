@@ -693,3 +693,75 @@ fn a_rule_that_came_after_egress_on_fails_doctor_until_a_watch_pass_removes_it()
     assert_eq!(counters(&world, &c), None, "fail closed: {pass}");
     assert_eq!(egress_pins(&world), Vec::<String>::new());
 }
+
+/// `docker run --label dxdp.egress=true`: the watch (`--egress-nic`) takes the container's
+/// established outbound connections to the NIC as `dxdp egress on` would, at its start event: an
+/// upload arrives whole with the fast path's counters showing it carried it. A rule on its way
+/// out takes the fast path away and keeps it off while it holds; when the rule goes, the pass
+/// it brings enables the container again.
+#[test]
+fn the_watch_takes_a_labeled_containers_connections_to_the_nic() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-lbl", &[]);
+    let watch = world.watch(&["--egress-nic", &out.nic, "--resync", "300"]);
+    let c = world.run(
+        "egr-lbl",
+        &["--network", &net, "--label", "dxdp.egress=true"],
+        &["iperf3", "-s"],
+    );
+    let pid = world.pid(&c);
+    let cip = world.ip(&c, &net);
+    let server = out.client_addr.clone();
+    assert!(
+        crate::support::wait_until(Duration::from_secs(10), || counters(&world, &c).is_some()),
+        "the watch did not enable the labeled container:\n{}",
+        watch.log_text()
+    );
+    let upload = Payload::new("lbl");
+    let up_server = receive_outside(&out, &upload, 7140);
+    std::thread::sleep(Duration::from_millis(300));
+    let up_client = send_from_container(pid, &server, &upload, 7140);
+    finish(up_client, up_server);
+    assert!(upload.arrived_whole(), "the upload lost bytes");
+    let (out_bytes, _, _) = counters(&world, &c).expect("still enabled");
+    assert!(
+        out_bytes > 40 << 20,
+        "the fast path should have carried the upload: {out_bytes} bytes"
+    );
+
+    let rule = FirewallRule::insert(
+        "iptables",
+        "DOCKER-USER",
+        &[
+            "-s",
+            &format!("{cip}/32"),
+            "-d",
+            &format!("{server}/32"),
+            "-j",
+            "DROP",
+        ],
+    );
+    assert!(
+        crate::support::wait_until(Duration::from_secs(3), || counters(&world, &c).is_none()),
+        "the rule did not take the fast path away:\n{}",
+        watch.log_text()
+    );
+    // Refused while the rule holds: the rule's own pass does not enable it again.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(counters(&world, &c), None, "{}", watch.log_text());
+    let log = watch.log_text();
+    assert!(
+        log.contains("removed an egress fast path") && log.contains("dxdp.egress: container"),
+        "the watch should say why:\n{log}"
+    );
+    drop(rule);
+    assert!(
+        crate::support::wait_until(Duration::from_secs(3), || counters(&world, &c).is_some()),
+        "the rule's removal did not enable the container again:\n{}",
+        watch.log_text()
+    );
+}

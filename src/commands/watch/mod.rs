@@ -111,7 +111,8 @@ async fn watch(pin_dir: PathBuf, capacity: Capacity, args: WatchArgs) -> Result<
     .await??;
     let mut engine = Engine::new(
         RealHost::new(pin_dir.clone(), capacity, args.expedite_rcu)
-            .with_ingress_nics(args.ingress_nics.clone()),
+            .with_ingress_nics(args.ingress_nics.clone())
+            .with_egress_nic(args.egress_nic.clone()),
         Arc::clone(&stats),
     )
     .with_links(opened);

@@ -69,3 +69,59 @@ fn a_rule_that_comes_after_egress_on_takes_the_fast_path_away_in_the_pass_it_bri
     assert_eq!(held(&rig), [22, 99, 21]);
     assert_eq!(rig.shared.world().egress_off, [21]);
 }
+
+const EGRESS: &str = "dxdp.egress";
+
+#[test]
+fn a_container_labeled_dxdp_egress_is_enabled_held_to_the_rules_and_enabled_again() {
+    let mut world = World::new();
+    world.start("web", 21, &[(EGRESS, "true")]);
+    world.start("db", 22, &[]);
+    world.start("typo", 23, &[(EGRESS, "yes")]);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(
+        held(&rig),
+        [21],
+        "web only: db is not labeled, typo's label is invalid"
+    );
+    {
+        let world = rig.shared.world();
+        let web = &world.egress[0];
+        assert_eq!(
+            (web.container.as_str(), web.nic_ifindex),
+            ("web", fakes::NIC)
+        );
+        assert_eq!(web.addr, std::net::Ipv4Addr::new(10, 0, 0, 21));
+    }
+    // Enabled already: a pass leaves it (no second egress on).
+    rig.pass(Which::All);
+    assert_eq!(held(&rig), [21]);
+
+    // A container started later: the event's pass enables it.
+    rig.shared.world().start("api", 24, &[(EGRESS, "true")]);
+    rig.about(&["api"]);
+    assert_eq!(held(&rig), [21, 24]);
+
+    // A rule on web's way out: taken away and refused, not enabled again in the same pass.
+    {
+        let mut world = rig.shared.world();
+        world.rules = "*filter\n:FORWARD ACCEPT [0:0]\n\
+                       -A FORWARD -s 10.0.0.21/32 -d 203.0.113.0/24 -j DROP\nCOMMIT\n"
+            .to_owned();
+        world.generation += 1;
+    }
+    rig.pass(Which::LastSeen);
+    assert_eq!(held(&rig), [24]);
+    assert_eq!(rig.shared.world().egress_off, [21]);
+    rig.pass(Which::All);
+    assert_eq!(held(&rig), [24], "refused while the rule holds");
+    // The rule goes: the next whole pass enables web again.
+    {
+        let mut world = rig.shared.world();
+        world.rules = ACCEPT_ALL.to_owned();
+        world.generation += 1;
+    }
+    rig.pass(Which::LastSeen);
+    assert_eq!(held(&rig), [24, 21]);
+}

@@ -455,6 +455,10 @@ impl Host for FakeHost {
         self.ingress(host, true)
     }
 
+    fn egress_default_way_out(&self, host: &[Interface]) -> Result<Ingress> {
+        self.ingress(host, true)
+    }
+
     fn lock_links(&self, _: Option<()>, _: &[Interface]) -> Result<FakeLinks> {
         Ok(FakeLinks(self.0.clone()))
     }

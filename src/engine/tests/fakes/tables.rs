@@ -7,7 +7,9 @@ use anyhow::{Result, bail};
 use super::{Shared, record};
 use crate::{
     choice::{Kind, Origin},
-    datapath::{EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic},
+    datapath::{
+        EgressPlan, EgressRecord, ExistingConnections, ExposedPort, Exposure, LinkRecord, Traffic,
+    },
     endpoint::Endpoint,
     engine::{
         PortStore,
@@ -150,6 +152,20 @@ impl EgressStore for FakeLinks {
         let mut world = self.0.world();
         world.egress.retain(|r| r.veth_ifindex != veth_ifindex);
         world.egress_off.push(veth_ifindex);
+        Ok(())
+    }
+
+    fn egress_on(&mut self, plan: &EgressPlan) -> Result<()> {
+        self.0.world().egress.push(EgressRecord {
+            container: plan.container.clone(),
+            veth_ifindex: plan.endpoint.host_ifindex,
+            nic_ifindex: plan.nic_ifindex,
+            addr: plan.addr,
+            created_unix_secs: 0,
+            outbound: Traffic::default(),
+            inbound: Traffic::default(),
+            passed_packets: 0,
+        });
         Ok(())
     }
 }
