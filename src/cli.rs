@@ -139,6 +139,16 @@ pub enum Command {
     /// round; the table shows `median (min–max)` of each and their ratio. The exposure found at
     /// the start (or its absence) is restored afterwards, also after an error or Ctrl-C.
     BenchIngress(BenchIngressArgs),
+    /// Measure a container's outbound connections over Docker's path and the egress fast path.
+    ///
+    /// The container is the client: the host's redis-benchmark, wrk, iperf3 and sockperf run in
+    /// its namespace against the host's redis-server, nginx, iperf3 and sockperf servers run in
+    /// a namespace behind the NIC (on 6379, 80, 5201 and 11111), which the host routes to
+    /// through the NIC and Docker masquerades the container's connections to. Docker's path and
+    /// `dxdp egress on CONTAINER --nic IFACE` alternate round by round; the table shows
+    /// `median (min–max)` of each and their ratio. The container's egress fast path as found at
+    /// the start (on or off) is restored afterwards, also after an error or Ctrl-C.
+    BenchEgress(BenchEgressArgs),
     /// Check the dxdp labels of compose files without Docker: every problem, one per line.
     ComposeCheck(ComposeCheckArgs),
     /// Check that this host can run dxdp, with a fix for each problem.
@@ -385,15 +395,42 @@ pub struct BenchIngressArgs {
     /// The interface the clients come in on.
     #[arg(long = "nic", value_name = "IFACE")]
     pub nic: String,
+    /// Expose even if a firewall rule could drop or change the ports' packets on Docker's path
+    /// (see `dxdp expose --bypass-firewall`).
+    #[arg(long)]
+    pub bypass_firewall: bool,
+    #[command(flatten)]
+    pub run: NicBenchRun,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchEgressArgs {
+    /// The container whose outbound connections are measured: name or ID prefix.
+    pub container: String,
+    /// Where the servers run: netns:NAME or pid:PID, a namespace the host routes to through
+    /// --nic; the bench targets its first IPv4 address routed so.
+    #[arg(long, value_parser = EndpointParser, value_name = "NETNS")]
+    pub server: EndpointSpec,
+    /// The interface the container's connections leave by.
+    #[arg(long = "nic", value_name = "IFACE")]
+    pub nic: String,
+    #[command(flatten)]
+    pub run: NicBenchRun,
+}
+
+/// How `bench-ingress` and `bench-egress` measure.
+#[derive(Debug, Args)]
+pub struct NicBenchRun {
     /// Rounds, each Docker's path then the fast path; the table shows the median and range.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub seconds: u32,
-    /// Also measure, each round, over a veth pair laid from the client namespace straight into
-    /// the container's, with addresses from this IPv4 subnet (container: its first host,
-    /// client: its second): the reference no path through the NIC can beat. Removed at the end.
+    /// Also measure, each round, over a veth pair laid from the outside namespace straight
+    /// into the container's, with addresses from this IPv4 subnet (the server's end: its first
+    /// host, the client's: its second): the reference no path through the NIC can beat.
+    /// Removed at the end.
     #[arg(long, value_name = "SUBNET", value_parser = WireSubnet::parse)]
     pub wire: Option<WireSubnet>,
     /// Run every client tool on CPU 0 and every server on CPU 1 (the one-CPU ping-pong keeps
@@ -402,13 +439,10 @@ pub struct BenchIngressArgs {
     #[arg(long)]
     pub pin_cpus: bool,
     /// Also write every sample, median, range and ratio as JSON to FILE (`-`: to stdout, the
-    /// table then to stderr; shape: docs/json.md, `dxdp.bench-ingress/1`).
+    /// table then to stderr; shapes: docs/json.md, `dxdp.bench-ingress/1` and
+    /// `dxdp.bench-egress/1`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Expose even if a firewall rule could drop or change the ports' packets on Docker's path
-    /// (see `dxdp expose --bypass-firewall`).
-    #[arg(long)]
-    pub bypass_firewall: bool,
 }
 
 impl Command {

@@ -7,8 +7,8 @@
 pub mod containers;
 pub mod cpu_idle;
 pub mod host_load;
-pub mod ingress;
 pub mod measure;
+pub mod nic;
 pub mod pair;
 pub mod pps;
 mod progress;

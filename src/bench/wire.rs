@@ -1,8 +1,9 @@
-//! `bench-ingress --wire`: a veth pair from the client namespace straight into the container's,
-//! the reference no path through the host can beat. Docker's path and the fast path both cross
-//! the NIC and then the container's veth; the wire crosses one veth and nothing else, so its
-//! figures are what this machine gives a client and a server with no host in between (the
-//! applications, both TCP stacks, the container's own netfilter, and the vCPUs' wake-ups).
+//! `bench-ingress --wire` and `bench-egress --wire`: a veth pair from the outside namespace
+//! straight into the container's, the reference no path through the host can beat. Docker's
+//! path and the fast path both cross the NIC and then the container's veth; the wire crosses one
+//! veth and nothing else, so its figures are what this machine gives a client and a server with
+//! no host in between (the applications, both TCP stacks, the container's own netfilter, and
+//! the vCPUs' wake-ups).
 use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
@@ -14,7 +15,8 @@ use serde::Serialize;
 
 use super::measure::{in_netns, run_bounded};
 
-/// The wire's IPv4 subnet: the container takes its first host address, the client the second.
+/// The wire's IPv4 subnet: the server's end takes its first host address, the client's the
+/// second.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct WireSubnet {
     pub network: Ipv4Addr,
@@ -48,7 +50,7 @@ impl WireSubnet {
         })
     }
 
-    pub fn container_addr(&self) -> Ipv4Addr {
+    pub fn server_addr(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.network) + 1)
     }
 
@@ -72,6 +74,10 @@ impl std::fmt::Display for WireSubnet {
     }
 }
 
+/// What the bench calls the namespaces at the wire's two ends, for its messages: the
+/// client's, then the server's ("client", "container" for `bench-ingress`).
+pub type EndNames = [&'static str; 2];
+
 /// The veth pair while the bench runs; deleted when dropped (one end takes the other with it),
 /// also after an error or Ctrl-C.
 pub struct Wire {
@@ -86,8 +92,13 @@ const IP_LIMIT: Duration = Duration::from_secs(10);
 impl Wire {
     /// Lays the pair between the two namespaces, after checking that neither has an address in
     /// `subnet` or an interface of the wire's name (another run's, or the operator's).
-    pub fn lay(client_ns: &Path, container_ns: &Path, subnet: WireSubnet) -> Result<Self> {
-        for (ns, whose) in [(client_ns, "client"), (container_ns, "container")] {
+    pub fn lay(
+        client_ns: &Path,
+        server_ns: &Path,
+        names: EndNames,
+        subnet: WireSubnet,
+    ) -> Result<Self> {
+        for (ns, whose) in [(client_ns, names[0]), (server_ns, names[1])] {
             let links = ipv4_addrs(ns)?;
             for (ifname, addrs) in &links {
                 if let Some(addr) = addrs.iter().find(|a| subnet.contains(**a)) {
@@ -104,11 +115,11 @@ impl Wire {
                 }
             }
         }
-        let container = container_ns.display().to_string();
+        let server = server_ns.display().to_string();
         ip(
             client_ns,
             &[
-                "link", "add", END, "type", "veth", "peer", "name", END, "netns", &container,
+                "link", "add", END, "type", "veth", "peer", "name", END, "netns", &server,
             ],
         )?;
         // From here on, dropping the wire deletes the pair.
@@ -118,7 +129,7 @@ impl Wire {
         };
         let len = subnet.prefix_len;
         for (ns, ifname, addr) in [
-            (container_ns, END, subnet.container_addr()),
+            (server_ns, END, subnet.server_addr()),
             (client_ns, END, subnet.client_addr()),
         ] {
             ip(
@@ -156,7 +167,7 @@ fn ip(ns: &Path, args: &[&str]) -> Result<()> {
 }
 
 /// Every interface of `ns` with its IPv4 addresses.
-fn ipv4_addrs(ns: &Path) -> Result<Vec<(String, Vec<Ipv4Addr>)>> {
+pub(crate) fn ipv4_addrs(ns: &Path) -> Result<Vec<(String, Vec<Ipv4Addr>)>> {
     let mut cmd = in_netns(ns, "ip");
     cmd.args(["-j", "addr", "show"]);
     let out = run_bounded(cmd, IP_LIMIT, "ip addr")?;
@@ -190,9 +201,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_subnet_gives_the_container_its_first_host_and_the_client_its_second() {
+    fn a_subnet_gives_the_server_its_first_host_and_the_client_its_second() {
         let s = WireSubnet::parse("10.237.2.0/30").unwrap();
-        assert_eq!(s.container_addr(), Ipv4Addr::new(10, 237, 2, 1));
+        assert_eq!(s.server_addr(), Ipv4Addr::new(10, 237, 2, 1));
         assert_eq!(s.client_addr(), Ipv4Addr::new(10, 237, 2, 2));
         assert!(s.contains(Ipv4Addr::new(10, 237, 2, 3)));
         assert!(!s.contains(Ipv4Addr::new(10, 237, 2, 4)));

@@ -1,6 +1,8 @@
 //! One module per subcommand.
 mod bench;
+mod bench_egress;
 mod bench_ingress;
+mod bench_nic;
 mod cleanup;
 mod compose_check;
 mod docs;
@@ -40,6 +42,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Watch(args) => watch::run(&cli.pin_dir, capacity, args),
         Command::Bench(args) => bench::run(&cli.pin_dir, capacity, args),
         Command::BenchIngress(args) => bench_ingress::run(&cli.pin_dir, capacity, args),
+        Command::BenchEgress(args) => bench_egress::run(&cli.pin_dir, capacity, args),
         Command::ComposeCheck(args) => compose_check::run(args),
         Command::Doctor(args) => doctor::run(&cli.pin_dir, capacity, args),
         Command::Completions { shell } => docs::completions(shell),
@@ -62,6 +65,7 @@ fn privileged(command: &Command) -> Option<&'static str> {
         Command::Watch(_) => Some("watch"),
         Command::Bench(_) => Some("bench"),
         Command::BenchIngress(_) => Some("bench-ingress"),
+        Command::BenchEgress(_) => Some("bench-egress"),
         Command::ComposeCheck(_)
         | Command::Doctor(_)
         | Command::Completions { .. }

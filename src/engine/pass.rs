@@ -11,8 +11,8 @@
 //! Each kind's planner fills a [`VethsAndRefusals`] ([`super::record`]); the one kept between
 //! passes scopes an event's pass and takes it in, and its refusals are reported with the
 //! others.
-//! The egress fast paths (`dxdp egress on`, made by hand only) are held to the same rules by
-//! every whole pass ([`hold_egress`]).
+//! The egress fast paths (`dxdp egress on`, or the `dxdp.egress` label: [`egress_labeled`])
+//! are held to the same rules by every whole pass ([`hold_egress`]), whoever made them.
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Result;
@@ -176,8 +176,8 @@ pub(super) fn run<H: Host>(
         Some(Err(err)) => warn!("cannot expose the labeled containers' published ports: {err:#}"),
         None => {}
     }
-    // The egress fast paths are the machine's too, and made by hand only: a whole pass holds
-    // them to the rules.
+    // The egress fast paths are the machine's too, made by hand or for a label: a whole pass
+    // holds them all to the rules.
     let mut removed_egress = 0;
     if host.exposes_ports() && which.is_whole() {
         match hold_egress(&mut shared, host, &mut table) {
@@ -275,10 +275,10 @@ fn expose_ports<H: Host>(
     done
 }
 
-/// Holds the egress fast paths (`dxdp egress on`) to the rules, as firmly as hand-made links:
-/// one a rule now covers (a DOCKER-USER rule added after it was made, say) is taken away, its
-/// connections back on Docker's path, where the rule meets their next packets. Returns how
-/// many were taken away. The NICs' addresses are asked only when there is a fast path to hold.
+/// Holds the egress fast paths (`dxdp egress on`, or a label's) to the rules, as firmly as
+/// hand-made links: one a rule now covers (a DOCKER-USER rule added after it was made, say) is
+/// taken away, its connections back on Docker's path, where the rule meets their next packets.
+/// Returns how many were taken away. The NICs' addresses are asked only when there is a fast path to hold.
 fn hold_egress<H: Host>(shared: &mut Shared<'_>, host: &H, table: &mut H::Links) -> Result<usize> {
     let records = table.egress()?;
     if records.is_empty() {

@@ -10,8 +10,9 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, FirewallRule, Outside, World, assert_only_the_ack_in_the_window_arrived,
-    in_container, in_ns, must, require_docker, run,
+    Background, FORGE, Files, FirewallRule, Outside, World, assert_every_route_measured,
+    assert_only_the_ack_in_the_window_arrived, assert_wire_gone, bench_through_nic, in_container,
+    in_ns, must, next_id, require_docker, run,
 };
 
 /// The transfers' ends (tests/integration/ingress_peer.py): paced over ~4 s, so that the test
@@ -763,5 +764,91 @@ fn the_watch_takes_a_labeled_containers_connections_to_the_nic() {
         crate::support::wait_until(Duration::from_secs(3), || counters(&world, &c).is_some()),
         "the rule's removal did not enable the container again:\n{}",
         watch.log_text()
+    );
+}
+
+/// `dxdp bench-egress --wire --pin-cpus` for one round of 1 s tests, the container as the
+/// client of servers behind a veth "NIC": every row has a figure for Docker's path, the fast
+/// path and the wire, the fast path carried packets, the JSON has its schema, the issue's goals
+/// and the fast path's ratio to the wire, the wire and the servers are gone afterwards, and the
+/// container's egress fast path, found on, is on again. A wire subnet the servers' namespace
+/// uses is refused first, changing nothing.
+#[test]
+fn bench_egress_measures_both_paths_and_puts_the_fast_path_back() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("begr", &[]);
+    let c = world.run("begr", &["--network", &net], &["sleep", "infinity"]);
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    let json = std::env::temp_dir().join(format!("dxt-bench-egress-{}.json", next_id()));
+    let _cleanup = Files(vec![json.clone()]);
+    let pin_dir = world.dxdp.pin_dir.display().to_string();
+    let json_arg = json.display().to_string();
+    let bench_with_wire = |wire: &str| {
+        bench_through_nic(
+            &pin_dir,
+            "bench-egress",
+            &c,
+            ("--server", &out.ns.name),
+            &out.nic,
+            wire,
+            &json_arg,
+        )
+    };
+    // The servers' own subnet (10.236.k.0/30 holds 10.236.k.2): refused.
+    let first_30 =
+        |addr: &str| format!("{}.0/30", addr.rsplit_once('.').expect("an IPv4 address").0);
+    let refused = bench_with_wire(&first_30(&out.client_addr));
+    assert!(
+        !refused.success()
+            && refused.stderr.contains(&format!(
+                "the server namespace already has {}",
+                out.client_addr
+            )),
+        "a wire subnet the servers use must be refused, naming its address: {refused}"
+    );
+    assert!(
+        counters(&world, &c).is_some(),
+        "the refusal turned egress off"
+    );
+    let wire = first_30(&out.host_addr.replacen("10.236.", "10.239.", 1));
+    let bench = bench_with_wire(&wire);
+    bench.assert_success();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
+            .expect("bench JSON");
+    assert_eq!(report["schema"], "dxdp.bench-egress/1");
+    assert_eq!(report["server_addr"], out.client_addr.as_str(), "{report}");
+    assert_eq!(report["found_enabled"], true, "{report}");
+    assert_eq!(report["wire"]["subnet"], wire.as_str(), "{report}");
+    assert_eq!(
+        report["wire"]["container_addr"], report["wire"]["client_addr"],
+        "{report}"
+    );
+    assert_every_route_measured(&report, &bench.stdout);
+    let metrics = report["metrics"].as_array().expect("metrics");
+    assert_eq!(metrics[3]["id"], "tcp_out_gbps", "{report}");
+    // Issue 36's goals: ≥ 1.2x Docker's path and ≥ 0.85x the wire for redis c20.
+    let redis = metrics
+        .iter()
+        .find(|m| m["id"] == "redis_get_c20_rps")
+        .expect("redis c20");
+    assert_eq!(redis["goal"], 1.2, "{redis}");
+    assert_eq!(redis["wire_goal"], 0.85, "{redis}");
+    assert_wire_gone(&out.ns.name, world.pid(&c));
+    let listening = run(&in_ns(&out.ns.name, &["ss", "-Htlnp"]));
+    assert!(
+        listening.stdout.trim().is_empty(),
+        "the bench left servers behind: {listening}"
+    );
+    assert!(
+        counters(&world, &c).is_some(),
+        "the bench left {c}'s egress fast path off; it was on"
     );
 }

@@ -9,10 +9,11 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, FirewallRule, NetnsGuard, Outside, World, assert_host_facts,
-    assert_only_the_ack_in_the_window_arrived, bpftool, iface_name, in_container, in_ns,
-    load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program, quietly,
-    require_docker, run_for, update_pinned_link, wait_until,
+    Background, FORGE, Files, FirewallRule, NetnsGuard, Outside, World,
+    assert_every_route_measured, assert_only_the_ack_in_the_window_arrived, assert_wire_gone,
+    bench_through_nic, bpftool, iface_name, in_container, in_ns, load_passing_tc, map_entries,
+    must, next_id, pinned_link, pinned_program, quietly, require_docker, run_for,
+    update_pinned_link, wait_until,
 };
 
 /// Waits until a UDP socket is bound to `port` in the container's namespace, so that the
@@ -379,17 +380,6 @@ fn a_rule_on_a_published_port_refuses_expose_and_names_it() {
     drop(rule);
 }
 
-/// Removes files on drop.
-struct Files(Vec<PathBuf>);
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        for f in &self.0 {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
-
 /// The exposures in `dxdp status --json`, as (container, veth ifindex, origin).
 fn exposures(world: &World) -> Vec<(String, u64, String)> {
     let run = world.dxdp.run(&["status", "--json"]);
@@ -681,32 +671,16 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
     let json = std::env::temp_dir().join(format!("dxt-bench-ingress-{}.json", next_id()));
     let _cleanup = Files(vec![json.clone()]);
     let pin_dir = world.dxdp.pin_dir.display().to_string();
-    let client = format!("netns:{}", out.ns.name);
     let json_arg = json.display().to_string();
     let bench_with_wire = |wire: &str| {
-        run_for(
-            &[
-                crate::support::DXDP,
-                "--pin-dir",
-                &pin_dir,
-                "bench-ingress",
-                &web,
-                "--client",
-                &client,
-                "--nic",
-                &out.nic,
-                "--rounds",
-                "1",
-                "--seconds",
-                "1",
-                "--bypass-firewall",
-                "--wire",
-                wire,
-                "--pin-cpus",
-                "--json",
-                &json_arg,
-            ],
-            Duration::from_secs(120),
+        bench_through_nic(
+            &pin_dir,
+            "bench-ingress",
+            &web,
+            ("--client", &out.ns.name),
+            &out.nic,
+            wire,
+            &json_arg,
         )
     };
     // A.B.C.0/30 of the NIC's A.B.C.1.
@@ -728,54 +702,15 @@ fn bench_ingress_measures_both_paths_and_leaves_the_container_unexposed() {
         serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON file"))
             .expect("bench JSON");
     assert_eq!(report["schema"], "dxdp.bench-ingress/1");
-    let metrics = report["metrics"].as_array().expect("metrics");
-    assert_eq!(metrics.len(), 10, "{report}");
     assert_eq!(report["wire"]["subnet"], wire.as_str(), "{report}");
     assert_eq!(
         report["placement"],
         serde_json::json!({"client_cpu": 0, "server_cpu": 1}),
         "{report}"
     );
-    assert_host_facts(&report);
     assert!(bench.stdout.contains(", steal "), "{bench}");
-    for m in metrics {
-        for route in ["docker", "fast", "wire"] {
-            let samples = m[route]["samples"].as_array().expect("samples");
-            assert!(
-                samples.len() == 1 && samples[0].as_f64().is_some_and(|v| v > 0.0),
-                "{} on {route}: {samples:?}",
-                m["id"]
-            );
-        }
-        assert!(m["fast_over_docker"].as_f64().is_some(), "{m}");
-        assert!(m["wire_over_docker"].as_f64().is_some(), "{m}");
-        // One round: its own ratio is the medians' ratio.
-        for ratio in ["fast_over_docker", "wire_over_docker"] {
-            assert_eq!(
-                m[format!("{ratio}_per_round")],
-                serde_json::json!([m[ratio]]),
-                "{m}"
-            );
-        }
-        let row = m["label"].as_str().expect("label");
-        assert!(bench.stdout.contains(row), "the table lacks {row}: {bench}");
-    }
-    let carried = report["fast_path_packets_per_round"][0].as_u64();
-    assert!(carried.is_some_and(|p| p > 0), "{report}");
-    assert!(bench.stdout.contains("WIRE/DOCKER"), "{bench}");
-    let pid = world.pid(&web).to_string();
-    for ns in [
-        vec!["ip", "-n", &out.ns.name],
-        vec!["nsenter", "-t", &pid, "-n", "ip"],
-    ] {
-        let mut argv = ns.clone();
-        argv.extend(["link", "show", "dev", "dxbench-wire"]);
-        let left = run_for(&argv, Duration::from_secs(10));
-        assert!(
-            !left.success(),
-            "the wire is still there ({argv:?}): {left}"
-        );
-    }
+    assert_every_route_measured(&report, &bench.stdout);
+    assert_wire_gone(&out.ns.name, world.pid(&web));
     assert!(
         !world.dxdp.pin_dir.exists() || exposed_count(&world) == 0,
         "the bench left {web} exposed"

@@ -245,3 +245,14 @@ impl Drop for PinnedObject {
         }
     }
 }
+
+/// Files a test wrote, removed on drop (also when it fails).
+pub struct Files(pub Vec<std::path::PathBuf>);
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}

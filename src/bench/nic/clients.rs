@@ -1,5 +1,5 @@
-//! The client tools, run in the client namespace against the published ports, and what their
-//! output says.
+//! The client tools, run in the client namespace against the servers (a container's published
+//! ports, or servers behind the NIC), and what their output says.
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -15,10 +15,10 @@ use crate::bench::{
     },
 };
 
-/// The clients, in the client namespace, against the published ports.
+/// The clients, in the client namespace, against the servers in the server namespace.
 pub struct Clients {
     pub client_ns: PathBuf,
-    pub container_ns: PathBuf,
+    pub server_ns: PathBuf,
     pub targets: Vec<Target>,
     /// The same servers at the container's end of the wire (`--wire`).
     pub wire_targets: Vec<Target>,
@@ -35,15 +35,10 @@ pub struct Clients {
 }
 
 impl Clients {
-    pub fn new(
-        client_ns: PathBuf,
-        container_ns: PathBuf,
-        targets: Vec<Target>,
-        seconds: u32,
-    ) -> Self {
+    pub fn new(client_ns: PathBuf, server_ns: PathBuf, targets: Vec<Target>, seconds: u32) -> Self {
         Self {
             client_ns,
-            container_ns,
+            server_ns,
             targets,
             wire_targets: Vec::new(),
             route: Route::Docker,
@@ -141,7 +136,7 @@ impl Clients {
         let t = target(self.targets(), Service::Iperf3)?;
         let runner = Runner {
             client_ns: self.client_ns.clone(),
-            server_ns: self.container_ns.clone(),
+            server_ns: self.server_ns.clone(),
             target: t.host_addr,
             port: t.host_port,
             seconds,
@@ -152,10 +147,10 @@ impl Clients {
     }
 
     /// Each workload once for a second, on whatever route is set: proves every server answers
-    /// through the NIC before anything is measured, and sizes the redis runs.
+    /// before anything is measured, and sizes the redis runs.
     pub fn warm_up(&mut self, mut tell: impl FnMut(&str)) -> Result<()> {
         let what = |name: &str, r: Result<String>| -> Result<String> {
-            r.with_context(|| format!("warm-up: {name} through the NIC"))
+            r.with_context(|| format!("warm-up: {name}"))
         };
         let r = what("redis", self.redis_get(1).map(|v| format!("{v:.0} req/s")))?;
         tell(&format!("redis {r}"));
@@ -196,7 +191,7 @@ impl Clients {
             tell(Step::Begin(&format!("{at} {}", metric.short())));
             let (figures, note) = self
                 .figures(metric)
-                .with_context(|| format!("{at}: {}", metric.label()))?;
+                .with_context(|| format!("{at}: {}", metric.short()))?;
             let shown: Vec<String> = figures
                 .iter()
                 .map(|(m, v)| format!("{} {}", table::number(*v), m.unit()))
@@ -224,8 +219,8 @@ impl Clients {
                 let note = errors.map(|e| format!("wrk counted errors: {e}"));
                 return Ok((vec![(metric, rps)], note));
             }
-            Metric::TcpIn => measure::tcp_gbps(&self.iperf(s, &["-P", "1"])?)?,
-            Metric::TcpOut => measure::tcp_gbps(&self.iperf(s, &["-P", "1", "-R"])?)?,
+            Metric::TcpUp => measure::tcp_gbps(&self.iperf(s, &["-P", "1"])?)?,
+            Metric::TcpDown => measure::tcp_gbps(&self.iperf(s, &["-P", "1", "-R"])?)?,
             Metric::Udp64 => {
                 measure::udp_pps(&self.iperf(s, &["-u", "-b", "0", "-l", "64"])?)? / 1000.0
             }

@@ -9,8 +9,11 @@ use std::{
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
 
-use crate::bench::measure::{self, in_netns, run_bounded};
-use crate::datapath::PortMapping;
+use crate::bench::{
+    measure::{self, in_netns, run_bounded},
+    wire::ipv4_addrs,
+};
+use crate::{datapath::PortMapping, endpoint::EndpointSpec, netns::NetnsPath};
 
 /// A server the bench runs in the container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -156,12 +159,82 @@ pub fn targets(container: &str, nic: &str, ports: &[PortMapping]) -> Result<Vec<
     Ok(found)
 }
 
-/// `targets` at the container's end of the wire: its address there and the container ports.
-pub fn wire_targets(targets: &[Target], container_addr: Ipv4Addr) -> Vec<Target> {
+/// Every [`NEEDS`] entry on its own port at `addr`: the servers behind the NIC that
+/// `bench-egress` runs, which nothing translates on the way.
+pub fn server_targets(addr: Ipv4Addr) -> Vec<Target> {
+    NEEDS
+        .iter()
+        .map(|&need| Target {
+            need,
+            host_addr: IpAddr::V4(addr),
+            host_port: need.port,
+        })
+        .collect()
+}
+
+/// The servers' address: the first IPv4 address of their namespace that the host routes
+/// through `nic`, as the container's masqueraded connections leave.
+pub fn server_addr(server_ns: &NetnsPath, nic: &str) -> Result<Ipv4Addr> {
+    let candidates: Vec<Ipv4Addr> = ipv4_addrs(server_ns.path())?
+        .into_iter()
+        .filter(|(ifname, _)| ifname != "lo")
+        .flat_map(|(_, addrs)| addrs)
+        .collect();
+    for addr in &candidates {
+        if route_dev(*addr)?.as_deref() == Some(nic) {
+            return Ok(*addr);
+        }
+    }
+    let listed: Vec<String> = candidates.iter().map(ToString::to_string).collect();
+    bail!(
+        "the host routes none of the servers' addresses ({}) through {nic}; the bench measures \
+         connections that leave by the NIC, so give the namespace behind it",
+        if listed.is_empty() {
+            "none".to_owned()
+        } else {
+            listed.join(", ")
+        }
+    )
+}
+
+/// The interface the host's route to `addr` leaves by, if it has one.
+fn route_dev(addr: Ipv4Addr) -> Result<Option<String>> {
+    let mut cmd = in_netns(NetnsPath::host().path(), "ip");
+    cmd.args(["-j", "route", "get", &addr.to_string()]);
+    let out = run_bounded(cmd, Duration::from_secs(10), "ip route get")?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let routes: Vec<serde_json::Value> =
+        serde_json::from_str(&out.stdout).context("cannot parse `ip -j route get`")?;
+    Ok(routes
+        .first()
+        .and_then(|r| r.get("dev")?.as_str())
+        .map(str::to_owned))
+}
+
+/// The namespace an endpoint names for `flag` (`whose` namespace, for the message): netns:NAME
+/// or pid:PID, and there; a container is refused.
+pub fn namespace_of(spec: &EndpointSpec, flag: &str, whose: &str) -> Result<NetnsPath> {
+    let netns = match spec {
+        EndpointSpec::Netns { name, .. } => NetnsPath::named(name),
+        EndpointSpec::Pid { pid, .. } => NetnsPath::of_pid(*pid),
+        EndpointSpec::Container { .. } => {
+            bail!("{flag} {spec}: name {whose} namespace, netns:NAME or pid:PID")
+        }
+    };
+    if !netns.path().exists() {
+        bail!("{flag} {spec}: {} is not there", netns.path().display());
+    }
+    Ok(netns)
+}
+
+/// `targets` at the servers' end of the wire: their address there and their own ports.
+pub fn wire_targets(targets: &[Target], server_addr: Ipv4Addr) -> Vec<Target> {
     targets
         .iter()
         .map(|t| Target {
-            host_addr: IpAddr::V4(container_addr),
+            host_addr: IpAddr::V4(server_addr),
             host_port: t.need.port,
             ..*t
         })

@@ -1,4 +1,5 @@
-//! The servers the bench runs in the container's namespace.
+//! The servers the bench runs in the server namespace: the container's for `bench-ingress`, the
+//! one behind the NIC for `bench-egress`.
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -10,7 +11,7 @@ use crate::bench::workloads::{
 };
 use crate::netns::NetnsPath;
 
-/// The servers, running in the container's namespace until dropped; their scratch directory
+/// The servers, running in their namespace until dropped; their scratch directory
 /// (nginx's configuration, redis's working directory, their logs) goes with them.
 pub struct Servers {
     children: Vec<(Service, KillOnDrop)>,
@@ -18,11 +19,11 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Starts redis, nginx and sockperf on their [`NEEDS`] ports in `container` (iperf3 runs one
+    /// Starts redis, nginx and sockperf on their [`NEEDS`] ports in `netns` (iperf3 runs one
     /// server per test) and waits until each listens.
     /// With `placement`, every server runs on its server CPU.
-    pub fn start(container: &NetnsPath, placement: Option<Placement>) -> Result<Self> {
-        let dir = std::env::temp_dir().join(format!("dxdp-bench-ingress-{}", std::process::id()));
+    pub fn start(netns: &NetnsPath, placement: Option<Placement>) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("dxdp-bench-nic-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let mut servers = Self {
@@ -52,7 +53,7 @@ impl Servers {
         ];
         for (service, program, args) in commands {
             let log = servers.log(service);
-            let child = spawn_server(container.path(), program, &args, &log, placement)?;
+            let child = spawn_server(netns.path(), program, &args, &log, placement)?;
             servers.children.push((service, child));
         }
         for i in 0..servers.children.len() {
@@ -60,7 +61,7 @@ impl Servers {
             let log = servers.log(service);
             let (_, child) = &mut servers.children[i];
             wait_listening(child, service.name(), port_of(service), &log)
-                .context("in the container's namespace")?;
+                .context("in the servers' namespace")?;
         }
         Ok(servers)
     }

@@ -7,7 +7,7 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::Route;
+use super::{Route, RouteSwitch};
 use crate::{
     datapath::{Capacity, Datapath, ExistingConnections, ExposedPort, PortMapping},
     exposure::ContainerExposure,
@@ -70,8 +70,10 @@ impl ExposureSwitch {
     fn open(&self) -> Result<Datapath> {
         Datapath::open(&self.pin_dir, self.capacity)
     }
+}
 
-    pub fn set(&mut self, route: Route) -> Result<()> {
+impl RouteSwitch for ExposureSwitch {
+    fn set(&mut self, route: Route) -> Result<()> {
         match route {
             Route::Fast => self.expose(&self.plan.clone()),
             Route::Docker => self.unexpose(),
@@ -80,6 +82,47 @@ impl ExposureSwitch {
         }
     }
 
+    /// Packets the fast path has let into the container so far (its exposed ports' counters).
+    fn carried(&self) -> Result<u64> {
+        if !self.pin_dir.exists() {
+            return Ok(0);
+        }
+        let veth = self.plan.endpoint.host_ifindex;
+        Ok(self
+            .open()?
+            .exposed()?
+            .iter()
+            .filter(|p| p.veth_ifindex == veth)
+            .map(|p| p.inbound.packets)
+            .sum())
+    }
+
+    fn found_description(&self) -> String {
+        match &self.found {
+            Some(f) => format!("exposed ({} ports)", f.ports.len()),
+            None => "not exposed".to_owned(),
+        }
+    }
+
+    /// Puts back the exposure found at the start; removes a pin directory the bench created if
+    /// nothing else is in it. Idempotent.
+    fn restore(&mut self) -> Result<()> {
+        if self.restored {
+            return Ok(());
+        }
+        match self.found.clone() {
+            Some(found) => self.expose(&found)?,
+            None => self.unexpose()?,
+        }
+        if !self.pin_dir_existed && self.pin_dir.exists() {
+            purge_if_empty(self.open()?)?;
+        }
+        self.restored = true;
+        Ok(())
+    }
+}
+
+impl ExposureSwitch {
     fn expose(&self, plan: &ContainerExposure) -> Result<()> {
         self.open()?
             .expose(&plan.exposure())
@@ -101,46 +144,6 @@ impl ExposureSwitch {
         datapath.forget_connections(veth, self.client)?;
         Ok(())
     }
-
-    /// Packets the fast path has let into the container so far (its exposed ports' counters).
-    pub fn carried(&self) -> Result<u64> {
-        if !self.pin_dir.exists() {
-            return Ok(0);
-        }
-        let veth = self.plan.endpoint.host_ifindex;
-        Ok(self
-            .open()?
-            .exposed()?
-            .iter()
-            .filter(|p| p.veth_ifindex == veth)
-            .map(|p| p.inbound.packets)
-            .sum())
-    }
-
-    /// Puts back the exposure found at the start; removes a pin directory the bench created if
-    /// nothing else is in it. Idempotent.
-    pub fn restore(&mut self) -> Result<()> {
-        if self.restored {
-            return Ok(());
-        }
-        match self.found.clone() {
-            Some(found) => self.expose(&found)?,
-            None => self.unexpose()?,
-        }
-        if !self.pin_dir_existed && self.pin_dir.exists() {
-            let mut datapath = self.open()?;
-            // Someone else may have linked or exposed something meanwhile.
-            if datapath.links()?.is_empty()
-                && datapath.interfaces()?.is_empty()
-                && datapath.exposed()?.is_empty()
-                && datapath.draining()?.is_empty()
-            {
-                datapath.purge()?;
-            }
-        }
-        self.restored = true;
-        Ok(())
-    }
 }
 
 impl Drop for ExposureSwitch {
@@ -159,6 +162,21 @@ impl Drop for ExposureSwitch {
             );
         }
     }
+}
+
+/// Removes the pin directory `datapath` opened if the bench was its last user: nothing linked,
+/// exposed or enabled in it, as when the bench created it.
+pub(super) fn purge_if_empty(mut datapath: Datapath) -> Result<()> {
+    // Someone else may have linked or exposed something meanwhile.
+    if datapath.links()?.is_empty()
+        && datapath.interfaces()?.is_empty()
+        && datapath.exposed()?.is_empty()
+        && datapath.draining()?.is_empty()
+        && datapath.egress()?.is_empty()
+    {
+        datapath.purge()?;
+    }
+    Ok(())
 }
 
 /// The exposure `ports` record, to write again: the bench's plan with the ports, origin and

@@ -1,13 +1,16 @@
-//! `dxdp bench-ingress`: a container's published ports measured from a client namespace through
-//! a NIC, over Docker's path (DNAT, conntrack, the bridge) and over the `dxdp expose` fast path,
-//! interleaved round by round (docker, fast, docker, fast, …).
+//! The benches through a NIC, over Docker's path and over a dxdp fast path, interleaved round by
+//! round (docker, fast, docker, fast, …), with "the wire" beside them where asked:
+//! - `dxdp bench-ingress` ([`Direction::Ingress`]): a container's published ports from a client
+//!   namespace, Docker's DNAT, conntrack and bridge against `dxdp expose`;
+//! - `dxdp bench-egress` ([`Direction::Egress`]): the container as the client of servers in a
+//!   namespace behind the NIC, Docker's bridge, FORWARD and MASQUERADE against `dxdp egress on`.
 //!
-//! The servers are the host's binaries run inside the container's network namespace (the image
-//! needs none of its own); the clients run in the client namespace and reach the container as
-//! any outside client does, at the published address and port on the NIC. What the bench
-//! changes (the container's exposure, the servers, a scratch directory) is put back when it
-//! ends: after an error or Ctrl-C as after success.
+//! Servers and clients are the host's binaries run inside the namespaces (the image needs none
+//! of its own): one side is the container's, the other reaches it, or is reached, through the
+//! NIC as any outside peer. What the bench changes (the container's fast path, the servers, a
+//! scratch directory) is put back when it ends: after an error or Ctrl-C as after success.
 mod clients;
+mod egress_switch;
 mod exposure;
 mod servers;
 mod table;
@@ -21,24 +24,81 @@ use anyhow::Result;
 use serde::Serialize;
 
 pub use clients::Clients;
+pub use egress_switch::EgressSwitch;
 pub use exposure::ExposureSwitch;
 pub use servers::Servers;
 pub use table::render;
 pub use targets::{
-    NEEDS, Need, Service, Target, busiest, client_source, missing_tools, targets, wire_targets,
+    NEEDS, Need, Service, Target, busiest, client_source, missing_tools, namespace_of, server_addr,
+    server_targets, targets, wire_targets,
 };
 
 use crate::bench::{Step, measure::check_interrupted, stats::Spread};
 
-/// Which way the client's traffic reaches the container.
+/// Which side of the NIC the container is on: the server of outside clients, or the client of
+/// outside servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// `bench-ingress`: clients outside, servers in the container, `dxdp expose`.
+    Ingress,
+    /// `bench-egress`: clients in the container, servers outside, `dxdp egress on`.
+    Egress,
+}
+
+impl Direction {
+    /// The issue's goal for fast / docker: at least this for rates, at most for latency
+    /// (issue 24 for published ports, issue 36 for outbound connections).
+    pub fn goal(self, metric: Metric) -> Option<f64> {
+        match (self, metric) {
+            (Direction::Ingress, Metric::Wrk20 | Metric::Udp64) => Some(1.4),
+            (Direction::Ingress, Metric::RedisGet20) => Some(1.15),
+            (Direction::Ingress, Metric::PingPongMedian | Metric::PingPongOneCpuMedian) => {
+                Some(0.8)
+            }
+            (Direction::Egress, Metric::Wrk20 | Metric::RedisGet20) => Some(1.2),
+            (Direction::Egress, Metric::Udp64) => Some(1.4),
+            (Direction::Egress, Metric::PingPongMedian | Metric::PingPongOneCpuMedian) => Some(0.9),
+            _ => None,
+        }
+    }
+
+    /// The issue's goal for fast / wire, where it sets one (at least this).
+    pub fn wire_goal(self, metric: Metric) -> Option<f64> {
+        match (self, metric) {
+            (Direction::Egress, Metric::Wrk20 | Metric::RedisGet20) => Some(0.85),
+            _ => None,
+        }
+    }
+
+    /// The JSON report's schema.
+    pub fn schema(self) -> &'static str {
+        match self {
+            Direction::Ingress => "dxdp.bench-ingress/1",
+            Direction::Egress => "dxdp.bench-egress/1",
+        }
+    }
+
+    /// What the fast path is called in the command line.
+    pub fn fast_path(self) -> &'static str {
+        match self {
+            Direction::Ingress => "dxdp expose",
+            Direction::Egress => "dxdp egress on",
+        }
+    }
+}
+
+/// Which way the traffic between the client and the container travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
-    /// Unexposed: Docker's DNAT, conntrack, FORWARD and the bridge.
+    /// Docker's: the bridge, FORWARD and conntrack, with DNAT for published ports and
+    /// MASQUERADE for outbound connections.
     Docker,
-    /// `dxdp expose`: the NIC's program straight into the container, and back.
+    /// The fast path: `dxdp expose` (the NIC's program straight into the container, and back)
+    /// or `dxdp egress on` (the container's veth straight out of the NIC, and back).
     Fast,
-    /// `--wire`: a veth pair from the client namespace into the container's, no host between
+    /// `--wire`: a veth pair from the outside namespace into the container's, no host between
     /// (the reference; see [`super::wire`]).
     Wire,
 }
@@ -61,8 +121,10 @@ pub enum Metric {
     RedisGet1,
     RedisGet20,
     Wrk20,
-    TcpIn,
-    TcpOut,
+    /// iperf3 from the client to the server.
+    TcpUp,
+    /// iperf3 -R: from the server to the client.
+    TcpDown,
     Udp64,
     PingPongMedian,
     PingPongP99,
@@ -80,8 +142,8 @@ impl Metric {
         Metric::RedisGet1,
         Metric::RedisGet20,
         Metric::Wrk20,
-        Metric::TcpIn,
-        Metric::TcpOut,
+        Metric::TcpUp,
+        Metric::TcpDown,
         Metric::Udp64,
         Metric::PingPongMedian,
         Metric::PingPongP99,
@@ -89,15 +151,19 @@ impl Metric {
         Metric::PingPongOneCpuP99,
     ];
 
-    /// Stable key for JSON consumers.
-    pub fn id(self) -> &'static str {
+    /// Stable key for JSON consumers: "in" and "out" are the container's.
+    pub fn id(self, direction: Direction) -> &'static str {
+        let ingress = direction == Direction::Ingress;
         match self {
             Metric::RedisGet1 => "redis_get_c1_rps",
             Metric::RedisGet20 => "redis_get_c20_rps",
             Metric::Wrk20 => "wrk_c20_rps",
-            Metric::TcpIn => "tcp_in_gbps",
-            Metric::TcpOut => "tcp_out_gbps",
-            Metric::Udp64 => "udp64_in_kpps",
+            Metric::TcpUp if ingress => "tcp_in_gbps",
+            Metric::TcpUp => "tcp_out_gbps",
+            Metric::TcpDown if ingress => "tcp_out_gbps",
+            Metric::TcpDown => "tcp_in_gbps",
+            Metric::Udp64 if ingress => "udp64_in_kpps",
+            Metric::Udp64 => "udp64_out_kpps",
             Metric::PingPongMedian => "pingpong_median_us",
             Metric::PingPongP99 => "pingpong_p99_us",
             Metric::PingPongOneCpuMedian => "pingpong_one_cpu_median_us",
@@ -106,13 +172,16 @@ impl Metric {
     }
 
     /// The table's row name, which says how it was measured.
-    pub fn label(self) -> &'static str {
+    pub fn label(self, direction: Direction) -> &'static str {
+        let ingress = direction == Direction::Ingress;
         match self {
             Metric::RedisGet1 => "redis-benchmark GET -c 1",
             Metric::RedisGet20 => "redis-benchmark GET -c 20",
             Metric::Wrk20 => "wrk -t1 -c20 (nginx)",
-            Metric::TcpIn => "iperf3 TCP, into the container",
-            Metric::TcpOut => "iperf3 TCP -R, out of it",
+            Metric::TcpUp if ingress => "iperf3 TCP, into the container",
+            Metric::TcpUp => "iperf3 TCP, out of the container",
+            Metric::TcpDown if ingress => "iperf3 TCP -R, out of it",
+            Metric::TcpDown => "iperf3 TCP -R, into it",
             Metric::Udp64 => "iperf3 UDP 64 B, delivered",
             Metric::PingPongMedian => "sockperf TCP ping-pong, median",
             Metric::PingPongP99 => "sockperf TCP ping-pong, p99",
@@ -124,7 +193,7 @@ impl Metric {
     pub fn unit(self) -> &'static str {
         match self {
             Metric::RedisGet1 | Metric::RedisGet20 | Metric::Wrk20 => "req/s",
-            Metric::TcpIn | Metric::TcpOut => "Gbit/s",
+            Metric::TcpUp | Metric::TcpDown => "Gbit/s",
             Metric::Udp64 => "kpps",
             Metric::PingPongMedian
             | Metric::PingPongP99
@@ -143,34 +212,23 @@ impl Metric {
         )
     }
 
-    /// Issue 24's goal for fast / docker: at least this for rates, at most for latency.
-    pub fn goal(self) -> Option<f64> {
-        match self {
-            Metric::Wrk20 | Metric::Udp64 => Some(1.4),
-            Metric::RedisGet20 => Some(1.15),
-            Metric::PingPongMedian | Metric::PingPongOneCpuMedian => Some(0.8),
-            _ => None,
-        }
-    }
-
-    /// Whether a fast / docker `ratio` meets the goal; `None` without one.
-    fn meets(self, ratio: f64) -> Option<bool> {
-        let goal = self.goal()?;
-        Some(if self.lower_is_better() {
+    /// Whether a `ratio` meets `goal`: at least for rates, at most for latency.
+    fn meets(self, ratio: f64, goal: f64) -> bool {
+        if self.lower_is_better() {
             ratio <= goal
         } else {
             ratio >= goal
-        })
+        }
     }
 
     /// Progress label.
-    fn short(self) -> &'static str {
+    pub(super) fn short(self) -> &'static str {
         match self {
             Metric::RedisGet1 => "redis GET c1",
             Metric::RedisGet20 => "redis GET c20",
             Metric::Wrk20 => "wrk c20",
-            Metric::TcpIn => "tcp in",
-            Metric::TcpOut => "tcp out",
+            Metric::TcpUp => "tcp up",
+            Metric::TcpDown => "tcp down",
             Metric::Udp64 => "udp64",
             Metric::PingPongMedian | Metric::PingPongP99 => "ping-pong",
             Metric::PingPongOneCpuMedian | Metric::PingPongOneCpuP99 => "ping-pong, one CPU",
@@ -183,8 +241,10 @@ impl Metric {
 }
 
 /// Every sample: one per round, route and metric.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Results {
+    /// Which bench took them: it sets the goals.
+    pub direction: Direction,
     samples: [[Vec<f64>; Metric::ALL.len()]; Route::ALL.len()],
     /// Packets the fast path let into the container in each fast round; zero would mean the
     /// round measured Docker's path after all.
@@ -192,6 +252,14 @@ pub struct Results {
 }
 
 impl Results {
+    pub fn new(direction: Direction) -> Self {
+        Self {
+            direction,
+            samples: Default::default(),
+            fast_packets_per_round: Vec::new(),
+        }
+    }
+
     pub fn samples(&self, route: Route, metric: Metric) -> &[f64] {
         &self.samples[route as usize][metric.index()]
     }
@@ -235,35 +303,51 @@ impl Results {
             .collect()
     }
 
+    /// The fast path's median over the wire's, where the wire was measured.
+    pub fn fast_over_wire(&self, metric: Metric) -> Option<f64> {
+        let wire = self.spread(Route::Wire, metric)?.median;
+        let fast = self.spread(Route::Fast, metric)?.median;
+        (wire > 0.0).then(|| fast / wire)
+    }
+
+    /// The goal of `metric` in this bench's direction.
+    pub fn goal(&self, metric: Metric) -> Option<f64> {
+        self.direction.goal(metric)
+    }
+
     /// Whether the ratio of the medians meets the metric's goal; `None` without a goal or a
     /// ratio.
     pub fn met(&self, metric: Metric) -> Option<bool> {
-        metric.meets(self.ratio(metric)?)
+        Some(metric.meets(self.ratio(metric)?, self.goal(metric)?))
+    }
+
+    /// Whether the fast path's median over the wire's meets the metric's goal for it; `None`
+    /// without that goal or without the wire.
+    pub fn wire_met(&self, metric: Metric) -> Option<bool> {
+        let goal = self.direction.wire_goal(metric)?;
+        Some(metric.meets(self.fast_over_wire(metric)?, goal))
     }
 
     /// In how many rounds the fast path's ratio met the metric's goal, of how many; `None`
     /// without a goal.
     pub fn rounds_meeting_goal(&self, metric: Metric) -> Option<(usize, usize)> {
-        metric.goal()?;
+        let goal = self.goal(metric)?;
         let ratios = self.per_round(Route::Fast, metric);
-        let met = ratios
-            .iter()
-            .filter(|&&r| metric.meets(r) == Some(true))
-            .count();
+        let met = ratios.iter().filter(|&&r| metric.meets(r, goal)).count();
         Some((met, ratios.len()))
     }
 }
 
 /// How much to measure.
 #[derive(Clone, Copy, Debug)]
-pub struct IngressSchedule {
+pub struct Schedule {
     pub rounds: u32,
     pub seconds: u32,
     /// Whether each round also measures the wire (`--wire`).
     pub wire: bool,
 }
 
-impl IngressSchedule {
+impl Schedule {
     /// The routes each round measures, in order.
     pub fn routes(&self) -> &'static [Route] {
         if self.wire {
@@ -282,28 +366,42 @@ impl IngressSchedule {
     }
 }
 
+/// What switches the container between Docker's path and the fast path, and puts back what it
+/// found: [`ExposureSwitch`], [`EgressSwitch`].
+pub trait RouteSwitch {
+    /// Sets the route the next measurements take; the wire leaves the switch as it was.
+    fn set(&mut self, route: Route) -> Result<()>;
+    /// Packets the fast path has carried so far, in the direction it was made for.
+    fn carried(&self) -> Result<u64>;
+    /// What the bench found, in a few words ("exposed (5 ports)", "not exposed").
+    fn found_description(&self) -> String;
+    /// Puts back what the bench found. Idempotent.
+    fn restore(&mut self) -> Result<()>;
+}
+
 /// Every round: Docker's path, then the fast path, each with every metric.
 pub fn run(
-    plan: &IngressSchedule,
-    exposure: &mut ExposureSwitch,
+    direction: Direction,
+    plan: &Schedule,
+    switch: &mut dyn RouteSwitch,
     clients: &mut Clients,
     mut tell: impl FnMut(Step<'_>),
 ) -> Result<Results> {
-    let mut results = Results::default();
+    let mut results = Results::new(direction);
     for round in 1..=plan.rounds {
         for &route in plan.routes() {
             check_interrupted()?;
             clients.route = route;
-            exposure.set(route)?;
-            let carried_before = exposure.carried()?;
+            switch.set(route)?;
+            let carried_before = switch.carried()?;
             let at = format!("round {round}/{}: {}", plan.rounds, route.name());
             clients.measure(&at, |m, v| results.push(route, m, v), &mut tell)?;
             if route == Route::Fast {
-                let carried = exposure.carried()?.saturating_sub(carried_before);
+                let carried = switch.carried()?.saturating_sub(carried_before);
                 results.fast_packets_per_round.push(carried);
                 if carried == 0 {
                     tell(Step::Note(&format!(
-                        "{at}: warning: the fast path let no packet in, so these numbers are \
+                        "{at}: warning: the fast path carried no packet, so these numbers are \
                          Docker's path's"
                     )));
                 }
