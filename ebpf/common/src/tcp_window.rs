@@ -569,6 +569,8 @@ pub const fn closes(window: &TcpWindow, dir: usize, segment: &Segment) -> bool {
         && segment.ack == receiver.td_end
 }
 
+pub mod merge;
+
 #[cfg(test)]
 mod tests;
 

@@ -21,6 +21,9 @@
 //! packets left behind, would take the teardown for out of window and leave it untranslated.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// `window_merge`'s compare-and-exchange, which the target's atomics lack.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 mod checksum;
 // Shared with the ct lab; this object calls every kfunc it declares.
@@ -32,6 +35,7 @@ mod fib;
 mod headers;
 mod rewrite;
 mod scratch;
+mod window_merge;
 
 /// What `checksum` and `rewrite` take from the datapath's `maps`: this object's own scratch.
 mod maps {
@@ -49,7 +53,7 @@ use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
     helpers::generated::{bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer},
     macros::{classifier, map},
-    maps::{DevMapHash, HashMap, PerCpuHashMap},
+    maps::{DevMapHash, HashMap, PerCpuArray, PerCpuHashMap},
     programs::TcContext,
 };
 use dxdp_common::{
@@ -58,7 +62,7 @@ use dxdp_common::{
     },
     tcp_window::{
         self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TcpSide,
-        TcpWindow, Verdict, WindowKey, highest_sack,
+        TcpWindow, Verdict, WindowKey, highest_sack, merge,
     },
 };
 
@@ -92,6 +96,11 @@ static LIVE: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_EGRESS, 0);
 /// carried segment as conntrack would have. When full, a new connection is not taken over.
 #[map(name = "DXDP_EGRESS_WINDOWS")]
 static WINDOWS: HashMap<WindowKey, TcpWindow> = HashMap::pinned(DEFAULT_MAX_WINDOWS, 0);
+
+/// Each CPU's snapshot of a copy and its judgement (`before`, `mine`), used within one
+/// invocation: the programs' stack frames could not also hold them. Not pinned.
+#[map(name = "DXDP_EGRESS_JUDGING")]
+static JUDGING: PerCpuArray<[TcpWindow; 2]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Userspace's only (who enabled a veth, when): declared here so that the object creates it.
 #[map(name = "DXDP_EGRESS_OWNERS")]
@@ -393,11 +402,18 @@ unsafe fn window_allows(
         }
     };
     // SAFETY: the caller's.
-    let window = unsafe { window_of(ct, &key) }?;
+    let shared = unsafe { window_of(ct, &key) }?;
+    // Judged on a snapshot and merged back (`window_merge`): other CPUs judge this
+    // connection's segments at the same time.
+    // SAFETY: this CPU's own value of the scratch map, used by nothing else during this
+    // invocation.
+    let [before, mine] = unsafe { &mut *JUDGING.get_ptr_mut(0)? };
+    *before = *shared;
+    let before = &*before;
     let receiver = if dir == DIR_ORIGINAL {
-        window.seen[1].flags
+        before.seen[1].flags
     } else {
-        window.seen[0].flags
+        before.seen[0].flags
     };
     let options_len = doff - TCP_HLEN;
     if receiver & FLAG_SACK_PERM != 0 && options_len > 0 {
@@ -414,18 +430,36 @@ unsafe fn window_allows(
     }
     // Judged before the segment moves the copy on, as conntrack judges it.
     let resets = segment.flags & TCP_RST != 0
-        && tcp_window::rst_ends(window, dir as usize, segment.seq, true);
-    let verdict = tcp_window::judge(
-        window,
-        dir as usize,
-        &segment,
-        DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
-        DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
-    )?;
+        && tcp_window::rst_ends(before, dir as usize, segment.seq, true);
+    let judge = |window: &mut TcpWindow| {
+        tcp_window::judge(
+            window,
+            dir as usize,
+            &segment,
+            DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
+            DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
+        )
+    };
+    *mine = *before;
+    let mut verdict = judge(mine)?;
+    if verdict == Verdict::Invalid {
+        // What conntrack let through on Docker's path since the copy was taken (a segment
+        // another CPU sent the stack's way at the takeover, or one the fast path left to it):
+        // the copy takes it in, and the segment is judged again.
+        *mine = *before;
+        let stride = DXDP_EGRESS_SEEN_STRIDE.load();
+        // SAFETY: the caller's.
+        let (original, reply) = unsafe { (side(ct, 0)?, side(ct, stride)?) };
+        merge::absorb(&mut mine.seen[0], &original);
+        merge::absorb(&mut mine.seen[1], &reply);
+        verdict = judge(mine)?;
+    }
+    // SAFETY: a map value, valid for this invocation.
+    unsafe { window_merge::publish(shared, before, mine) };
     // An RST that closes the connection, or the last ACK of a closing: the copy has served.
     // Conntrack moves no state on a segment it ignores.
     let accepted = verdict == Verdict::Accept;
-    if accepted && (resets || tcp_window::closes(window, dir as usize, &segment)) {
+    if accepted && (resets || tcp_window::closes(mine, dir as usize, &segment)) {
         let _ = WINDOWS.remove(key);
     }
     // An RST beside what its receiver acknowledged keeps the connection ESTABLISHED, for the

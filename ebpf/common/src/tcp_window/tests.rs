@@ -445,3 +445,81 @@ fn a_client_starting_again_with_a_later_syn_restarts_its_side_while_opening() {
     answer(&mut w, 0, &again, &options(&LINUX_SYN_OPTIONS), 20, false);
     assert_eq!(w.seen[0].td_end, 90_001);
 }
+
+/// Two CPUs carry segments of the client's side at once, each judged on the same snapshot;
+/// the one with the lower end is published last. Stored whole, it would put `td_end` back, and
+/// the server's ACK of the higher end would be INVALID (left to conntrack, whose windows are
+/// behind: the host resets the connection). Merged, the copy holds both, in either order.
+#[test]
+fn segments_judged_at_once_on_two_cpus_merge_without_putting_a_bound_back() {
+    let before = established();
+    let (mut first, mut second) = (before, before);
+    assert_eq!(
+        judge(&mut first, 0, &data(1001, 5001, 1448), false, false),
+        Some(Verdict::Accept)
+    );
+    assert_eq!(
+        judge(&mut second, 0, &data(1001 + 1448, 5001, 1448), false, false),
+        Some(Verdict::Accept)
+    );
+    let ack_of_both = Segment::new(5001, 1001 + 2 * 1448, 1024, TCP_ACK, 0);
+    // The old way: each CPU stored its copy whole; the lower end came last.
+    let mut overwritten = first;
+    assert_eq!(
+        judge(&mut overwritten, 1, &ack_of_both, false, false),
+        Some(Verdict::Invalid),
+        "the lost update this guards against"
+    );
+    for (a, b) in [(first, second), (second, first)] {
+        let shared = merge::merged(&merge::merged(&before, &before, &a), &before, &b);
+        assert_eq!(shared.seen[0].td_end, 1001 + 2 * 1448);
+        assert_ne!(shared.seen[0].flags & FLAG_DATA_UNACKNOWLEDGED, 0);
+        let mut shared = shared;
+        assert_eq!(
+            judge(&mut shared, 1, &ack_of_both, false, false),
+            Some(Verdict::Accept)
+        );
+    }
+}
+
+/// What the other side's judgement moved meanwhile is kept: a merge changes only the words
+/// this judgement changed, and a flag it cleared is cleared while one another set stays.
+#[test]
+fn a_merge_keeps_what_another_cpu_moved_meanwhile() {
+    let before = established();
+    let mut client = before;
+    judge(&mut client, 0, &data(1001, 5001, 1448), false, false);
+    let shared = merge::merged(&before, &before, &client);
+    // The server's ACK of it, judged on the snapshot from before the client's segment landed:
+    // it clears DATA_UNACKNOWLEDGED on a side where it was not set yet, and moves the
+    // client's td_maxend.
+    let mut server = client;
+    judge(
+        &mut server,
+        1,
+        &Segment::new(5001, 1001 + 1448, 1024, TCP_ACK, 0),
+        false,
+        false,
+    );
+    let shared = merge::merged(&shared, &client, &server);
+    assert_eq!(shared.seen[0].td_end, 1001 + 1448, "the client's end stays");
+    assert_eq!(shared.seen[0].td_maxend, 1001 + 1448 + (1024 << 7));
+    assert_eq!(shared.seen[0].flags & FLAG_DATA_UNACKNOWLEDGED, 0);
+    // An older judgement published late puts no bound or window back (its flags and
+    // `last_ack`, the last writer's, may come back: neither decides a verdict but an RST's).
+    let stale = merge::merged(&shared, &before, &client);
+    for (s, t) in stale.seen.iter().zip(&shared.seen) {
+        assert_eq!(
+            (s.td_end, s.td_maxend, s.td_maxwin, s.td_maxack),
+            (t.td_end, t.td_maxend, t.td_maxwin, t.td_maxack)
+        );
+    }
+    // `absorb`: conntrack's own windows, where ahead, widen a copy; where behind, change
+    // nothing.
+    let mut copy = before.seen[0];
+    merge::absorb(&mut copy, &shared.seen[0]);
+    assert_eq!(copy.td_end, 1001 + 1448);
+    let mut ahead = shared.seen[0];
+    merge::absorb(&mut ahead, &before.seen[0]);
+    assert_eq!(ahead, shared.seen[0]);
+}
