@@ -62,7 +62,7 @@ use dxdp_common::{
     },
     tcp_window::{
         self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TcpSide,
-        TcpWindow, Verdict, WindowKey, highest_sack, merge,
+        TcpWindow, Verdict, WindowKey, highest_sack,
     },
 };
 
@@ -441,19 +441,7 @@ unsafe fn window_allows(
         )
     };
     *mine = *before;
-    let mut verdict = judge(mine)?;
-    if verdict == Verdict::Invalid {
-        // What conntrack let through on Docker's path since the copy was taken (a segment
-        // another CPU sent the stack's way at the takeover, or one the fast path left to it):
-        // the copy takes it in, and the segment is judged again.
-        *mine = *before;
-        let stride = DXDP_EGRESS_SEEN_STRIDE.load();
-        // SAFETY: the caller's.
-        let (original, reply) = unsafe { (side(ct, 0)?, side(ct, stride)?) };
-        merge::absorb(&mut mine.seen[0], &original);
-        merge::absorb(&mut mine.seen[1], &reply);
-        verdict = judge(mine)?;
-    }
+    let verdict = judge(mine)?;
     // SAFETY: a map value, valid for this invocation.
     unsafe { window_merge::publish(shared, before, mine) };
     // An RST that closes the connection, or the last ACK of a closing: the copy has served.

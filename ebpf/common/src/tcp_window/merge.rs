@@ -66,27 +66,6 @@ pub const fn tail_of(side: &TcpSide) -> [u8; 4] {
     [side.td_scale, side.flags, side.fin, side.last_ack]
 }
 
-/// `mine` with what conntrack's own entry (`conntrack`, read unlocked) knows beyond it: each
-/// sequence bound the later of the two, each window the larger. Conntrack's windows move only
-/// on segments it let through on Docker's path, so this widens the copy by exactly what
-/// conntrack would take: segments that went the stack's way while the copy was taken (two
-/// CPUs at the takeover) or that the fast path left to it since.
-#[inline(always)]
-pub const fn absorb(mine: &mut TcpSide, conntrack: &TcpSide) {
-    if after(conntrack.td_end, mine.td_end) {
-        mine.td_end = conntrack.td_end;
-    }
-    if after(conntrack.td_maxend, mine.td_maxend) {
-        mine.td_maxend = conntrack.td_maxend;
-    }
-    if after(conntrack.td_maxack, mine.td_maxack) {
-        mine.td_maxack = conntrack.td_maxack;
-    }
-    if conntrack.td_maxwin > mine.td_maxwin {
-        mine.td_maxwin = conntrack.td_maxwin;
-    }
-}
-
 /// How many `u32` words `TcpWindow.seen` is: five per side.
 pub const WORDS: usize = 10;
 

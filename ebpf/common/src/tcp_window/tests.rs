@@ -514,12 +514,4 @@ fn a_merge_keeps_what_another_cpu_moved_meanwhile() {
             (t.td_end, t.td_maxend, t.td_maxwin, t.td_maxack)
         );
     }
-    // `absorb`: conntrack's own windows, where ahead, widen a copy; where behind, change
-    // nothing.
-    let mut copy = before.seen[0];
-    merge::absorb(&mut copy, &shared.seen[0]);
-    assert_eq!(copy.td_end, 1001 + 1448);
-    let mut ahead = shared.seen[0];
-    merge::absorb(&mut ahead, &before.seen[0]);
-    assert_eq!(ahead, shared.seen[0]);
 }
