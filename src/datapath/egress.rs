@@ -516,6 +516,8 @@ mod tests {
                 program
                     .load()
                     .map_err(|e| anyhow::anyhow!("{name}: {e:?}"))?;
+                let verified = program.info()?.verified_instruction_count().unwrap_or(0);
+                eprintln!("{name}: {verified} instructions verified");
             }
             Ok(())
         });

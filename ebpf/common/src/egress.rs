@@ -17,6 +17,9 @@ pub mod names {
     /// The fast path's copy of each carried TCP connection's windows
     /// ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::TcpWindow`]).
     pub const WINDOWS: &str = "DXDP_EGRESS_WINDOWS";
+    /// Closed connections' copies, kept for their late segments while conntrack's entries
+    /// live ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::ClosedWindow`]).
+    pub const CLOSED_WINDOWS: &str = "DXDP_EGRESS_CLOSED_WINDOWS";
     /// TCX ingress on an enabled container's host veth: its packets out of the NIC.
     pub const OUT_PROGRAM: &str = "dxdp_egress";
     /// TCX ingress on the NIC: the replies into the container.

@@ -44,6 +44,12 @@ const TCPOLEN_SACK_PERBLOCK: usize = 8;
 /// connection is simply not taken over.
 pub const DEFAULT_MAX_WINDOWS: u32 = 65_536;
 
+/// Size of the closed connections' copies (`DXDP_EGRESS_CLOSED_WINDOWS`, least recently used
+/// pushed out): a closed connection's entry lives on for conntrack's TIME_WAIT (two minutes),
+/// so this holds what closes in two minutes at about 130 connections a second; one pushed out
+/// earlier only leaves its late segments to conntrack, as before the map.
+pub const DEFAULT_MAX_CLOSED_WINDOWS: u32 = 16_384;
+
 /// One direction's `struct ip_ct_tcp_state`, as conntrack keeps it, and the fast path's own
 /// note of a FIN (`fin`).
 #[repr(C)]
@@ -74,6 +80,21 @@ pub struct TcpWindow {
     pub seen: [TcpSide; 2],
 }
 
+/// A closed connection's copy (`DXDP_EGRESS_CLOSED_WINDOWS`' value): its late segments (a
+/// retransmitted FIN, the last segment of a side whose FIN came first) are judged on it, as
+/// conntrack's TIME_WAIT judges them, not on the windows conntrack's entry still holds from
+/// when the fast path took the connection over, which would find them INVALID and leave them
+/// untranslated to the host's stack, which resets the connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClosedWindow {
+    pub window: TcpWindow,
+    /// The entry's own `seen[].td_end` when the copy closed: with `window.conn`, what tells
+    /// this entry from a later one of the same tuple at the same address (the slab reuses
+    /// it), whose sequence numbers differ.
+    pub ct_ends: [u32; 2],
+}
+
 /// `DXDP_EGRESS_WINDOWS`' key: a connection's original tuple, in network order as the
 /// container's packets hold it.
 #[repr(C)]
@@ -88,6 +109,7 @@ pub struct WindowKey {
 const _: () = {
     assert!(core::mem::size_of::<TcpSide>() == 20);
     assert!(core::mem::size_of::<TcpWindow>() == 48);
+    assert!(core::mem::size_of::<ClosedWindow>() == 56);
     assert!(core::mem::size_of::<WindowKey>() == 12);
 };
 

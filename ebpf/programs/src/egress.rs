@@ -53,7 +53,7 @@ use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
     helpers::generated::{bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer},
     macros::{classifier, map},
-    maps::{DevMapHash, HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::TcContext,
 };
 use dxdp_common::{
@@ -61,8 +61,8 @@ use dxdp_common::{
         DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
     },
     tcp_window::{
-        self, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TcpSide,
-        TcpWindow, Verdict, WindowKey, highest_sack,
+        self, ClosedWindow, DEFAULT_MAX_CLOSED_WINDOWS, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM,
+        Judgement, Segment, TCP_OPTIONS_MAX, TcpSide, TcpWindow, Verdict, WindowKey, highest_sack,
     },
 };
 
@@ -96,6 +96,14 @@ static LIVE: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_EGRESS, 0);
 /// carried segment as conntrack would have. When full, a new connection is not taken over.
 #[map(name = "DXDP_EGRESS_WINDOWS")]
 static WINDOWS: HashMap<WindowKey, TcpWindow> = HashMap::pinned(DEFAULT_MAX_WINDOWS, 0);
+
+/// The copies of connections the fast path saw close (both FINs acknowledged, or an RST), moved
+/// here from `DXDP_EGRESS_WINDOWS`: conntrack's entry lives on (TIME_WAIT), and so may a late
+/// segment, which is judged on the closed copy (`ClosedWindow`). Least recently used pushed
+/// out, so that closed connections never take a live one's room.
+#[map(name = "DXDP_EGRESS_CLOSED_WINDOWS")]
+static CLOSED_WINDOWS: LruHashMap<WindowKey, ClosedWindow> =
+    LruHashMap::pinned(DEFAULT_MAX_CLOSED_WINDOWS, 0);
 
 /// Each CPU's snapshot of a copy and its judgement (`before`, `mine`), used within one
 /// invocation: the programs' stack frames could not also hold them. Not pinned.
@@ -262,6 +270,16 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
     })
 }
 
+/// Where a carried TCP segment leaves its connection, for the entry's timeout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Open,
+    /// An RST that closes it.
+    Reset,
+    /// A segment after the fast path saw it close (a closed copy judged it).
+    Closed,
+}
+
 /// What a carried packet's conntrack entry says: the other end of the translation.
 struct Carried {
     addr: [u8; 4],
@@ -291,22 +309,29 @@ fn conntrack_says<T>(
     let judged = unsafe { judge(ct, packet, opts.dir == dir, dir) };
     let taken = judged.and_then(|(carried, state, timeout)| {
         let mine = ours(&carried)?;
-        let (refresh, resets) = if packet.proto == PROTO_TCP {
+        let (refresh, end) = if packet.proto == PROTO_TCP {
             // SAFETY: as above.
-            let judged = unsafe { window_allows(ctx, ct, packet, dir, &carried) }?;
+            let (judged, closed) = unsafe { window_allows(ctx, ct, packet, dir, &carried) }?;
+            let end = if judged.closes {
+                End::Reset
+            } else if closed {
+                End::Closed
+            } else {
+                End::Open
+            };
             match judged.verdict {
-                Verdict::Accept => (true, judged.closes),
+                Verdict::Accept => (true, end),
                 // Conntrack lets it through keeping its entry (and NAT), untracked.
-                Verdict::Ignore => (false, false),
+                Verdict::Ignore => (false, end),
                 // INVALID on Docker's path: conntrack and Docker's rules decide there.
                 Verdict::Invalid => return None,
             }
         } else {
-            (true, false)
+            (true, End::Open)
         };
         if refresh {
             // SAFETY: as above.
-            unsafe { keep_alive(ct, packet, state, timeout, resets) };
+            unsafe { keep_alive(ct, packet, state, timeout, end) };
         }
         Some((carried, mine))
     });
@@ -363,7 +388,8 @@ unsafe fn judge(
 /// connection is first carried): `None` where the copy cannot be had (the map is full, the
 /// kernel's offsets unknown, or conntrack would learn the sender's side from this packet), so
 /// the segment goes to conntrack. An RST it accepts that closes the connection, or the ACK of
-/// the second FIN, ends the copy.
+/// the second FIN, closes the copy: it moves to `DXDP_EGRESS_CLOSED_WINDOWS`, where the
+/// connection's late segments find it. With the judgement, whether the copy was a closed one.
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
@@ -374,7 +400,7 @@ unsafe fn window_allows(
     packet: &Packet,
     dir: u8,
     carried: &Carried,
-) -> Option<Judgement> {
+) -> Option<(Judgement, bool)> {
     // seq, ack, data offset, flags, window.
     let header: [u8; 12] = ctx.load(ETH_HLEN + IPV4_HLEN + 4).ok()?;
     let seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
@@ -383,7 +409,7 @@ unsafe fn window_allows(
     let win = u16::from_be_bytes([header[10], header[11]]);
     if doff < TCP_HLEN || packet.l4_len < doff {
         // `tcp_error`: truncated.
-        return Some(Judgement::kept(Verdict::Invalid));
+        return Some((Judgement::kept(Verdict::Invalid), false));
     }
     let mut segment = Segment::new(seq, ack, win, header[9], (packet.l4_len - doff) as u32);
     let key = if dir == DIR_ORIGINAL {
@@ -402,7 +428,7 @@ unsafe fn window_allows(
         }
     };
     // SAFETY: the caller's.
-    let shared = unsafe { window_of(ct, &key) }?;
+    let (shared, closed) = unsafe { window_of(ct, &key) }?;
     // Judged on a snapshot and merged back (`window_merge`): other CPUs judge this
     // connection's segments at the same time.
     // SAFETY: this CPU's own value of the scratch map, used by nothing else during this
@@ -444,26 +470,29 @@ unsafe fn window_allows(
     let verdict = judge(mine)?;
     // SAFETY: a map value, valid for this invocation.
     unsafe { window_merge::publish(shared, before, mine) };
-    // An RST that closes the connection, or the last ACK of a closing: the copy has served.
-    // Conntrack moves no state on a segment it ignores.
+    // An RST that closes the connection, or the last ACK of a closing: the copy moves to the
+    // closed ones, for the segments that may still come. Conntrack moves no state on a
+    // segment it ignores.
     let accepted = verdict == Verdict::Accept;
-    if accepted && (resets || tcp_window::closes(mine, dir as usize, &segment)) {
-        let _ = WINDOWS.remove(key);
+    if !closed && accepted && (resets || tcp_window::closes(mine, dir as usize, &segment)) {
+        // SAFETY: the caller's; `shared` a map value, valid for this invocation.
+        unsafe { close(ct, &key, shared) };
     }
     // An RST beside what its receiver acknowledged keeps the connection ESTABLISHED, for the
     // challenge ACK the receiver answers with (`tcp_window::rst_ends`).
-    Some(Judgement::of_rst(verdict, resets, false))
+    Some((Judgement::of_rst(verdict, resets, false), closed))
 }
 
-/// The copy of `ct`'s windows under `key`: the one in the map if it was taken from `ct`,
-/// else a new one taken now; `None` if the map is full or a field cannot be read. Where two
-/// CPUs take a new copy at once (the connection's first carried segments both ways), the one
-/// that comes second uses the first's, so that neither's update is overwritten.
+/// The copy of `ct`'s windows under `key`, and whether it is a closed one: the one in the map
+/// if it was taken from `ct`, else the closed one `ct` left if it is `ct`'s (see
+/// `ClosedWindow`), else a new one taken now; `None` if the map is full or a field cannot be
+/// read. Where two CPUs take a new copy at once (the connection's first carried segments both
+/// ways), the one that comes second uses the first's, so that neither's update is overwritten.
 ///
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
-unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut TcpWindow> {
+unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut TcpWindow, bool)> {
     let conn = ct as usize as u64;
     let existing = |key: &WindowKey| {
         let window = WINDOWS.get_ptr_mut(key)?;
@@ -472,7 +501,14 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut Tcp
         (window.conn == conn).then_some(window)
     };
     if let Some(window) = existing(key) {
-        return Some(window);
+        return Some((window, false));
+    }
+    if let Some(closed) = CLOSED_WINDOWS.get_ptr_mut(key) {
+        // SAFETY: a map value, valid for this invocation; the caller's `ct`.
+        let closed = unsafe { &mut *closed };
+        if closed.window.conn == conn && unsafe { ct_ends(ct) } == Some(closed.ct_ends) {
+            return Some((&mut closed.window, true));
+        }
     }
     let stride = DXDP_EGRESS_SEEN_STRIDE.load();
     // SAFETY: the caller's.
@@ -492,7 +528,45 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<&'static mut Tcp
     if WINDOWS.insert(key, taken, flags.into()).is_err() && flags == BPF_ANY {
         return None;
     }
-    existing(key)
+    existing(key).map(|window| (window, false))
+}
+
+/// Moves the copy `shared` of `ct`'s connection, just closed, from `DXDP_EGRESS_WINDOWS` to
+/// `DXDP_EGRESS_CLOSED_WINDOWS`; where the entry's own ends cannot be read (or the LRU map
+/// cannot take it), it is only dropped, and late segments meet conntrack's windows.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released; `shared` a map value.
+#[inline(always)]
+unsafe fn close(ct: *mut NfConn, key: &WindowKey, shared: &TcpWindow) {
+    // SAFETY: the caller's.
+    if let Some(ct_ends) = unsafe { ct_ends(ct) } {
+        let closed = ClosedWindow {
+            window: *shared,
+            ct_ends,
+        };
+        let _ = CLOSED_WINDOWS.insert(key, closed, 0);
+    }
+    let _ = WINDOWS.remove(key);
+}
+
+/// `seen[].td_end` of `ct` as conntrack holds them (behind, while the fast path carries).
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn ct_ends(ct: *mut NfConn) -> Option<[u32; 2]> {
+    let at = DXDP_EGRESS_OFF_SEEN_END.load();
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: the caller's; the field at its offset in the running kernel's BTF.
+    unsafe {
+        Some([
+            field::<u32>(ct, at)?,
+            field::<u32>(ct, at + DXDP_EGRESS_SEEN_STRIDE.load())?,
+        ])
+    }
 }
 
 /// `proto.tcp.seen[]` of `ct`, `shift` bytes on from `seen[0]`.
@@ -524,7 +598,7 @@ unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
 /// # Safety
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
-unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32, resets: bool) {
+unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32, end: End) {
     let hz = DXDP_EGRESS_HZ.load() as u64;
     if hz == 0 {
         return;
@@ -535,9 +609,11 @@ unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32,
     let remaining_ms = (timeout.wrapping_sub(now) as i32).max(0) as u64 * 1000 / hz;
     let closing_ms = DXDP_EGRESS_TCP_CLOSING_MS.load();
     let set_ms = if packet.proto == PROTO_TCP {
-        if resets {
+        if end == End::Reset {
             Some(DXDP_EGRESS_TCP_RESET_MS.load())
-        } else if packet.flags & TCP_FIN != 0 {
+        } else if packet.flags & TCP_FIN != 0 || end == End::Closed {
+            // A closed connection's late segment: conntrack's TIME_WAIT would not keep the
+            // entry longer than its own timeout either.
             Some(closing_ms).filter(|&ms| (ms as u64) < remaining_ms)
         } else {
             let full = DXDP_EGRESS_TCP_ESTABLISHED_MS.load();

@@ -171,15 +171,21 @@ fn exposed_ports_match_dockers_path_where_long_runs_found_differences() {
     if !prerequisites() {
         return;
     }
-    let mut topology = exposed::ExposedPorts::new();
+    assert_findings_match(&mut exposed::ExposedPorts::new(), FOUND_BY_LONG_RUNS);
+}
+
+/// Each of `findings` (seed, case, what differed) alone on `topology`, as its rerun line runs
+/// it; fails if any differs again.
+#[track_caller]
+fn assert_findings_match<T: runner::Topology>(topology: &mut T, findings: &[(u64, u64, &str)]) {
     let mut differences = Vec::new();
-    for &(seed, index, what) in FOUND_BY_LONG_RUNS {
+    for &(seed, index, what) in findings {
         let budget = Budget {
             first: index,
             cases: 1,
             time: Duration::from_secs(60),
         };
-        let report = runner::run(&mut topology, seed, &budget);
+        let report = runner::run(topology, seed, &budget);
         eprintln!("differential: {report} ({what})");
         assert_eq!(report.cases, 1, "seed {seed} case {index} did not run");
         differences.extend(report.differences);
@@ -254,6 +260,23 @@ fn outbound_connections_match_dockers_path() {
         return;
     }
     assert_outbound_matches(ci_budget(CI_OUTBOUND_CASES, CI_OUTBOUND_TIME));
+}
+
+/// The outbound topology's long-run findings, as `FOUND_BY_LONG_RUNS` is the exposed one's.
+const OUTBOUND_FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[(
+    9393,
+    200,
+    "the server's FIN again after the fast path saw the connection close: the host's RST \
+     answered it",
+)];
+
+/// The outbound topology's long-run findings (`OUTBOUND_FOUND_BY_LONG_RUNS`), each case alone.
+#[test]
+fn outbound_connections_match_dockers_path_where_long_runs_found_differences() {
+    if !prerequisites() {
+        return;
+    }
+    assert_findings_match(&mut outbound::Outbound::new(), OUTBOUND_FOUND_BY_LONG_RUNS);
 }
 
 /// The long run of the outbound topology, by hand (scripts/differential.sh --topology

@@ -186,3 +186,26 @@ pub fn iperf3(
     );
     report
 }
+
+/// `taskset -c CPU iperf3 -c ADDR -p PORT -t 1 -P 4`: one second of four parallel streams from
+/// a client on `cpu`, what the tests of the window copies' merge across CPUs send.
+pub fn four_streams_on_cpu(cpu: &str, addr: &str, port: &str) -> Vec<String> {
+    [
+        "taskset",
+        "-c",
+        cpu,
+        "iperf3",
+        "-c",
+        addr,
+        "-p",
+        port,
+        "-t",
+        "1",
+        "-P",
+        "4",
+        "--connect-timeout",
+        "3000",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
