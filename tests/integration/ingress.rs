@@ -11,9 +11,9 @@ use std::{
 use crate::support::{
     Background, FORGE, Files, FirewallRule, NetnsGuard, Outside, World,
     assert_every_route_measured, assert_only_the_ack_in_the_window_arrived, assert_wire_gone,
-    bench_through_nic, bpftool, iface_name, in_container, in_ns, load_passing_tc, map_entries,
-    must, next_id, pinned_link, pinned_program, quietly, require_docker, run_for,
-    update_pinned_link, wait_until,
+    bench_through_nic, bpftool, four_streams_on_cpu, iface_name, in_container, in_ns,
+    load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program, quietly,
+    require_docker, run_for, update_pinned_link, wait_until,
 };
 
 /// Waits until a UDP socket is bound to `port` in the container's namespace, so that the
@@ -2175,4 +2175,69 @@ fn refused(world: &World, host_port: u16) -> u64 {
         })
         .and_then(|p| p["refused_packets"].as_u64())
         .unwrap_or(0)
+}
+
+/// Transfers of four parallel streams through a published port, with the container's iperf3
+/// on one CPU and the client's on the other, uploads and downloads: each connection's
+/// segments are judged on both CPUs at once (a sender's process context on one, its
+/// ACK-clocked sends from the softirq on the other), and the window copy must not lose what
+/// either CPU moved on. A lost `td_end` makes the receiver's ACK of the higher end look like
+/// an ACK of data never sent: INVALID, dropped, counted in the port's `refused_packets`, and
+/// the connection stalls until the sender retransmits. Nothing of well-behaved TCP may be
+/// refused.
+#[test]
+fn parallel_transfers_on_two_cpus_never_have_a_segment_refused() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let (port, container_port) = (17180u16, 7002u16);
+    let web = one_port_web(
+        &mut world,
+        &out,
+        "pubcpu",
+        port,
+        &container_port.to_string(),
+        &["sleep", "infinity"],
+    );
+    let pid = world.pid(&web);
+    world
+        .dxdp
+        .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
+        .assert_success();
+    let listen = container_port.to_string();
+    let target = port.to_string();
+    let mut failures = Vec::new();
+    for i in 0..24 {
+        let mut server = Background::spawn(&in_container(
+            pid,
+            &["taskset", "-c", "1", "iperf3", "-s", "-1", "-p", &listen],
+        ));
+        std::thread::sleep(Duration::from_millis(200));
+        let mut client = four_streams_on_cpu("0", &out.host_addr, &target);
+        // Downloads every other round: the container is then the sender.
+        if i % 2 == 1 {
+            client.push("-R".to_owned());
+        }
+        let client: Vec<&str> = client.iter().map(String::as_str).collect();
+        let transfer = out.run(&client, Duration::from_secs(20));
+        if !transfer.success() {
+            failures.push(format!("transfer {i}: {transfer}"));
+        }
+        let _ = server.wait_timeout(Duration::from_secs(5));
+    }
+    let (inbound, outbound, _) = port_counters(&world, port, "tcp").expect("exposed");
+    let refused = refused(&world, port);
+    eprintln!("carried {inbound} packets in, {outbound} out; refused {refused}");
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    assert!(
+        inbound > 100_000 && outbound > 100_000,
+        "the fast path carried {inbound} packets in, {outbound} out"
+    );
+    assert!(failures.is_empty(), "transfers failed: {failures:?}");
+    assert_eq!(
+        refused, 0,
+        "segments of well-behaved connections were refused as out of their window"
+    );
 }

@@ -129,3 +129,24 @@ pub(crate) fn xdp_fits_mtu(ctx: &XdpContext, ifindex: u32, len: u64) -> bool {
     let verdict = unsafe { bpf_check_mtu(ctx.ctx as *mut _, ifindex, &mut mtu, 0, 0) };
     verdict == 0
 }
+
+/// The `len` option bytes after an IPv4 header's first 20, read into `options` a word at a
+/// time (no read past the packet) and zero-filled to the most there can be.
+#[inline(always)]
+pub(crate) fn ipv4_options<'a>(
+    ctx: &TcContext,
+    len: usize,
+    options: &'a mut [u8; IPV4_OPTIONS_MAX],
+) -> Option<&'a [u8; IPV4_OPTIONS_MAX]> {
+    let mut at = 0;
+    while at < IPV4_OPTIONS_MAX {
+        if at < len {
+            let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + at).ok()?;
+            options[at..at + 4].copy_from_slice(&word);
+        } else {
+            options[at..at + 4].fill(0);
+        }
+        at += 4;
+    }
+    Some(options)
+}

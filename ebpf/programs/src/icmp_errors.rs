@@ -37,8 +37,8 @@ use crate::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_ERROR_READ, ICMP_HLEN, IPV4_HLEN, IPV4_OPTIONS_MAX,
         IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_ICMP, PROTO_ICMPV6,
         PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment,
-        ipv4_header_with_options_checksum_ok, ipv4_options_padding_only, ipv6_fragment_passed_on,
-        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
+        ipv4_header_with_options_checksum_ok, ipv4_options, ipv4_options_padding_only,
+        ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
     routes,
@@ -379,27 +379,6 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
         }
         _ => None,
     }
-}
-
-/// The `len` option bytes after an IPv4 header's first 20, read into `options` a word at a
-/// time (no read past the packet) and zero-filled to the most there can be.
-#[inline(always)]
-fn ipv4_options<'a>(
-    ctx: &TcContext,
-    len: usize,
-    options: &'a mut [u8; IPV4_OPTIONS_MAX],
-) -> Option<&'a [u8; IPV4_OPTIONS_MAX]> {
-    let mut at = 0;
-    while at < IPV4_OPTIONS_MAX {
-        if at < len {
-            let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + at).ok()?;
-            options[at..at + 4].copy_from_slice(&word);
-        } else {
-            options[at..at + 4].fill(0);
-        }
-        at += 4;
-    }
-    Some(options)
 }
 
 /// The `N` bytes of the frame at `at`, read into `buffer` (scratch memory: a copy on the

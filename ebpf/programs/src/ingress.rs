@@ -15,7 +15,8 @@
 //! addressed to the NIC's MAC, untagged, with a valid IP header (checksum, lengths), a TTL or
 //! hop limit that survives forwarding, and a TCP or UDP header conntrack takes as valid
 //! (flags, lengths). Both return `None` for a packet they do not parse (no TCP or UDP right
-//! after an IP header without options, or a fragment): fragments of the container's
+//! after the IP header, or a fragment; a client's IP header may have options of padding only,
+//! or one hop-by-hop header of padding only, see `read`): fragments of the container's
 //! replies (`fragments`) and ICMP errors (`icmp_errors`) are looked at next, by `main`.
 //!
 //! Everything else passes, unchanged, to the programs after ours and the stack, save a carried
@@ -40,10 +41,12 @@ use crate::{
         Known, exposed, for_this_host, into_container, known_flow, now, out_of_nic, routes_back,
     },
     headers::{
-        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV6_HLEN, PROTO_TCP, PROTO_UDP,
-        TCP_ACK_SEQ_OFF, TCP_CSUM_OFF, TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF,
-        UDP_CSUM_OFF, UDP_HLEN, UDP_LEN_OFF, ethertype, fits_mtu, ipv4_header_valid,
-        ipv6_length_valid, v4_mapped,
+        ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV4_OPTIONS_MAX, IPV6_EXTENSION_UNIT,
+        IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_TCP, PROTO_UDP, TCP_ACK_SEQ_OFF, TCP_CSUM_OFF,
+        TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF, UDP_CSUM_OFF, UDP_HLEN, UDP_LEN_OFF,
+        ethertype, fits_mtu, ipv4_fragment, ipv4_header_valid,
+        ipv4_header_with_options_checksum_ok, ipv4_options, ipv4_options_padding_only,
+        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped,
     },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
@@ -143,48 +146,85 @@ impl Packet {
 #[map(name = "DXDP_PACKET_SCRATCH")]
 static PACKET: PerCpuArray<Packet> = PerCpuArray::with_max_entries(1, 0);
 
-/// [`read`] into this CPU's [`PACKET`].
+/// Each CPU's copy of a client's IPv4 options, read to judge and sum them.
+#[map(name = "DXDP_IP_OPTIONS_SCRATCH")]
+static IP_OPTIONS: PerCpuArray<[u8; IPV4_OPTIONS_MAX]> = PerCpuArray::with_max_entries(1, 0);
+
+/// [`read`] into this CPU's [`PACKET`]; `OPTIONS`: whether IPv4 options and an IPv6 hop-by-hop
+/// header of padding only are taken (a client's packets; the container's replies have none
+/// its stack puts there).
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<&'static Packet> {
+fn parse<const OPTIONS: bool>(ctx: &TcContext) -> Option<&'static Packet> {
     // SAFETY: this CPU's copy, valid for this invocation; one packet's at a time.
     let slot = unsafe { &mut *PACKET.get_ptr_mut(0)? };
-    *slot = read(ctx)?;
+    read::<OPTIONS>(ctx, slot)?;
     Some(slot)
 }
 
-/// Parses an unfragmented IPv4 packet without options, or an IPv6 packet whose next header is
-/// TCP or UDP, carrying TCP or UDP; `None` for anything else.
+/// Parses an unfragmented IPv4 packet or an IPv6 packet carrying TCP or UDP; `None` for
+/// anything else. With `OPTIONS`, the IPv4 header may have options of padding only and the
+/// IPv6 header may be followed by one hop-by-hop header of padding only: the stack forwards
+/// those as they are (`headers::ipv4_options_padding_only`), conntrack tracks their segments as
+/// any others, and a client's segment of a carried connection that took the stack instead would
+/// meet a conntrack that never saw the connection (the exposed differential topology's seed
+/// 9393, cases 154 and 315). Other options and extension headers are the stack's to judge.
+/// Written into `slot` field by field: a `Packet` on the stack would not fit there.
 #[inline(always)]
-fn read(ctx: &TcContext) -> Option<Packet> {
+fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
     let end = ctx.data_end();
     let (ethertype, l3) = ethertype(ctx)?;
     // What the frame holds after its Ethernet header, by its own length.
     let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
     match ethertype {
         ETH_P_IP => {
-            if l3 + IPV4_HLEN + L4_READ > end {
+            if l3 + IPV4_HLEN > end {
                 return None;
             }
             // SAFETY: bounds-checked above.
-            let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN + L4_READ]) };
-            // Version 4, no options; not a fragment (no offset, no more-fragments bit).
-            if ip[0] != 0x45 || (ip[6] & 0x3f) != 0 || ip[7] != 0 {
+            let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN]) };
+            // Version 4; not a fragment (no offset, no more-fragments bit).
+            if ip[0] >> 4 != 4 || ip[0] & 0x0f < 5 || ipv4_fragment(ip) {
                 return None;
             }
+            let options_len = ((ip[0] & 0x0f) as usize - 5) * 4;
+            let options = if options_len == 0 {
+                None
+            } else if OPTIONS {
+                // SAFETY: this CPU's copy, valid for this invocation.
+                let buffer = unsafe { &mut *IP_OPTIONS.get_ptr_mut(0)? };
+                let options = ipv4_options(ctx, options_len, buffer)?;
+                if !ipv4_options_padding_only(options, options_len) {
+                    return None;
+                }
+                Some(options)
+            } else {
+                return None;
+            };
             let proto = ip[9];
             let l4_csum = match proto {
                 PROTO_TCP => TCP_CSUM_OFF,
                 PROTO_UDP => UDP_CSUM_OFF,
                 _ => return None,
             };
-            let l4 = &ip[IPV4_HLEN..];
+            let header_len = IPV4_HLEN + options_len;
+            let l4_at = l3 + header_len;
+            if l4_at + L4_READ > end {
+                return None;
+            }
+            // SAFETY: bounds-checked above.
+            let l4 = unsafe { &*(l4_at as *const [u8; L4_READ]) };
             let total = u16::from_be_bytes([ip[2], ip[3]]);
-            let payload = total.saturating_sub(IPV4_HLEN as u16);
-            let hs = layer4(proto, l3 + IPV4_HLEN, end, payload, udp_len(l4))?;
-            let mut header = [0u8; IPV4_HLEN];
-            header.copy_from_slice(&ip[..IPV4_HLEN]);
-            let well_formed = ipv4_header_valid(&header, l3_len) && hs.length_valid;
-            Some(Packet {
+            let payload = total.saturating_sub(header_len as u16);
+            let hs = layer4(proto, l4_at, end, payload, udp_len(l4))?;
+            let header_valid = match options {
+                None => ipv4_header_valid(ip, l3_len),
+                Some(options) => {
+                    ipv4_header_with_options_checksum_ok(ip, options, options_len)
+                        && total as usize >= header_len
+                        && total as usize <= l3_len
+                }
+            };
+            *slot = Packet {
                 v6: false,
                 opens: hs.opens,
                 accepts: hs.accepts,
@@ -195,42 +235,61 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 ack_seq: hs.ack_seq,
                 last_hop: ip[8] <= 1,
                 header_valid: hs.header_valid,
-                well_formed,
+                well_formed: header_valid && hs.length_valid,
                 proto,
                 src: v4_mapped(&ip[12..16]),
                 dst: v4_mapped(&ip[16..20]),
                 sport: u16::from_be_bytes([l4[0], l4[1]]),
                 dport: u16::from_be_bytes([l4[2], l4[3]]),
                 l3: ETH_HLEN,
-                l4: ETH_HLEN + IPV4_HLEN,
-                l4_csum: ETH_HLEN + IPV4_HLEN + l4_csum,
+                l4: ETH_HLEN + header_len,
+                l4_csum: ETH_HLEN + header_len + l4_csum,
                 l4_len: payload as usize,
-            })
+            };
+            Some(())
         }
         ETH_P_IPV6 => {
-            if l3 + IPV6_HLEN + L4_READ > end {
+            if l3 + IPV6_HLEN + IPV6_EXTENSION_UNIT > end {
                 return None;
             }
             // SAFETY: bounds-checked above.
-            let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + L4_READ]) };
+            let ip = unsafe { &*(l3 as *const [u8; IPV6_HLEN + IPV6_EXTENSION_UNIT]) };
             if ip[0] >> 4 != 6 {
                 return None;
             }
-            let proto = ip[6];
+            let (proto, extension_len) = match ip[6] {
+                PROTO_TCP | PROTO_UDP => (ip[6], 0),
+                IPV6_HOP_BY_HOP if OPTIONS => {
+                    let mut extension = [0u8; IPV6_EXTENSION_UNIT];
+                    extension.copy_from_slice(&ip[IPV6_HLEN..]);
+                    if !ipv6_hop_by_hop_padding_only(&extension) {
+                        return None;
+                    }
+                    (extension[0], IPV6_EXTENSION_UNIT)
+                }
+                // Other extension headers (fragments among them) take the stack.
+                _ => return None,
+            };
             let l4_csum = match proto {
                 PROTO_TCP => TCP_CSUM_OFF,
                 PROTO_UDP => UDP_CSUM_OFF,
-                // Extension headers (fragments among them) take the stack.
                 _ => return None,
             };
+            let l4_at = l3 + IPV6_HLEN + extension_len;
+            if l4_at + L4_READ > end {
+                return None;
+            }
+            // SAFETY: bounds-checked above.
+            let l4 = unsafe { &*(l4_at as *const [u8; L4_READ]) };
             let mut src = [0u8; 16];
             src.copy_from_slice(&ip[8..24]);
             let mut dst = [0u8; 16];
             dst.copy_from_slice(&ip[24..40]);
-            let l4 = &ip[IPV6_HLEN..];
             let payload = u16::from_be_bytes([ip[4], ip[5]]);
-            let hs = layer4(proto, l3 + IPV6_HLEN, end, payload, udp_len(l4))?;
-            Some(Packet {
+            // The upper-layer length, what TCP's and UDP's pseudo-headers and lengths count.
+            let upper = payload.saturating_sub(extension_len as u16);
+            let hs = layer4(proto, l4_at, end, upper, udp_len(l4))?;
+            *slot = Packet {
                 v6: true,
                 opens: hs.opens,
                 accepts: hs.accepts,
@@ -241,17 +300,20 @@ fn read(ctx: &TcContext) -> Option<Packet> {
                 ack_seq: hs.ack_seq,
                 last_hop: ip[7] <= 1,
                 header_valid: hs.header_valid,
-                well_formed: ipv6_length_valid(payload, l3_len) && hs.length_valid,
+                well_formed: ipv6_length_valid(payload, l3_len)
+                    && payload as usize >= extension_len
+                    && hs.length_valid,
                 proto,
                 src,
                 dst,
                 sport: u16::from_be_bytes([l4[0], l4[1]]),
                 dport: u16::from_be_bytes([l4[2], l4[3]]),
                 l3: ETH_HLEN,
-                l4: ETH_HLEN + IPV6_HLEN,
-                l4_csum: ETH_HLEN + IPV6_HLEN + l4_csum,
-                l4_len: payload as usize,
-            })
+                l4: ETH_HLEN + IPV6_HLEN + extension_len,
+                l4_csum: ETH_HLEN + IPV6_HLEN + extension_len + l4_csum,
+                l4_len: upper as usize,
+            };
+            Some(())
         }
         _ => None,
     }
@@ -325,7 +387,7 @@ fn layer4(proto: u8, l4: usize, end: usize, ip_payload: u16, udp_len: u16) -> Op
 pub fn ingress(ctx: &TcContext) -> Option<i32> {
     // SAFETY: the verifier guarantees ctx.skb.skb points at a valid __sk_buff for this call.
     let nic_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let packet = parse(ctx)?;
+    let packet = parse::<true>(ctx)?;
     let Some((key, target, flow)) = exposed(
         nic_ifindex,
         packet.proto,
@@ -549,7 +611,7 @@ fn establish(flow: FlowKey, port: PortKey) {
 pub fn reply(ctx: &TcContext) -> Option<i32> {
     // SAFETY: as in `ingress`.
     let veth_ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let packet = parse(ctx)?;
+    let packet = parse::<false>(ctx)?;
     // The reply's source is the container, its destination the client.
     let flow = FlowKey::new(
         veth_ifindex,
@@ -595,7 +657,16 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
         // No copy: a connection of an older dxdp, or one that drains after an unexpose,
         // whose replies go on as they did.
         match tcp_windows::check(ctx, l4, l4_len, &flow, way) {
-            Some(checked) if checked.verdict == Verdict::Invalid => return Some(TC_ACT_SHOT),
+            Some(checked) if checked.verdict == Verdict::Invalid => {
+                if let Some(target) = target {
+                    // SAFETY: this CPU's copy of the value; nothing else writes it now. Not
+                    // draining (above), so the port leads here.
+                    unsafe {
+                        (*target).refused_packets = (*target).refused_packets.wrapping_add(1)
+                    };
+                }
+                return Some(TC_ACT_SHOT);
+            }
             Some(checked) if checked.closes => known.forget(flow),
             _ => {}
         }

@@ -6,6 +6,9 @@
 //! with the rest of the workspace: only the BPF target is `no_std`/`no_main` with a panic handler.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// `window_merge`'s compare-and-exchange, which the target's atomics lack.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 mod checksum;
 mod fib;
@@ -20,6 +23,7 @@ mod routes;
 mod scratch;
 mod tcp_windows;
 mod verdict;
+mod window_merge;
 
 use aya_ebpf::{
     bindings::{TC_ACT_UNSPEC, xdp_action},

@@ -21,6 +21,8 @@ use dxdp_common::{
     },
 };
 
+use crate::window_merge;
+
 /// The copies of established connections, by their key in `DXDP_FLOWS`, and as many. A
 /// connection whose copy was pushed out goes to Docker's path at its client's next segment.
 #[map(name = "DXDP_TCP_WINDOWS")]
@@ -32,7 +34,7 @@ static WINDOWS: LruHashMap<FlowKey, TcpWindow> = LruHashMap::pinned(DEFAULT_MAX_
 static OPENING_WINDOWS: LruHashMap<FlowKey, TcpWindow> =
     LruHashMap::pinned(side_table_size(DEFAULT_MAX_FLOWS), 0);
 
-/// What one segment's check works on: 100 bytes the callers' stacks have no room for.
+/// What one segment's check works on: 200 bytes the callers' stacks have no room for.
 #[repr(C)]
 pub(crate) struct Work {
     /// seq, ack, data offset, flags and window, as the header holds them.
@@ -42,6 +44,12 @@ pub(crate) struct Work {
     segment: Segment,
     /// A new connection's copy, before it goes into the table.
     window: TcpWindow,
+    /// The connection's copy as the segment found it, and as judging the segment left it:
+    /// what `window_merge` merges back (`check`).
+    before: TcpWindow,
+    mine: TcpWindow,
+    /// The segment's judgement while the copy is merged back (see `check`).
+    judged: Judgement,
 }
 
 #[map(name = "DXDP_TCP_WORK")]
@@ -193,6 +201,17 @@ pub(crate) fn establish(flow: &FlowKey) -> bool {
 /// the connection ends the copy (one beside what its receiver acknowledged keeps it, as
 /// conntrack keeps the connection for the challenge ACK); a connection whose both FINs were
 /// acknowledged keeps it ([`closed`]).
+///
+/// An established connection's segments are judged on a snapshot of its copy and only what
+/// they changed is merged back (`window_merge`, as the egress programs do): its two sides'
+/// segments are judged on both CPUs at once (a sender's process context on one, the segments
+/// its ACKs clock out from the softirq on the other), and a store of a whole judged copy could
+/// put back a bound the other CPU had just moved on, which made the receiver's next ACK or the
+/// sender's next segment look out of the window: refused, and a stall until a retransmission
+/// (`ingress::parallel_transfers_on_two_cpus_never_have_a_segment_refused`: 4 refused in 24
+/// transfers judged in place, over a thousand on a snapshot written back whole, none merged).
+/// An opening connection's copy is written back whole: its handshake moves
+/// fields the merge takes as fixed (the SYN-ACK's scale), and its segments come one at a time.
 #[inline(always)]
 pub(crate) fn check(
     ctx: &TcContext,
@@ -202,21 +221,55 @@ pub(crate) fn check(
     way: Way,
 ) -> Option<Judgement> {
     let (dir, opening) = (way.dir(), way.opening());
-    // SAFETY: a map value, valid for this invocation; another CPU may move the other side's
-    // half at the same time, as conntrack's lock would not allow: a race that can only make
-    // one segment's check stricter or laxer by what the other just carried.
     // Each map by name: a map pointer chosen at run time would keep the verifier from
     // pruning the two stages' paths into one.
-    let window = if opening {
+    let shared = if opening {
         OPENING_WINDOWS.get_ptr_mut(flow)
     } else {
         WINDOWS.get_ptr_mut(flow)
-    };
-    let window = unsafe { &mut *window? };
+    }?;
     let Some((work, len)) = read(ctx, l4, l4_len) else {
         return Some(Judgement::kept(Verdict::Invalid));
     };
+    // SAFETY: a map value, valid for this invocation; copied whole into this CPU's work area.
+    work.before = unsafe { *shared };
+    work.mine = work.before;
+    let judgement = judge(ctx, l4, len, work, dir, opening)?;
+    // Through map memory, which the verifier does not follow: the merge is then walked once
+    // for all the judgements a segment can have, not once for each (the reply program would
+    // pass a million instructions).
+    // SAFETY: a field of this CPU's work area, aligned.
+    unsafe { core::ptr::write_volatile(&mut work.judged, judgement) };
+    // SAFETY: as above; `shared` is 8-aligned, as every map value is.
+    unsafe {
+        if opening {
+            *shared = work.mine;
+        } else {
+            window_merge::publish(shared, &work.before, &work.mine);
+        }
+    }
+    // SAFETY: written just above, by this invocation.
+    let judgement = unsafe { core::ptr::read_volatile(&work.judged) };
+    if judgement.closes {
+        forget(flow);
+    }
+    Some(judgement)
+}
+
+/// [`check`]'s judgement of the segment read into `work` (with `len` option bytes) on
+/// `work.mine`, moved on as conntrack would move its windows; `None` where the options cannot
+/// be read.
+#[inline(always)]
+fn judge(
+    ctx: &TcContext,
+    l4: usize,
+    len: usize,
+    work: &mut Work,
+    dir: usize,
+    opening: bool,
+) -> Option<Judgement> {
     let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
+    let window = &mut work.mine;
     let segment = &mut work.segment;
     if segment.flags & TCP_SYN != 0 {
         if tcp_window::restarts(window, dir, segment, opening) {
@@ -248,11 +301,7 @@ pub(crate) fn check(
     )
     // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
     .unwrap_or(Verdict::Ignore);
-    let judgement = Judgement::of_rst(verdict, resets, opening);
-    if judgement.closes {
-        forget(flow);
-    }
-    Some(judgement)
+    Some(Judgement::of_rst(verdict, resets, opening))
 }
 
 /// Whether both sides of the connection sent a FIN the fast path carried: a SYN then opens a

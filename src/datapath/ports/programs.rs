@@ -131,3 +131,44 @@ pub(super) fn detach_idle_nics(pins: &Pins, entries: &[(PortKey, PortTarget)]) -
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::datapath::{Capacity, Datapath};
+
+    /// Both programs (and the ICMP ones they hand on to) pass the running kernel's verifier, in
+    /// a pin directory of the test's own, with how many instructions it walked for each
+    /// printed: the window copies' merge has to stay inside the verifier's budget and the
+    /// 512-byte stack. Skipped without root.
+    #[test]
+    fn the_port_programs_pass_the_verifier() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let root = PathBuf::from(format!(
+            "/sys/fs/bpf/dxdp-ports-verify-{}",
+            std::process::id()
+        ));
+        let loaded = Datapath::open(&root, Capacity::default()).and_then(|mut dp| {
+            let programs = PortPrograms::open(&mut dp.ebpf, &dp.pins)?;
+            for (role, program) in [
+                (Role::Ingress, &programs.ingress),
+                (Role::Reply, &programs.reply),
+            ] {
+                let info = program.info()?;
+                eprintln!(
+                    "{}: {} instructions verified",
+                    role.program(),
+                    info.verified_instruction_count().unwrap_or(0)
+                );
+            }
+            Ok(())
+        });
+        let _ = std::fs::remove_dir_all(&root);
+        loaded.unwrap();
+    }
+}
