@@ -186,6 +186,14 @@ pub struct PortTarget {
     pub passed_packets: u64,
 }
 
+impl PortTarget {
+    /// Counts a segment dropped as conntrack would mark it INVALID. Wraps at 32 bits (the
+    /// layout's old padding); Prometheus takes a wrap for a counter reset.
+    pub fn refuse(&mut self) {
+        self.refused_packets = self.refused_packets.wrapping_add(1);
+    }
+}
+
 /// One connection through an exposed port, as the container's replies carry it: from
 /// (`addr`, `port`) behind `veth_ifindex` to (`client_addr`, `client_port`). Only replies of
 /// connections the NIC's program let in are translated ([`Flow`]).

@@ -107,6 +107,23 @@ pub const fn ipv4_header_with_options_checksum_ok(
     fold(sum) == 0xffff
 }
 
+/// [`ipv4_header_valid`] for a header with `len` bytes of options (whose version and length
+/// the caller read to find them): a checksum over all of it that sums to zero, a total length
+/// at least the header's and at most the `l3_len` bytes the frame holds. The options' own
+/// validity is [`ipv4_options_padding_only`]'s to judge.
+#[inline(always)]
+pub const fn ipv4_header_with_options_valid(
+    header: &[u8; IPV4_HLEN],
+    options: &[u8; IPV4_OPTIONS_MAX],
+    len: usize,
+    l3_len: usize,
+) -> bool {
+    let total = u16::from_be_bytes([header[2], header[3]]) as usize;
+    ipv4_header_with_options_checksum_ok(header, options, len)
+        && total >= IPV4_HLEN + len
+        && total <= l3_len
+}
+
 /// The length of the one-unit IPv6 extension headers below: a hop-by-hop header of eight
 /// bytes, a fragment header.
 pub const IPV6_EXTENSION_UNIT: usize = 8;

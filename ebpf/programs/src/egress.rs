@@ -556,17 +556,12 @@ unsafe fn close(ct: *mut NfConn, key: &WindowKey, shared: &TcpWindow) {
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
 unsafe fn ct_ends(ct: *mut NfConn) -> Option<[u32; 2]> {
-    let at = DXDP_EGRESS_OFF_SEEN_END.load();
-    if at == 0 {
-        return None;
-    }
-    // SAFETY: the caller's; the field at its offset in the running kernel's BTF.
-    unsafe {
-        Some([
-            field::<u32>(ct, at)?,
-            field::<u32>(ct, at + DXDP_EGRESS_SEEN_STRIDE.load())?,
-        ])
-    }
+    let (at, stride) = (
+        DXDP_EGRESS_OFF_SEEN_END.load(),
+        DXDP_EGRESS_SEEN_STRIDE.load(),
+    );
+    // SAFETY: the caller's.
+    unsafe { Some([seen_field(ct, at, 0)?, seen_field(ct, at, stride)?]) }
 }
 
 /// `proto.tcp.seen[]` of `ct`, `shift` bytes on from `seen[0]`.
@@ -575,20 +570,34 @@ unsafe fn ct_ends(ct: *mut NfConn) -> Option<[u32; 2]> {
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
 unsafe fn side(ct: *mut NfConn, shift: u32) -> Option<TcpSide> {
-    let at = |offset: u32| if offset == 0 { 0 } else { offset + shift };
-    // SAFETY: the caller's; each field at its offset in the running kernel's BTF.
+    // SAFETY: the caller's.
     unsafe {
         Some(TcpSide {
-            td_end: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_END.load()))?,
-            td_maxend: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXEND.load()))?,
-            td_maxwin: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXWIN.load()))?,
-            td_maxack: field::<u32>(ct, at(DXDP_EGRESS_OFF_SEEN_MAXACK.load()))?,
-            td_scale: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_SCALE.load()))?,
-            flags: field::<u8>(ct, at(DXDP_EGRESS_OFF_SEEN_FLAGS.load()))?,
+            td_end: seen_field(ct, DXDP_EGRESS_OFF_SEEN_END.load(), shift)?,
+            td_maxend: seen_field(ct, DXDP_EGRESS_OFF_SEEN_MAXEND.load(), shift)?,
+            td_maxwin: seen_field(ct, DXDP_EGRESS_OFF_SEEN_MAXWIN.load(), shift)?,
+            td_maxack: seen_field(ct, DXDP_EGRESS_OFF_SEEN_MAXACK.load(), shift)?,
+            td_scale: seen_field(ct, DXDP_EGRESS_OFF_SEEN_SCALE.load(), shift)?,
+            flags: seen_field(ct, DXDP_EGRESS_OFF_SEEN_FLAGS.load(), shift)?,
             fin: 0,
             last_ack: 0,
         })
     }
+}
+
+/// The `T` of `proto.tcp.seen[0]` at `offset` (0 where the loader found no such field), or
+/// of a later `seen[]`, `shift` bytes on.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released; `offset` a field of
+/// `T`'s size in `seen[0]`, `shift` a multiple of `seen[]`'s stride within the array.
+#[inline(always)]
+unsafe fn seen_field<T: Copy>(ct: *mut NfConn, offset: u32, shift: u32) -> Option<T> {
+    if offset == 0 {
+        return None;
+    }
+    // SAFETY: the caller's; the field at its offset in the running kernel's BTF.
+    unsafe { field::<T>(ct, offset + shift) }
 }
 
 /// Sets the entry's timeout where conntrack, had it seen the packet, would have given it more

@@ -12,7 +12,7 @@ pub(crate) use dxdp_common::{
     ingress::{PROTO_TCP, PROTO_UDP},
     stack::{
         IPV4_HLEN, IPV4_OPTIONS_MAX, IPV6_EXTENSION_UNIT, IPV6_HLEN, ipv4_fragment,
-        ipv4_header_valid, ipv4_header_with_options_checksum_ok, ipv4_options_padding_only,
+        ipv4_header_valid, ipv4_header_with_options_valid, ipv4_options_padding_only,
         ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid,
     },
 };

@@ -36,9 +36,9 @@ use crate::{
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_ERROR_READ, ICMP_HLEN, IPV4_HLEN, IPV4_OPTIONS_MAX,
         IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_ICMP, PROTO_ICMPV6,
-        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment,
-        ipv4_header_with_options_checksum_ok, ipv4_options, ipv4_options_padding_only,
-        ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
+        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment, ipv4_header_with_options_valid,
+        ipv4_options, ipv4_options_padding_only, ipv6_fragment_passed_on,
+        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
     routes,
@@ -271,9 +271,8 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
             let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
             let header_len = IPV4_HLEN + options_len;
             let forwardable = ip[8] > 1
-                && ipv4_header_with_options_checksum_ok(ip, options, options_len)
-                && total >= header_len + MESSAGE
-                && total <= l3_len;
+                && ipv4_header_with_options_valid(ip, options, options_len, l3_len)
+                && total >= header_len + MESSAGE;
             let remote_v4 = 28 - inner_v4;
             let local = v4_mapped(&inner[inner_v4..inner_v4 + 4]);
             let remote = v4_mapped(&inner[remote_v4..remote_v4 + 4]);

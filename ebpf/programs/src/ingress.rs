@@ -44,9 +44,9 @@ use crate::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV4_OPTIONS_MAX, IPV6_EXTENSION_UNIT,
         IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_TCP, PROTO_UDP, TCP_ACK_SEQ_OFF, TCP_CSUM_OFF,
         TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF, UDP_CSUM_OFF, UDP_HLEN, UDP_LEN_OFF,
-        ethertype, fits_mtu, ipv4_fragment, ipv4_header_valid,
-        ipv4_header_with_options_checksum_ok, ipv4_options, ipv4_options_padding_only,
-        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped,
+        ethertype, fits_mtu, ipv4_fragment, ipv4_header_valid, ipv4_header_with_options_valid,
+        ipv4_options, ipv4_options_padding_only, ipv6_hop_by_hop_padding_only, ipv6_length_valid,
+        v4_mapped,
     },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
@@ -218,11 +218,7 @@ fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
             let hs = layer4(proto, l4_at, end, payload, udp_len(l4))?;
             let header_valid = match options {
                 None => ipv4_header_valid(ip, l3_len),
-                Some(options) => {
-                    ipv4_header_with_options_checksum_ok(ip, options, options_len)
-                        && total as usize >= header_len
-                        && total as usize <= l3_len
-                }
+                Some(options) => ipv4_header_with_options_valid(ip, options, options_len, l3_len),
             };
             *slot = Packet {
                 v6: false,
@@ -426,7 +422,7 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
             Some(TC_ACT_UNSPEC)
         }
         Admission::Refuse => {
-            target.refused_packets = target.refused_packets.wrapping_add(1);
+            target.refuse();
             Some(TC_ACT_SHOT)
         }
     }
@@ -661,9 +657,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
                 if let Some(target) = target {
                     // SAFETY: this CPU's copy of the value; nothing else writes it now. Not
                     // draining (above), so the port leads here.
-                    unsafe {
-                        (*target).refused_packets = (*target).refused_packets.wrapping_add(1)
-                    };
+                    unsafe { (*target).refuse() };
                 }
                 return Some(TC_ACT_SHOT);
             }

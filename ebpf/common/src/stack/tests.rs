@@ -69,6 +69,38 @@ fn an_ipv4_header_with_options_sums_its_options_too() {
 }
 
 #[test]
+fn an_ipv4_header_with_options_is_valid_where_its_length_holds_it_and_fits_the_frame() {
+    // A total length of 48: 24 bytes of header, 24 of payload.
+    let (header, opts) = header_with_options(&[1, 1, 1, 1]);
+    assert!(ipv4_header_with_options_valid(&header, &opts, 4, 48));
+    assert!(
+        ipv4_header_with_options_valid(&header, &opts, 4, 60),
+        "a frame longer than its packet is trimmed"
+    );
+    assert!(
+        !ipv4_header_with_options_valid(&header, &opts, 4, 47),
+        "a frame shorter than its packet"
+    );
+    let mut spoiled = opts;
+    spoiled[3] = 0;
+    assert!(!ipv4_header_with_options_valid(&header, &spoiled, 4, 48));
+    // A total length of 20 is shorter than a header of 24: its checksum filled in again.
+    let mut short = header;
+    short[3] = 20;
+    let mut sum: u32 = 0;
+    short[10..12].fill(0);
+    for pair in short.chunks(2).chain([1u8, 1, 1, 1].chunks(2)) {
+        sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+    }
+    short[10..12].copy_from_slice(&(!fold(sum)).to_be_bytes());
+    assert!(ipv4_header_with_options_checksum_ok(&short, &opts, 4));
+    assert!(
+        !ipv4_header_with_options_valid(&short, &opts, 4, 48),
+        "a total length shorter than the header"
+    );
+}
+
+#[test]
 fn a_hop_by_hop_header_of_padding_is_pad1_and_zeroed_padn_filling_it() {
     // Next header ICMPv6 (58), one unit; then six option bytes.
     assert!(ipv6_hop_by_hop_padding_only(&[58, 0, 1, 4, 0, 0, 0, 0]));
