@@ -316,9 +316,8 @@ pub const fn restarts(window: &TcpWindow, dir: usize, segment: &Segment, opening
         && (sender.td_maxwin == 0 || (opening && after(segment.end, sender.td_end)))
 }
 
-/// `tcp_init_sender`, then the rest of `tcp_in_window`: the SYN (or SYN-ACK) `segment` in
-/// direction `dir` starts its sender's side of `window` (see [`restarts`]); window scaling
-/// holds only where both sides offered it, which the server's answer settles.
+/// `tcp_init_sender`, then the rest of `tcp_in_window`: [`init_sender`], then
+/// [`answer_started`].
 #[inline(always)]
 pub fn answer(
     window: &mut TcpWindow,
@@ -328,14 +327,44 @@ pub fn answer(
     len: usize,
     be_liberal: bool,
 ) -> Verdict {
+    let unknown = init_sender(window, dir, segment, options, len);
+    answer_started(window, dir, segment, unknown, be_liberal)
+}
+
+/// `tcp_init_sender`: the SYN (or SYN-ACK) `segment` in direction `dir` starts its sender's
+/// side of `window` (see [`restarts`]), with what its `len` option bytes offer; `true` where
+/// the side was unknown before (a server's first SYN-ACK).
+#[inline(always)]
+pub fn init_sender(
+    window: &mut TcpWindow,
+    dir: usize,
+    segment: &Segment,
+    options: &[u8; TCP_OPTIONS_MAX],
+    len: usize,
+) -> bool {
+    let sender = &mut window.seen[if dir == 0 { 0 } else { 1 }];
+    let unknown = sender.td_maxwin == 0;
+    start(sender, segment, options, len);
+    unknown
+}
+
+/// The rest of `tcp_in_window` after [`init_sender`] (`unknown` what it returned): window
+/// scaling holds only where both sides offered it, which the server's answer settles; then
+/// the SYN is judged in the window.
+#[inline(always)]
+pub fn answer_started(
+    window: &mut TcpWindow,
+    dir: usize,
+    segment: &Segment,
+    unknown: bool,
+    be_liberal: bool,
+) -> Verdict {
     let [original, reply] = &mut window.seen;
     let (sender, receiver) = if dir == 0 {
         (original, reply)
     } else {
         (reply, original)
     };
-    let unknown = sender.td_maxwin == 0;
-    start(sender, segment, options, len);
     if dir == 1
         && !(sender.flags & FLAG_WINDOW_SCALE != 0 && receiver.flags & FLAG_WINDOW_SCALE != 0)
     {
@@ -601,4 +630,5 @@ mod pod {
     // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
     unsafe impl aya::Pod for super::WindowKey {}
     unsafe impl aya::Pod for super::TcpWindow {}
+    unsafe impl aya::Pod for super::ClosedWindow {}
 }

@@ -5,7 +5,7 @@
 //! `dxdp_common` and handed on from here, so that a program takes all of it from one module.
 use aya_ebpf::{
     bindings::bpf_check_mtu_flags::BPF_MTU_CHK_SEGS,
-    helpers::generated::bpf_check_mtu,
+    helpers::generated::{bpf_check_mtu, bpf_skb_load_bytes},
     programs::{TcContext, XdpContext},
 };
 pub(crate) use dxdp_common::{
@@ -130,23 +130,38 @@ pub(crate) fn xdp_fits_mtu(ctx: &XdpContext, ifindex: u32, len: u64) -> bool {
     verdict == 0
 }
 
-/// The `len` option bytes after an IPv4 header's first 20, read into `options` a word at a
-/// time (no read past the packet) and zero-filled to the most there can be.
+/// The `len` option bytes after an IPv4 header's first 20, read into `options`, zero past
+/// them (as `ipv4_options_padding_only` and the checksum take them).
+///
+/// One load of all `len` bytes: a loop of loads up to `len` gave the verifier one path out of
+/// it for each length a header can have, and it walked everything after once for each.
 #[inline(always)]
 pub(crate) fn ipv4_options<'a>(
     ctx: &TcContext,
     len: usize,
     options: &'a mut [u8; IPV4_OPTIONS_MAX],
 ) -> Option<&'a [u8; IPV4_OPTIONS_MAX]> {
-    let mut at = 0;
-    while at < IPV4_OPTIONS_MAX {
-        if at < len {
-            let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + at).ok()?;
-            options[at..at + 4].copy_from_slice(&word);
-        } else {
-            options[at..at + 4].fill(0);
-        }
-        at += 4;
+    *options = [0; IPV4_OPTIONS_MAX];
+    // Read back, so that the compiler checks the very value the helper is given (it would
+    // check one form of it and pass another, which the verifier cannot bound).
+    let size = len as u64;
+    // SAFETY: a local, read whole.
+    let size = unsafe { core::ptr::read_volatile(&size) };
+    if size == 0 {
+        return Some(options);
     }
-    Some(options)
+    if size > IPV4_OPTIONS_MAX as u64 {
+        return None;
+    }
+    // SAFETY: `options` has room for `len` bytes (checked above); the helper reads no further
+    // than the packet holds, and fails otherwise.
+    let loaded = unsafe {
+        bpf_skb_load_bytes(
+            ctx.skb.skb as *const _,
+            (ETH_HLEN + IPV4_HLEN) as u32,
+            options.as_mut_ptr().cast(),
+            size as u32,
+        )
+    };
+    (loaded == 0).then_some(options)
 }

@@ -42,11 +42,11 @@ use crate::{
     },
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, IPV4_HLEN, IPV4_OPTIONS_MAX, IPV6_EXTENSION_UNIT,
-        IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_TCP, PROTO_UDP, TCP_ACK_SEQ_OFF, TCP_CSUM_OFF,
-        TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF, UDP_CSUM_OFF, UDP_HLEN, UDP_LEN_OFF,
-        ethertype, fits_mtu, ipv4_fragment, ipv4_header_valid, ipv4_header_with_options_valid,
-        ipv4_options, ipv4_options_padding_only, ipv6_hop_by_hop_padding_only, ipv6_length_valid,
-        v4_mapped,
+        IPV6_FRAGMENT, IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_TCP, PROTO_UDP, TCP_ACK_SEQ_OFF,
+        TCP_CSUM_OFF, TCP_DOFF_OFF, TCP_FLAGS_OFF, TCP_HLEN, TCP_SEQ_OFF, UDP_CSUM_OFF, UDP_HLEN,
+        UDP_LEN_OFF, ethertype, fits_mtu, ipv4_fragment, ipv4_header_valid,
+        ipv4_header_with_options_valid, ipv4_options, ipv4_options_padding_only,
+        ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped,
     },
     maps::{FLOWS, OPENING, PORT_VETHS, PORTS, UDP_FLOWS},
     rewrite::{self, Sums},
@@ -80,6 +80,10 @@ pub(crate) struct Packet {
     /// A TTL or hop limit of 0 or 1: the host answers it "time exceeded" instead of
     /// forwarding it.
     last_hop: bool,
+    /// An IPv6 first fragment that conntrack's defragmentation passes on as it is
+    /// (`ipv6_fragment_passed_on`): tracked by its TCP or UDP header, never carried (its
+    /// receiver answers it, or the host; see `ingress`).
+    fragment: bool,
     /// TCP's sequence and acknowledgement numbers (zero for UDP).
     seq: u32,
     ack_seq: u32,
@@ -230,6 +234,7 @@ fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 last_hop: ip[8] <= 1,
+                fragment: false,
                 header_valid: hs.header_valid,
                 well_formed: header_valid && hs.length_valid,
                 proto,
@@ -253,17 +258,18 @@ fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
             if ip[0] >> 4 != 6 {
                 return None;
             }
-            let (proto, extension_len) = match ip[6] {
-                PROTO_TCP | PROTO_UDP => (ip[6], 0),
-                IPV6_HOP_BY_HOP if OPTIONS => {
-                    let mut extension = [0u8; IPV6_EXTENSION_UNIT];
-                    extension.copy_from_slice(&ip[IPV6_HLEN..]);
-                    if !ipv6_hop_by_hop_padding_only(&extension) {
-                        return None;
-                    }
-                    (extension[0], IPV6_EXTENSION_UNIT)
+            let payload = u16::from_be_bytes([ip[4], ip[5]]);
+            let mut extension = [0u8; IPV6_EXTENSION_UNIT];
+            extension.copy_from_slice(&ip[IPV6_HLEN..]);
+            let (proto, extension_len, fragment) = match ip[6] {
+                PROTO_TCP | PROTO_UDP => (ip[6], 0, false),
+                IPV6_HOP_BY_HOP if OPTIONS && ipv6_hop_by_hop_padding_only(&extension) => {
+                    (extension[0], IPV6_EXTENSION_UNIT, false)
                 }
-                // Other extension headers (fragments among them) take the stack.
+                IPV6_FRAGMENT if OPTIONS && ipv6_fragment_passed_on(&extension, payload) => {
+                    (extension[0], IPV6_EXTENSION_UNIT, true)
+                }
+                // Other extension headers (other fragments among them) take the stack.
                 _ => return None,
             };
             let l4_csum = match proto {
@@ -281,7 +287,6 @@ fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
             src.copy_from_slice(&ip[8..24]);
             let mut dst = [0u8; 16];
             dst.copy_from_slice(&ip[24..40]);
-            let payload = u16::from_be_bytes([ip[4], ip[5]]);
             // The upper-layer length, what TCP's and UDP's pseudo-headers and lengths count.
             let upper = payload.saturating_sub(extension_len as u16);
             let hs = layer4(proto, l4_at, end, upper, udp_len(l4))?;
@@ -295,6 +300,7 @@ fn read<const OPTIONS: bool>(ctx: &TcContext, slot: &mut Packet) -> Option<()> {
                 seq: hs.seq,
                 ack_seq: hs.ack_seq,
                 last_hop: ip[7] <= 1,
+                fragment,
                 header_valid: hs.header_valid,
                 well_formed: ipv6_length_valid(payload, l3_len)
                     && payload as usize >= extension_len
@@ -395,13 +401,36 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either. What the
     // stack would not forward to the container (see the module's head) is its to refuse.
+    // A carried connection's last-hop segment (not an RST or a FIN, below) is judged as
+    // conntrack judges it before the forward path answers its TTL: one conntrack finds INVALID
+    // never reaches the forward path (it is refused, as any INVALID segment), and one it takes
+    // moves the window copy on, as conntrack's windows, and goes to the stack to be answered
+    // "time exceeded". Left to the stack unjudged, its conntrack, which never saw the
+    // connection, picked even a segment far out of the window up mid-stream and answered it
+    // so (the exposed differential topology's seed 1207, case 161: Docker's path answers with
+    // the host's RST).
+    //
+    // A fragment is not carried: the container would answer it (or not) as it answers it on
+    // Docker's path, but conntrack's windows there would move on its header, and the copy
+    // here would not. Left to the stack, a fragment of a carried connection meets a conntrack
+    // that never saw the connection: an RST or a FIN is not picked up and reaches the host's
+    // own stack, which (a fragment the stack cannot reassemble) answers the client a
+    // "parameter problem" Docker's path would not send where it answers "time exceeded", at
+    // the last hop (seed 1207, case 146); refused there, as unfragmented ones are (below).
+    let judged_at_last_hop =
+        packet.last_hop && !packet.ends && !packet.fragment && carried_tcp(flow);
     let admission = if PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
-        && packet.forwardable()
+        && !packet.fragment
+        && (!packet.last_hop || judged_at_last_hop)
+        && packet.header_valid
         && packet.well_formed
         && for_this_host(ctx)
         && checksum::taken(ctx, &packet.message())
     {
-        admit(ctx, packet, &key, &flow, nic_ifindex)
+        match admit(ctx, packet, &key, &flow, nic_ifindex) {
+            Admission::Carry if packet.last_hop => Admission::Pass,
+            admission => admission,
+        }
     } else if packet.last_hop && packet.ends && carried_tcp(flow) {
         // Docker's path answers a connection's last-hop RST or FIN "time exceeded". Here the
         // stack's conntrack never saw the connection and does not pick an RST or a FIN up

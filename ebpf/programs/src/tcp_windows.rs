@@ -274,7 +274,9 @@ fn judge(
     if segment.flags & TCP_SYN != 0 {
         if tcp_window::restarts(window, dir, segment, opening) {
             read_options(ctx, l4, len, &mut work.options)?;
-            let verdict = tcp_window::answer(window, dir, segment, &work.options, len, be_liberal);
+            let unknown = tcp_window::init_sender(window, dir, segment, &work.options, len);
+            forget_what_the_options_set(window, dir);
+            let verdict = tcp_window::answer_started(window, dir, segment, unknown, be_liberal);
             return Some(Judgement::kept(verdict));
         }
         if !opening {
@@ -302,6 +304,19 @@ fn judge(
     // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
     .unwrap_or(Verdict::Ignore);
     Some(Judgement::of_rst(verdict, resets, opening))
+}
+
+/// Reads the side a SYN started back from map memory, which the verifier does not follow.
+/// Parsing the SYN's options leaves each combination of what they offer (window scale, SACK)
+/// in registers as a known value, and the verifier walked the rest of the judgement, the merge
+/// and the program after it once for each: dxdp_reply took 847k of the million instructions
+/// with them known, 233k with them read back (307k with the whole window read back).
+#[inline(always)]
+fn forget_what_the_options_set(window: &mut TcpWindow, dir: usize) {
+    let side = &mut window.seen[if dir == 0 { 0 } else { 1 }];
+    // SAFETY: `side` is a live reference into this CPU's work area; read whole, aligned.
+    let read = unsafe { core::ptr::read_volatile(side) };
+    *side = read;
 }
 
 /// Whether both sides of the connection sent a FIN the fast path carried: a SYN then opens a

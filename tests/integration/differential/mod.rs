@@ -136,6 +136,9 @@ fn exposed_ports_match_dockers_path() {
 /// first live FINs on their last hop past CI's 110 cases (the generator searched for them):
 /// the host's RST answered them on the fast path. Seed 9393's took the stack, whose conntrack
 /// never saw their connection, until the client's parser took a hop-by-hop header of padding.
+/// Seed 1207's took it too, on their last hop, where the stack's conntrack picked a segment far
+/// out of the window up (Docker's path: the host's RST; dxdp's: "time exceeded"), or, a
+/// fragment, not at all (dxdp's: the host's "parameter problem").
 const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
     (5151, 808, "ICMPv6 packet too big with a wrong checksum"),
     (5151, 1286, "ICMPv6 packet too big with a wrong checksum"),
@@ -173,6 +176,21 @@ const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
         9393,
         315,
         "a live connection's IPv6 data with a hop-by-hop header of padding",
+    ),
+    (
+        1207,
+        161,
+        "a live connection's data out of the window with TTL 1",
+    ),
+    (
+        1207,
+        462,
+        "a live connection's IPv6 ACK out of the window with hop limit 0",
+    ),
+    (
+        1207,
+        146,
+        "a live connection's IPv6 RST as a first fragment with hop limit 1",
     ),
 ];
 
