@@ -21,7 +21,7 @@ use aya::{
 use dxdp_common::{
     MacAddr,
     egress::{EgressOwner, EgressVeth, names},
-    tcp_window::{TcpWindow, WindowKey},
+    tcp_window::{ClosedWindow, TcpWindow, WindowKey},
 };
 
 use super::{
@@ -219,16 +219,20 @@ struct EgressMaps<D> {
     /// Absent where a binary before the window copies enabled egress and none has loaded the
     /// object since.
     windows: Option<HashMap<D, WindowKey, TcpWindow>>,
+    /// The copies of connections the fast path saw close (their late segments are judged on
+    /// them while conntrack's entry lives); absent as `windows` is, before closed copies.
+    closed: Option<HashMap<D, WindowKey, ClosedWindow>>,
 }
 
 impl<'a> EgressMaps<&'a mut MapData> {
     fn of(ebpf: &'a mut Ebpf) -> Result<Self> {
-        let [veths, addrs, live, owners, windows] = ebpf.maps_disjoint_mut([
+        let [veths, addrs, live, owners, windows, closed] = ebpf.maps_disjoint_mut([
             names::VETHS,
             names::ADDRS,
             names::LIVE,
             names::OWNERS,
             names::WINDOWS,
+            names::CLOSED_WINDOWS,
         ]);
         Ok(Self {
             veths: PerCpuHashMap::try_from(veths.ok_or_else(|| missing(names::VETHS))?)?,
@@ -237,6 +241,9 @@ impl<'a> EgressMaps<&'a mut MapData> {
             owners: HashMap::try_from(owners.ok_or_else(|| missing(names::OWNERS))?)?,
             windows: Some(HashMap::try_from(
                 windows.ok_or_else(|| missing(names::WINDOWS))?,
+            )?),
+            closed: Some(HashMap::try_from(
+                closed.ok_or_else(|| missing(names::CLOSED_WINDOWS))?,
             )?),
         })
     }
@@ -266,12 +273,16 @@ impl EgressMaps<MapData> {
         let windows = open(names::WINDOWS)?
             .map(|w| HashMap::try_from(Map::HashMap(w)))
             .transpose()?;
+        let closed = open(names::CLOSED_WINDOWS)?
+            .map(|w| HashMap::try_from(Map::LruHashMap(w)))
+            .transpose()?;
         Ok(Some(Self {
             veths: PerCpuHashMap::try_from(Map::PerCpuHashMap(veths))?,
             addrs: HashMap::try_from(Map::HashMap(addrs))?,
             live: DevMapHash::try_from(Map::DevMapHash(live))?,
             owners: HashMap::try_from(Map::HashMap(owners))?,
             windows,
+            closed,
         }))
     }
 }
@@ -350,27 +361,31 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
     }
 
     /// The TCP connections of the container at `addr` the fast path carries (has a window
-    /// copy of), every container's for `None`.
+    /// copy of), every container's for `None`: the closed ones too, whose conntrack entries
+    /// live on (TIME_WAIT) with windows as stale as a live one's, and would take a late
+    /// segment for INVALID once no copy judges it.
     fn carried(&self, addr: Option<Ipv4Addr>) -> Result<Vec<WindowKey>> {
-        let Some(windows) = &self.windows else {
-            return Ok(Vec::new());
-        };
         let wanted = addr.map(|a| u32::from_ne_bytes(a.octets()));
         let mut keys = Vec::new();
-        for key in windows.keys() {
+        let live = self.windows.iter().flat_map(|w| w.keys());
+        let closed = self.closed.iter().flat_map(|w| w.keys());
+        for key in live.chain(closed) {
             let key = key?;
-            if wanted.is_none_or(|a| a == key.container) {
+            if wanted.is_none_or(|a| a == key.container) && !keys.contains(&key) {
                 keys.push(key);
             }
         }
         Ok(keys)
     }
 
-    /// Forgets the window copies `keys`.
+    /// Forgets the window copies `keys`, live and closed.
     fn forget_windows(&mut self, keys: &[WindowKey]) -> Result<()> {
-        if let Some(windows) = &mut self.windows {
-            for key in keys {
+        for key in keys {
+            if let Some(windows) = &mut self.windows {
                 ignore_absent(windows.remove(key))?;
+            }
+            if let Some(closed) = &mut self.closed {
+                ignore_absent(closed.remove(key))?;
             }
         }
         Ok(())
@@ -497,17 +512,7 @@ mod tests {
     /// test's own; skipped without root or the kfuncs.
     #[test]
     fn the_egress_programs_pass_the_verifier() {
-        if !nix::unistd::Uid::effective().is_root() || resolved().is_err() {
-            eprintln!("skipping: needs root and conntrack's kfuncs in vmlinux BTF");
-            return;
-        }
-        let root = PathBuf::from(format!(
-            "/sys/fs/bpf/dxdp-egress-verify-{}",
-            std::process::id()
-        ));
-        let pins = pins::Pins::new(&root);
-        std::fs::create_dir_all(pins.maps()).unwrap();
-        let loaded = load(&pins).and_then(|mut ebpf| {
+        with_the_object_loaded("verify", |mut ebpf| {
             for name in [names::OUT_PROGRAM, names::BACK_PROGRAM] {
                 let program: &mut aya::programs::SchedClassifier = ebpf
                     .program_mut(name)
@@ -521,8 +526,61 @@ mod tests {
             }
             Ok(())
         });
+    }
+
+    /// Runs `check` on the egress object loaded with its maps pinned in a directory of the
+    /// test's own (`/sys/fs/bpf/dxdp-egress-{name}-PID`, removed after); skipped without root
+    /// or conntrack's kfuncs.
+    fn with_the_object_loaded(name: &str, check: impl FnOnce(Ebpf) -> Result<()>) {
+        if !nix::unistd::Uid::effective().is_root() || resolved().is_err() {
+            eprintln!("skipping: needs root and conntrack's kfuncs in vmlinux BTF");
+            return;
+        }
+        let root = PathBuf::from(format!(
+            "/sys/fs/bpf/dxdp-egress-{name}-{}",
+            std::process::id()
+        ));
+        let pins = pins::Pins::new(&root);
+        std::fs::create_dir_all(pins.maps()).unwrap();
+        let checked = load(&pins).and_then(check);
         let _ = std::fs::remove_dir_all(&root);
-        loaded.unwrap();
+        checked.unwrap();
+    }
+
+    /// The hand-back's connections are the live copies' and the closed ones', each once, of
+    /// the container asked for; forgetting them empties both maps (real pinned maps).
+    #[test]
+    fn closed_copies_are_handed_back_with_the_live_ones() {
+        with_the_object_loaded("closed", |mut ebpf| {
+            let mut maps = EgressMaps::of(&mut ebpf)?;
+            let key = |container: [u8; 4], port: u16| WindowKey {
+                container: u32::from_ne_bytes(container),
+                server: u32::from_ne_bytes([192, 0, 2, 9]),
+                container_port: port.to_be(),
+                server_port: 80u16.to_be(),
+            };
+            let (live, closed, both, other) = (
+                key([10, 0, 0, 2], 1000),
+                key([10, 0, 0, 2], 1001),
+                key([10, 0, 0, 2], 1002),
+                key([10, 0, 0, 3], 1000),
+            );
+            let windows = maps.windows.as_mut().context("no window copies")?;
+            for k in [live, both, other] {
+                windows.insert(k, TcpWindow::default(), 0)?;
+            }
+            let closed_copies = maps.closed.as_mut().context("no closed copies")?;
+            for k in [closed, both] {
+                closed_copies.insert(k, ClosedWindow::default(), 0)?;
+            }
+            let mut carried = maps.carried(Some(Ipv4Addr::new(10, 0, 0, 2)))?;
+            carried.sort_by_key(|k| u16::from_be(k.container_port));
+            assert_eq!(carried, vec![live, closed, both]);
+            assert_eq!(maps.carried(None)?.len(), 4);
+            maps.forget_windows(&carried)?;
+            assert_eq!(maps.carried(None)?, vec![other]);
+            Ok(())
+        });
     }
 
     #[test]
