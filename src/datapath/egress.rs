@@ -366,12 +366,15 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
     /// segment for INVALID once no copy judges it.
     fn carried(&self, addr: Option<Ipv4Addr>) -> Result<Vec<WindowKey>> {
         let wanted = addr.map(|a| u32::from_ne_bytes(a.octets()));
+        // A tuple reused after a close has both copies; handed back once. A set, not a scan of
+        // what was kept: tens of thousands of copies are handed back at once.
+        let mut seen = std::collections::HashSet::new();
         let mut keys = Vec::new();
         let live = self.windows.iter().flat_map(|w| w.keys());
         let closed = self.closed.iter().flat_map(|w| w.keys());
         for key in live.chain(closed) {
             let key = key?;
-            if wanted.is_none_or(|a| a == key.container) && !keys.contains(&key) {
+            if wanted.is_none_or(|a| a == key.container) && seen.insert(key) {
                 keys.push(key);
             }
         }

@@ -98,7 +98,7 @@ pub struct ClosedWindow {
 /// `DXDP_EGRESS_WINDOWS`' key: a connection's original tuple, in network order as the
 /// container's packets hold it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WindowKey {
     pub container: u32,
     pub server: u32,
