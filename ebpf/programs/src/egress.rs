@@ -12,6 +12,10 @@
 //!   there): a reply of such a connection gets the container's address and port back (the
 //!   entry's original source), a decremented TTL, the container's MAC, and
 //!   `bpf_redirect_peer` into its namespace.
+//! - Both carry IPv4 options of padding only as they are. A TCP segment on its last hop (TTL
+//!   0 or 1) of a carried connection is judged on the window copy, as conntrack judges it
+//!   before the host drops it: out, it is left to the stack for its "time exceeded"; a reply
+//!   is dropped (see `back`).
 //!
 //! Nothing is allocated and no connection is recorded: a packet conntrack has no entry for, or
 //! one whose entry is not carried (`dxdp_common::egress::status::carried`, TCP not
@@ -71,8 +75,10 @@ use conntrack::{
     field,
 };
 use headers::{
-    ETH_HLEN, ETH_P_IP, IPV4_HLEN, PACKET_HOST, PROTO_TCP, PROTO_UDP, TCP_CSUM_OFF, TCP_FLAGS_OFF,
-    UDP_CSUM_OFF, ethertype, fits_mtu, ipv4_header_valid, v4_mapped,
+    ETH_HLEN, ETH_P_IP, IPV4_HLEN, IPV4_OPTIONS_MAX, PACKET_HOST, PROTO_TCP, PROTO_UDP,
+    TCP_CSUM_OFF, TCP_FLAGS_OFF, UDP_CSUM_OFF, ethertype, fits_mtu, ipv4_fragment,
+    ipv4_header_valid, ipv4_header_with_options_valid, ipv4_options, ipv4_options_padding_only,
+    v4_mapped,
 };
 use rewrite::Sums;
 
@@ -109,6 +115,14 @@ static CLOSED_WINDOWS: LruHashMap<WindowKey, ClosedWindow> =
 /// invocation: the programs' stack frames could not also hold them. Not pinned.
 #[map(name = "DXDP_EGRESS_JUDGING")]
 static JUDGING: PerCpuArray<[TcpWindow; 2]> = PerCpuArray::with_max_entries(1, 0);
+
+/// Each CPU's parsed packet (`parse`), used within one invocation; not pinned.
+#[map(name = "DXDP_EGRESS_PACKET")]
+static PACKET: PerCpuArray<Packet> = PerCpuArray::with_max_entries(1, 0);
+
+/// Each CPU's copy of a packet's IPv4 options, read to judge and sum them.
+#[map(name = "DXDP_EGRESS_IP_OPTIONS")]
+static IP_OPTIONS: PerCpuArray<[u8; IPV4_OPTIONS_MAX]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Userspace's only (who enabled a veth, when): declared here so that the object creates it.
 #[map(name = "DXDP_EGRESS_OWNERS")]
@@ -164,7 +178,7 @@ static DXDP_EGRESS_UDP_STREAM_MS: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_HZ: Global<u32> = Global::new(0);
 
-/// An IPv4 TCP or UDP packet without options or fragmentation.
+/// An IPv4 TCP or UDP packet, not a fragment.
 struct Packet {
     proto: u8,
     ttl: u8,
@@ -176,16 +190,20 @@ struct Packet {
     /// Ports in host order.
     sport: u16,
     dport: u16,
-    /// The IP header is one `ip_rcv` takes (checksum, lengths).
+    /// The IP header is one `ip_rcv` takes (checksum, lengths, with its options).
     well_formed: bool,
+    /// The IP header has no options, or padding only: the host forwards it as it is
+    /// (`ipv4_options_padding_only`). Other options are the stack's to judge or fill in.
+    plain: bool,
+    /// Where layer 4 starts in the frame (after the IP header's options).
+    l4_at: usize,
     /// The layer-4 message's length by the IP header.
     l4_len: usize,
 }
 
 impl Packet {
     fn l4_csum(&self) -> usize {
-        ETH_HLEN
-            + IPV4_HLEN
+        self.l4_at
             + if self.proto == PROTO_TCP {
                 TCP_CSUM_OFF
             } else {
@@ -211,6 +229,19 @@ impl Packet {
             dport: self.dport.to_be(),
         }
     }
+
+    /// The host would forward it as it is, one hop less: the fast path may carry it.
+    fn forwarded_as_is(&self) -> bool {
+        self.ttl > 1 && self.plain
+    }
+
+    /// A TCP segment whose life ends at the host (`ip_forward`'s "time exceeded"), with any
+    /// options: conntrack judges it on Docker's path before the host drops it, so the fast
+    /// path judges it on its copy of a carried connection's windows before it leaves it to
+    /// the stack (see `back`).
+    fn tcp_last_hop(&self) -> bool {
+        self.ttl <= 1 && self.proto == PROTO_TCP
+    }
 }
 
 /// TCX ingress on an enabled container's host veth: its packets of carried connections leave
@@ -226,23 +257,44 @@ pub fn dxdp_egress_back(ctx: TcContext) -> i32 {
     back(&ctx).unwrap_or(TC_ACT_UNSPEC)
 }
 
+/// Parses an unfragmented IPv4 TCP or UDP packet into this CPU's [`PACKET`]; `None` for
+/// anything else. Its fields are read back from there, as values the verifier does not know:
+/// on the stack, each kind of header (options or none, a last hop or not) left known values
+/// behind, and the verifier walked everything after once for each.
 #[inline(always)]
-fn parse(ctx: &TcContext) -> Option<Packet> {
+fn parse(ctx: &TcContext) -> Option<&'static Packet> {
     let end = ctx.data_end();
     let (ethertype, l3) = ethertype(ctx)?;
-    if ethertype != ETH_P_IP || l3 + IPV4_HLEN + L4_READ > end {
+    if ethertype != ETH_P_IP || l3 + IPV4_HLEN > end {
         return None;
     }
     // SAFETY: bounds-checked above.
-    let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN + L4_READ]) };
-    // Version 4, no options; not a fragment (no offset, no more-fragments bit).
-    if ip[0] != 0x45 || (ip[6] & 0x3f) != 0 || ip[7] != 0 {
+    let ip = unsafe { &*(l3 as *const [u8; IPV4_HLEN]) };
+    // Version 4; not a fragment (no offset, no more-fragments bit).
+    if ip[0] >> 4 != 4 || ip[0] & 0x0f < 5 || ipv4_fragment(ip) {
         return None;
     }
+    let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
+    let options_len = ((ip[0] & 0x0f) as usize - 5) * 4;
+    let (well_formed, plain) = if options_len == 0 {
+        (ipv4_header_valid(ip, l3_len), true)
+    } else {
+        // SAFETY: this CPU's copy, valid for this invocation.
+        let buffer = unsafe { &mut *IP_OPTIONS.get_ptr_mut(0)? };
+        let options = ipv4_options(ctx, options_len, buffer)?;
+        (
+            ipv4_header_with_options_valid(ip, options, options_len, l3_len),
+            ipv4_options_padding_only(options, options_len),
+        )
+    };
     let proto = ip[9];
+    let l4 = l3 + IPV4_HLEN + options_len;
+    if l4 + L4_READ > end {
+        return None;
+    }
     let flags = match proto {
         PROTO_TCP => {
-            let at = l3 + IPV4_HLEN + TCP_FLAGS_OFF;
+            let at = l4 + TCP_FLAGS_OFF;
             if at + 1 > end {
                 return None;
             }
@@ -252,12 +304,12 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
         PROTO_UDP => 0,
         _ => return None,
     };
-    let mut header = [0u8; IPV4_HLEN];
-    header.copy_from_slice(&ip[..IPV4_HLEN]);
-    let l3_len = (ctx.len() as usize).saturating_sub(ETH_HLEN);
+    // SAFETY: bounds-checked above.
+    let l4 = unsafe { &*(l4 as *const [u8; L4_READ]) };
     let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    let l4 = &ip[IPV4_HLEN..];
-    Some(Packet {
+    // SAFETY: this CPU's copy, valid for this invocation; one packet's at a time.
+    let slot = unsafe { &mut *PACKET.get_ptr_mut(0)? };
+    *slot = Packet {
         proto,
         ttl: ip[8],
         flags,
@@ -265,9 +317,12 @@ fn parse(ctx: &TcContext) -> Option<Packet> {
         dst: [ip[16], ip[17], ip[18], ip[19]],
         sport: u16::from_be_bytes([l4[0], l4[1]]),
         dport: u16::from_be_bytes([l4[2], l4[3]]),
-        well_formed: ipv4_header_valid(&header, l3_len),
-        l4_len: total.saturating_sub(IPV4_HLEN),
-    })
+        well_formed,
+        plain,
+        l4_at: ETH_HLEN + IPV4_HLEN + options_len,
+        l4_len: total.saturating_sub(IPV4_HLEN + options_len),
+    };
+    Some(slot)
 }
 
 /// Where a carried TCP segment leaves its connection, for the entry's timeout.
@@ -402,7 +457,7 @@ unsafe fn window_allows(
     carried: &Carried,
 ) -> Option<(Judgement, bool)> {
     // seq, ack, data offset, flags, window.
-    let header: [u8; 12] = ctx.load(ETH_HLEN + IPV4_HLEN + 4).ok()?;
+    let header: [u8; 12] = ctx.load(packet.l4_at + 4).ok()?;
     let seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
     let ack = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     let doff = (header[8] >> 4) as usize * 4;
@@ -447,7 +502,7 @@ unsafe fn window_allows(
         let mut at = 0;
         while at < TCP_OPTIONS_MAX {
             if at < options_len {
-                let word: [u8; 4] = ctx.load(ETH_HLEN + IPV4_HLEN + TCP_HLEN + at).ok()?;
+                let word: [u8; 4] = ctx.load(packet.l4_at + TCP_HLEN + at).ok()?;
                 options[at..at + 4].copy_from_slice(&word);
             }
             at += 4;
@@ -662,16 +717,24 @@ fn out(ctx: &TcContext) -> Option<i32> {
     // invalid is never masqueraded on Docker's path).
     let taken = vlan_present == 0
         && packet.well_formed
-        && routed_out(ctx, veth, &packet)
-        && l4_taken(ctx, &packet);
+        && (packet.forwarded_as_is() || packet.tcp_last_hop())
+        && routed_out(ctx, veth, packet)
+        && l4_taken(ctx, packet);
     let carried = taken
-        .then(|| conntrack_says(ctx, &packet, DIR_ORIGINAL, |_| Some(())))
+        .then(|| conntrack_says(ctx, packet, DIR_ORIGINAL, |_| Some(())))
         .flatten();
     let Some((carried, ())) = carried else {
         veth.passed_packets += 1;
         return None;
     };
-    let translated = translate(ctx, &packet, Side::Source, &carried);
+    if !packet.forwarded_as_is() {
+        // Its last hop, judged on the copy as conntrack judges it on Docker's path before the
+        // host drops it: the stack answers the container with "time exceeded" as it is.
+        veth.passed_packets += 1;
+        return None;
+    }
+    let translated =
+        translate(ctx, packet, Side::Source, &carried).and_then(|()| decrement_ttl(ctx, packet));
     if translated.is_err() {
         // Half rewritten (the helpers fail only on memory pressure): not for the stack either.
         return Some(TC_ACT_SHOT);
@@ -682,14 +745,12 @@ fn out(ctx: &TcContext) -> Option<i32> {
     Some(unsafe { bpf_redirect_neigh(veth.nic_ifindex, core::ptr::null_mut(), 0, 0) } as i32)
 }
 
-/// Whether the host would route the container's `packet` out of its NIC as it is: sent from
-/// the container's own address to the gateway's MAC, not a connection's first packet (SYN),
-/// a TTL that survives forwarding, and a route from the bridge through the NIC that the packet
-/// (each segment of it) fits.
+/// Whether the host would route the container's `packet` out of its NIC: sent from the
+/// container's own address to the gateway's MAC, not a connection's first packet (SYN), and a
+/// route from the bridge through the NIC that the packet (each segment of it) fits.
 #[inline(always)]
 fn routed_out(ctx: &TcContext, veth: &EgressVeth, packet: &Packet) -> bool {
-    if packet.ttl <= 1
-        || packet.flags & TCP_SYN != 0
+    if packet.flags & TCP_SYN != 0
         || u32::from_ne_bytes(packet.src) != veth.addr
         || ctx.load::<[u8; 6]>(0).ok() != Some(veth.gateway_mac)
     {
@@ -720,13 +781,17 @@ fn back(ctx: &TcContext) -> Option<i32> {
         let skb = ctx.skb.skb;
         ((*skb).ifindex, (*skb).pkt_type, (*skb).vlan_present)
     };
-    // Only what the host routes: to its own MAC, untagged, an IP header `ip_rcv` takes, a TTL
-    // that survives forwarding, and no SYN (a new connection's, not a reply's).
+    // Only what the host routes: to its own MAC, untagged, an IP header `ip_rcv` takes, and
+    // no SYN (a new connection's, not a reply's); forwarded as it is, or a TCP segment on its
+    // last hop.
     if pkt_type != PACKET_HOST || vlan_present != 0 {
         return None;
     }
     let packet = parse(ctx)?;
-    if !packet.well_formed || packet.ttl <= 1 || packet.flags & TCP_SYN != 0 {
+    if !packet.well_formed
+        || packet.flags & TCP_SYN != 0
+        || !(packet.forwarded_as_is() || packet.tcp_last_hop())
+    {
         return None;
     }
     // The container is enabled through this NIC and alive, and conntrack would take the
@@ -736,18 +801,32 @@ fn back(ctx: &TcContext) -> Option<i32> {
         let veth_ifindex = *unsafe { ADDRS.get(u32::from_ne_bytes(carried.addr)) }?;
         // SAFETY: this CPU's copy of the value, read at once.
         let veth_nic = unsafe { (*VETHS.get_ptr_mut(veth_ifindex)?).nic_ifindex };
-        (veth_nic == nic_ifindex && LIVE.get(veth_ifindex).is_some() && l4_taken(ctx, &packet))
+        (veth_nic == nic_ifindex && LIVE.get(veth_ifindex).is_some() && l4_taken(ctx, packet))
             .then_some(veth_ifindex)
     };
-    let (carried, veth_ifindex) = conntrack_says(ctx, &packet, DIR_REPLY, enabled)?;
+    let (carried, veth_ifindex) = conntrack_says(ctx, packet, DIR_REPLY, enabled)?;
     let veth = VETHS.get_ptr_mut(veth_ifindex)?;
     // SAFETY: this CPU's copy of the value, valid for this invocation.
     let veth = unsafe { &mut *veth };
+    if !packet.forwarded_as_is() {
+        // Its last hop, judged on the copy (one conntrack would find INVALID took Docker's
+        // path above, as on Docker's path). On Docker's path conntrack translates it back and
+        // the host's forwarding answers "time exceeded". Left to the stack as it came, it
+        // would meet conntrack's windows as they were when the fast path took the connection
+        // over, be INVALID there, and reach the host's own stack, whose RST to the server ends
+        // the connection (the outbound differential topology's seed 9393, case 63).
+        // Translated back first, it meets Docker's own rule against packets from outside
+        // addressed to a container (raw PREROUTING, `! -i` the bridge `-j DROP`), which on
+        // Docker's path runs before conntrack translates. Dropped: neither path delivers it,
+        // and the server hears no "time exceeded" (an expected difference, docs/egress.md).
+        return Some(TC_ACT_SHOT);
+    }
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&veth.mac);
     macs[6..].copy_from_slice(&veth.gateway_mac);
-    let translated =
-        translate(ctx, &packet, Side::Destination, &carried).and_then(|()| ctx.store(0, &macs, 0));
+    let translated = translate(ctx, packet, Side::Destination, &carried)
+        .and_then(|()| decrement_ttl(ctx, packet))
+        .and_then(|()| ctx.store(0, &macs, 0));
     if translated.is_err() {
         return Some(TC_ACT_SHOT);
     }
@@ -766,9 +845,9 @@ fn l4_taken(ctx: &TcContext, packet: &Packet) -> bool {
         proto: packet.proto,
         src: &src,
         dst: &dst,
-        at: ETH_HLEN + IPV4_HLEN,
+        at: packet.l4_at,
         len: packet.l4_len,
-        checksum_at: packet.l4_csum() - ETH_HLEN - IPV4_HLEN,
+        checksum_at: packet.l4_csum() - packet.l4_at,
     };
     checksum::taken(ctx, &message)
 }
@@ -781,7 +860,7 @@ enum Side {
 }
 
 /// Rewrites `side` of the packet to `carried`'s address and port, with every checksum that
-/// covers them, and takes one hop off its TTL.
+/// covers them.
 #[inline(always)]
 fn translate(ctx: &TcContext, packet: &Packet, side: Side, carried: &Carried) -> Result<(), i64> {
     let sums = packet.sums();
@@ -800,11 +879,10 @@ fn translate(ctx: &TcContext, packet: &Packet, side: Side, carried: &Carried) ->
         ctx,
         sums,
         packet.l4_csum(),
-        ETH_HLEN + IPV4_HLEN + port_at,
+        packet.l4_at + port_at,
         old_port,
         carried.port,
-    )?;
-    decrement_ttl(ctx, packet)
+    )
 }
 
 /// One hop less, as the host's forwarding would leave it, with the IP header's checksum.

@@ -412,32 +412,46 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
     //
     // A fragment is not carried: the container would answer it (or not) as it answers it on
     // Docker's path, but conntrack's windows there would move on its header, and the copy
-    // here would not. Left to the stack, a fragment of a carried connection meets a conntrack
-    // that never saw the connection: an RST or a FIN is not picked up and reaches the host's
-    // own stack, which (a fragment the stack cannot reassemble) answers the client a
-    // "parameter problem" Docker's path would not send where it answers "time exceeded", at
-    // the last hop (seed 1207, case 146); refused there, as unfragmented ones are (below).
+    // here would not.
+    //
+    // A carried connection's last-hop RST or FIN, in a fragment or not, is judged too. Docker's
+    // path answers one conntrack takes "time exceeded"; here the stack's conntrack never saw
+    // the connection and does not pick an RST or a FIN up mid-stream: the segment would reach
+    // the host's own stack, whose listener on the published port (docker-proxy's) answers a
+    // FIN with an RST the client takes, ending a connection Docker's path keeps, and whose
+    // reassembly answers a fragment "parameter problem" (seed 1207, case 146). So it is dropped,
+    // the window copy moved on as conntrack's windows move: neither path delivers it. One
+    // conntrack finds INVALID Docker's path leaves untranslated, to the host's own stack: it
+    // goes there as it came, for the same answer (seed 2607, cases 819 and 895: a fragment far
+    // out of the window, answered "parameter problem" by the host on both paths now).
+    let ends_at_last_hop = packet.last_hop && packet.ends && carried_tcp(flow);
     let judged_at_last_hop =
         packet.last_hop && !packet.ends && !packet.fragment && carried_tcp(flow);
     let admission = if PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
-        && !packet.fragment
-        && (!packet.last_hop || judged_at_last_hop)
+        && (!packet.fragment || ends_at_last_hop)
+        && (!packet.last_hop || judged_at_last_hop || ends_at_last_hop)
         && packet.header_valid
         && packet.well_formed
         && for_this_host(ctx)
         && checksum::taken(ctx, &packet.message())
     {
-        match admit(ctx, packet, &key, &flow, nic_ifindex) {
-            Admission::Carry if packet.last_hop => Admission::Pass,
+        let admission = admit(ctx, packet, &key, &flow, nic_ifindex);
+        // Read back from the packet's map memory rather than kept from the checks above: the
+        // verifier would walk `admit` once for each kind of packet they tell apart.
+        // SAFETY: plain loads of this CPU's parsed packet, valid for this invocation.
+        let (last_hop, ends) = unsafe {
+            (
+                core::ptr::read_volatile(&packet.last_hop),
+                core::ptr::read_volatile(&packet.ends),
+            )
+        };
+        match admission {
+            // At their last hop (entered above only for a carried connection).
+            Admission::Carry if last_hop && ends => Admission::Refuse,
+            Admission::Refuse if last_hop && ends => Admission::Pass,
+            Admission::Carry if last_hop => Admission::Pass,
             admission => admission,
         }
-    } else if packet.last_hop && packet.ends && carried_tcp(flow) {
-        // Docker's path answers a connection's last-hop RST or FIN "time exceeded". Here the
-        // stack's conntrack never saw the connection and does not pick an RST or a FIN up
-        // mid-stream: the segment would reach the host's own stack, whose listener on the
-        // published port (docker-proxy's) answers a FIN with an RST the client takes, ending
-        // a connection Docker's path keeps. Dropped: neither path delivers it.
-        Admission::Refuse
     } else {
         Admission::Pass
     };

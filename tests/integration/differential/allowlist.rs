@@ -232,6 +232,19 @@ pub const CLASH_DRAW: Allowance = Allowance {
              leave from different ports",
 };
 
+/// A server's segment of a carried connection with a TTL the host does not forward: Docker's
+/// path answers "time exceeded"; the fast path judges it on its window copy and drops it.
+pub const OUTBOUND_LAST_HOP: Allowance = Allowance {
+    name: "no time exceeded for a carried connection's last-hop reply",
+    reason: "a server's TCP segment of a carried connection with TTL 0 or 1 that conntrack \
+             would take is dropped after the window copy judged it: left to the stack as it \
+             came, conntrack's windows, behind the connection, find it INVALID and the host's \
+             own stack answers the server with an RST that ends the connection; translated \
+             back first, Docker's raw PREROUTING rule drops it (a packet from outside addressed \
+             to a container). Docker's path answers \"time exceeded\"; neither path delivers \
+             the segment",
+};
+
 /// The allowance that excuses a difference of `observer` on an outbound `case`, if any.
 pub fn outbound(
     case: &OutboundCase,
@@ -239,6 +252,17 @@ pub fn outbound(
     docker: &[String],
     fast: &[String],
 ) -> Option<&'static Allowance> {
+    let last_hop = case.direction == Direction::Back
+        && case.numbers != Numbers::Own
+        && case.base.ttl <= 1
+        && matches!(case.base.l4, L4::Tcp { .. })
+        && observer == "outside"
+        && !docker.is_empty()
+        && docker.iter().all(|l| l.starts_with("ICMP error 11/0 "))
+        && fast.is_empty();
+    if last_hop {
+        return Some(&OUTBOUND_LAST_HOP);
+    }
     let drawn = case.direction == Direction::Out
         && matches!(case.base.source, Source::OtherContainer | Source::HostNic)
         && observer == "outside"
@@ -360,5 +384,55 @@ mod tests {
         // one.
         let icmp = |from: &str| vec![format!("ICMP 10.236.1.{from} > 10.236.1.2 unreachable")];
         assert!(exposed(&proxied(512), "container", &icmp("7"), &icmp("9")).is_none());
+    }
+
+    /// Seed 9393's outbound case 63: a server's PSH+ACK at the live numbers, TTL `ttl`.
+    fn reply_at_last_hop(direction: Direction, ttl: u8) -> OutboundCase {
+        let base = Case {
+            index: 63,
+            family: Family::V4,
+            source: Source::Client,
+            l2: L2::NicMac,
+            ttl,
+            l3: L3Edge::Options,
+            l4: L4::Tcp {
+                flags: TcpFlags(TcpFlags::PSH | TcpFlags::ACK),
+                sport: 30063,
+                dport: Port::Published,
+                payload: 1000,
+            },
+        };
+        OutboundCase {
+            direction,
+            base,
+            numbers: Numbers::Live { seq: 0, ack: 0 },
+        }
+    }
+
+    #[test]
+    fn only_a_missing_time_exceeded_is_allowed_for_a_carried_connections_last_hop_reply() {
+        let exceeded = [
+            "ICMP error 11/0 info 0 10.236.39.1 > 10.236.39.2 quoting proto 6 10.236.39.2 > \
+             10.236.39.1 ports 17200 > 30063"
+                .to_owned(),
+        ];
+        let reply = reply_at_last_hop(Direction::Back, 0);
+        let allowed = outbound(&reply, "outside", &exceeded, &[]);
+        assert_eq!(allowed.map(|a| a.name), Some(OUTBOUND_LAST_HOP.name));
+        // Not the host's RST in its place (it ends the server's connection), not in the
+        // container, not going out, not a reply the host forwards.
+        let host_rst = ["TCP 10.236.39.1.30063 > 10.236.39.2.17200 [R] len 0".to_owned()];
+        assert!(outbound(&reply, "outside", &exceeded, &host_rst).is_none());
+        assert!(outbound(&reply, "container", &exceeded, &[]).is_none());
+        let out = reply_at_last_hop(Direction::Out, 1);
+        assert!(outbound(&out, "outside", &exceeded, &[]).is_none());
+        let forwarded = reply_at_last_hop(Direction::Back, 2);
+        assert!(outbound(&forwarded, "outside", &exceeded, &[]).is_none());
+        // Nor for a segment at numbers of its own, which no carried connection judges.
+        let own = OutboundCase {
+            numbers: Numbers::Own,
+            ..reply_at_last_hop(Direction::Back, 1)
+        };
+        assert!(outbound(&own, "outside", &exceeded, &[]).is_none());
     }
 }

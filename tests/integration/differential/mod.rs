@@ -138,7 +138,10 @@ fn exposed_ports_match_dockers_path() {
 /// never saw their connection, until the client's parser took a hop-by-hop header of padding.
 /// Seed 1207's took it too, on their last hop, where the stack's conntrack picked a segment far
 /// out of the window up (Docker's path: the host's RST; dxdp's: "time exceeded"), or, a
-/// fragment, not at all (dxdp's: the host's "parameter problem").
+/// fragment, not at all (dxdp's: the host's "parameter problem"). Seed 2607's were such
+/// fragments with an RST or a FIN far out of the window, dropped on their last hop as a
+/// carried connection's (dxdp's: nothing), which Docker's path leaves untranslated to the
+/// host's reassembly ("parameter problem").
 const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
     (5151, 808, "ICMPv6 packet too big with a wrong checksum"),
     (5151, 1286, "ICMPv6 packet too big with a wrong checksum"),
@@ -191,6 +194,16 @@ const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
         1207,
         146,
         "a live connection's IPv6 RST as a first fragment with hop limit 1",
+    ),
+    (
+        2607,
+        819,
+        "a live connection's IPv6 FIN out of the window as a first fragment with hop limit 1",
+    ),
+    (
+        2607,
+        895,
+        "a live connection's IPv6 RST out of the window as a first fragment with hop limit 0",
     ),
 ];
 
@@ -292,12 +305,21 @@ fn outbound_connections_match_dockers_path() {
 }
 
 /// The outbound topology's long-run findings, as `FOUND_BY_LONG_RUNS` is the exposed one's.
-const OUTBOUND_FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[(
-    9393,
-    200,
-    "the server's FIN again after the fast path saw the connection close: the host's RST \
-     answered it",
-)];
+const OUTBOUND_FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
+    (
+        9393,
+        200,
+        "the server's FIN again after the fast path saw the connection close: the host's RST \
+         answered it",
+    ),
+    (
+        9393,
+        63,
+        "the server's segment at the live numbers with IPv4 options and TTL 0: left to the \
+         stack as it came, conntrack's stale windows made it INVALID and the host's RST \
+         answered it, where Docker's path answers time exceeded",
+    ),
+];
 
 /// The outbound topology's long-run findings (`OUTBOUND_FOUND_BY_LONG_RUNS`), each case alone.
 #[test]
