@@ -31,9 +31,9 @@ pub(crate) const PROTO_ICMPV6: u8 = 58;
 pub(crate) const PROTO_SCTP: u8 = 132;
 /// An ICMP or ICMPv6 header: type, code, checksum and four bytes that depend on the type.
 pub(crate) const ICMP_HLEN: usize = 8;
-/// The most of an ICMP error a program reads at once: its header, an IPv6 header it quotes and
-/// the quoted ports (52 bytes), rounded up to whole words.
-pub(crate) const ICMP_ERROR_READ: usize = 56;
+/// The most of an ICMP error a program reads at once: its header, an IPv6 header it quotes, the
+/// quoted fragment header if any and the quoted ports (60 bytes).
+pub(crate) const ICMP_ERROR_READ: usize = 60;
 /// TCP's sequence and acknowledgement numbers, its data offset, its flags byte and its checksum.
 pub(crate) const TCP_SEQ_OFF: usize = 4;
 pub(crate) const TCP_ACK_SEQ_OFF: usize = 8;

@@ -7,18 +7,20 @@
 //! reply's source, the published address. On Docker's path conntrack finds the connection the
 //! error quotes and translates the error back to the container; without that, a container
 //! never learns the path's MTU and a connection whose segments are too big stalls (a PMTU black
-//! hole). So: an ICMPv4 destination-unreachable or time-exceeded, or an ICMPv6
-//! destination-unreachable, packet-too-big or time-exceeded, whose quoted packet is a reply of
-//! a connection the fast path let in (in any of its tables: from the exposed address and port
-//! to that client) gets the container's address as destination, the quoted packet the
+//! hole). So: an ICMPv4 destination-unreachable, time-exceeded or parameter-problem, or an
+//! ICMPv6 destination-unreachable, packet-too-big, time-exceeded or parameter-problem, whose
+//! quoted packet is a reply of a connection the fast path let in (in any of its tables: from
+//! the exposed address and port to that client) gets the container's address as destination, the quoted packet the
 //! container's address and port as source, the checksums made right, and goes into the
 //! container like the connection's packets.
 //!
 //! The other way, the same errors a container sends about a packet a client sent it over the
 //! fast path (a UDP datagram to a port nothing listens on: "port unreachable", which the
-//! client's socket takes as ECONNREFUSED) leave through the NIC as conntrack translates them:
-//! from the published address, quoting the published address and port as the destination,
-//! the checksums made right. Any other ICMP passes to the stack.
+//! client's socket takes as ECONNREFUSED; "parameter problem" about a first fragment its
+//! reassembly refuses) leave through the NIC as conntrack translates them: from the published
+//! address, quoting the published address and port as the destination, the checksums made
+//! right. Any other ICMP passes to the stack, IPv4's source quench and redirect among them
+//! (which conntrack relates too, and which nothing here has needed yet).
 use core::ffi::c_void;
 
 use aya_ebpf::{
@@ -35,10 +37,10 @@ use crate::{
     flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_ERROR_READ, ICMP_HLEN, IPV4_HLEN, IPV4_OPTIONS_MAX,
-        IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_HLEN, IPV6_HOP_BY_HOP, PROTO_ICMP, PROTO_ICMPV6,
-        PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment, ipv4_header_with_options_valid,
-        ipv4_options, ipv4_options_padding_only, ipv6_fragment_passed_on,
-        ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
+        IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_FRAGMENT_HLEN, IPV6_HLEN, IPV6_HOP_BY_HOP,
+        PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, ethertype, fits_mtu, ipv4_fragment,
+        ipv4_header_with_options_valid, ipv4_options, ipv4_options_padding_only,
+        ipv6_fragment_passed_on, ipv6_hop_by_hop_padding_only, ipv6_length_valid, v4_mapped, words,
     },
     maps::{PORT_VETHS, PORTS},
     routes,
@@ -46,13 +48,16 @@ use crate::{
 
 /// What an error quotes of the packet it is about and this reads: the IP header and the ports.
 const QUOTED_L4: usize = 4;
-/// ICMPv4 destination unreachable (fragmentation needed is its code 4) and time exceeded.
+/// ICMPv4 destination unreachable (fragmentation needed is its code 4), time exceeded and
+/// parameter problem.
 const ICMP_DEST_UNREACH: u8 = 3;
 const ICMP_TIME_EXCEEDED: u8 = 11;
-/// ICMPv6 destination unreachable, packet too big, time exceeded.
+const ICMP_PARAMETER_PROBLEM: u8 = 12;
+/// ICMPv6 destination unreachable, packet too big, time exceeded, parameter problem.
 const ICMPV6_DEST_UNREACH: u8 = 1;
 const ICMPV6_PACKET_TOO_BIG: u8 = 2;
 const ICMPV6_TIME_EXCEEDED: u8 = 3;
+const ICMPV6_PARAMETER_PROBLEM: u8 = 4;
 
 /// Where an error and the packet it quotes sit, and what that packet was. Its `local` end is
 /// this host's: the exposed address and port an error from a client's router is about (the
@@ -213,8 +218,8 @@ pub fn reply(ctx: &TcContext) -> i32 {
 /// An unfragmented ICMPv4 error (its IP options, if any, padding only) quoting a TCP or UDP
 /// packet without options, or an ICMPv6 error (after at most a hop-by-hop header of padding
 /// or the header of a first fragment conntrack passes on as it is) quoting a TCP or UDP packet
-/// without extension headers; about a packet from its destination coming in, to its source
-/// going out (`outward`). Such an error is what conntrack relates to the connection it quotes
+/// without extension headers or with a first fragment's header only; about a packet from its
+/// destination coming in, to its source going out (`outward`). Such an error is what conntrack relates to the connection it quotes
 /// and Docker's path delivers; what the stack would judge or rewrite on the way (other IP
 /// options, other extension headers) is left to it.
 #[inline(always)]
@@ -249,7 +254,10 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
             let icmp_at = ETH_HLEN + IPV4_HLEN + options_len;
             let message = load::<MESSAGE>(ctx, icmp_at, &mut scratch.message)?;
             let icmp = &message[..ICMP_HLEN];
-            if !matches!(icmp[0], ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED) {
+            if !matches!(
+                icmp[0],
+                ICMP_DEST_UNREACH | ICMP_TIME_EXCEEDED | ICMP_PARAMETER_PROBLEM
+            ) {
                 return None;
             }
             let inner = &message[ICMP_HLEN..];
@@ -300,6 +308,10 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
         }
         ETH_P_IPV6 => {
             const MESSAGE: usize = ICMP_HLEN + IPV6_HLEN + QUOTED_L4;
+            // One quoting a first fragment (a container's "parameter problem" about one the
+            // fast path carried it, see `ingress::ingress`): conntrack relates it by the
+            // ports after the fragment header (`ipv6_skip_exthdr`), as this does.
+            const FRAGMENT_MESSAGE: usize = MESSAGE + IPV6_FRAGMENT_HLEN;
             if l3 + IPV6_HLEN + IPV6_EXTENSION_UNIT > ctx.data_end() {
                 return None;
             }
@@ -327,12 +339,51 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
             let icmp = &message[..ICMP_HLEN];
             if !matches!(
                 icmp[0],
-                ICMPV6_DEST_UNREACH | ICMPV6_PACKET_TOO_BIG | ICMPV6_TIME_EXCEEDED
+                ICMPV6_DEST_UNREACH
+                    | ICMPV6_PACKET_TOO_BIG
+                    | ICMPV6_TIME_EXCEEDED
+                    | ICMPV6_PARAMETER_PROBLEM
             ) {
                 return None;
             }
+            let quoted_extension_len = if message[ICMP_HLEN + 6] == IPV6_FRAGMENT {
+                let message = load::<FRAGMENT_MESSAGE>(ctx, icmp_at, &mut scratch.message)?;
+                let fragment = &message[ICMP_HLEN + IPV6_HLEN..];
+                // Offset 0: a later fragment quotes no ports, and conntrack relates nothing.
+                if u16::from_be_bytes([fragment[2], fragment[3]]) & !0x7 != 0 {
+                    return None;
+                }
+                IPV6_FRAGMENT_HLEN
+            } else {
+                0
+            };
+            // The quoted packet's protocol and ports, after its fragment header if it has one.
+            let message = &scratch.message;
+            let after = ICMP_HLEN + IPV6_HLEN;
+            let (proto, ports) = if quoted_extension_len != 0 {
+                let at = after + IPV6_FRAGMENT_HLEN;
+                (
+                    message[after],
+                    [
+                        message[at],
+                        message[at + 1],
+                        message[at + 2],
+                        message[at + 3],
+                    ],
+                )
+            } else {
+                let at = after;
+                (
+                    message[ICMP_HLEN + 6],
+                    [
+                        message[at],
+                        message[at + 1],
+                        message[at + 2],
+                        message[at + 3],
+                    ],
+                )
+            };
             let inner = &message[ICMP_HLEN..];
-            let proto = inner[6];
             if inner[0] >> 4 != 6
                 || !matches!(proto, PROTO_TCP | PROTO_UDP)
                 || ip[outer_v6..outer_v6 + 16] != inner[inner_v6..inner_v6 + 16]
@@ -352,21 +403,20 @@ fn parse(ctx: &TcContext, outward: bool, scratch: &mut ErrorScratch) -> Option<(
             local.copy_from_slice(&inner[inner_v6..inner_v6 + 16]);
             let mut remote = [0u8; 16];
             remote.copy_from_slice(&inner[remote_v6..remote_v6 + 16]);
-            let ports = &inner[IPV6_HLEN..];
             let inner = icmp_at + ICMP_HLEN;
             scratch.quoted = Quoted {
                 v6: true,
                 from,
                 to,
                 forwardable: ip[7] > 1
-                    && payload_len as usize >= extension_len + MESSAGE
+                    && payload_len as usize >= extension_len + MESSAGE + quoted_extension_len
                     && ipv6_length_valid(payload_len, l3_len),
                 outer: ETH_HLEN + outer_v6,
                 icmp: icmp_at,
                 icmp_len: (payload_len as usize).saturating_sub(extension_len),
                 inner,
                 inner_local: inner + inner_v6,
-                inner_local_port: inner + IPV6_HLEN + port,
+                inner_local_port: inner + IPV6_HLEN + quoted_extension_len + port,
                 proto,
                 local: (local, u16::from_be_bytes([ports[port], ports[port + 1]])),
                 remote: (

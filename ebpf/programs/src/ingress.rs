@@ -81,8 +81,8 @@ pub(crate) struct Packet {
     /// forwarding it.
     last_hop: bool,
     /// An IPv6 first fragment that conntrack's defragmentation passes on as it is
-    /// (`ipv6_fragment_passed_on`): tracked by its TCP or UDP header, never carried (its
-    /// receiver answers it, or the host; see `ingress`).
+    /// (`ipv6_fragment_passed_on`): tracked by its TCP or UDP header, carried only as a
+    /// segment of a carried connection conntrack takes (its receiver answers it; see `ingress`).
     fragment: bool,
     /// TCP's sequence and acknowledgement numbers (zero for UDP).
     seq: u32,
@@ -401,35 +401,32 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
     // A veth that is gone (its container stopped) is not in the devmap any more: the kernel
     // removes it at unregistration, so a reused ifindex is not taken for it either. What the
     // stack would not forward to the container (see the module's head) is its to refuse.
-    // A carried connection's last-hop segment (not an RST or a FIN, below) is judged as
-    // conntrack judges it before the forward path answers its TTL: one conntrack finds INVALID
-    // never reaches the forward path (it is refused, as any INVALID segment), and one it takes
-    // moves the window copy on, as conntrack's windows, and goes to the stack to be answered
-    // "time exceeded". Left to the stack unjudged, its conntrack, which never saw the
-    // connection, picked even a segment far out of the window up mid-stream and answered it
-    // so (the exposed differential topology's seed 1207, case 161: Docker's path answers with
-    // the host's RST).
+    // A carried connection's segment at its last hop (TTL or hop limit 0 or 1) or in a first
+    // fragment conntrack's defragmentation passes on (`Packet::fragment`) is judged on the
+    // window copy, as conntrack judges it on Docker's path, and then:
     //
-    // A fragment is not carried: the container would answer it (or not) as it answers it on
-    // Docker's path, but conntrack's windows there would move on its header, and the copy
-    // here would not.
-    //
-    // A carried connection's last-hop RST or FIN, in a fragment or not, is judged too. Docker's
-    // path answers one conntrack takes "time exceeded"; here the stack's conntrack never saw
-    // the connection and does not pick an RST or a FIN up mid-stream: the segment would reach
-    // the host's own stack, whose listener on the published port (docker-proxy's) answers a
-    // FIN with an RST the client takes, ending a connection Docker's path keeps, and whose
-    // reassembly answers a fragment "parameter problem" (seed 1207, case 146). So it is dropped,
-    // the window copy moved on as conntrack's windows move: neither path delivers it. One
-    // conntrack finds INVALID Docker's path leaves untranslated, to the host's own stack: it
-    // goes there as it came, for the same answer (seed 2607, cases 819 and 895: a fragment far
-    // out of the window, answered "parameter problem" by the host on both paths now).
-    let ends_at_last_hop = packet.last_hop && packet.ends && carried_tcp(flow);
-    let judged_at_last_hop =
-        packet.last_hop && !packet.ends && !packet.fragment && carried_tcp(flow);
+    // - At its last hop, one conntrack takes moves the copy on, as conntrack's windows, and
+    //   goes to the stack to be answered "time exceeded"; one it finds INVALID is refused, as
+    //   any INVALID segment, and never reaches the forward path. Left to the stack unjudged,
+    //   its conntrack, which never saw the connection, picked even a segment far out of the
+    //   window up mid-stream and answered it so (the exposed differential topology's seed
+    //   1207, case 161: Docker's path answers with the host's RST).
+    // - In a fragment, one conntrack takes is carried into the container, which answers it as
+    //   on Docker's path (its reassembly: "parameter problem"). Left to the stack, an RST or a
+    //   FIN, which its conntrack does not pick up mid-stream, reached the host's own stack
+    //   instead (seed 3107, case 553: a FIN 70,000 bytes back, inside conntrack's window).
+    // - An RST or a FIN at its last hop, in a fragment or not, that conntrack takes is
+    //   dropped, the copy moved on: Docker's path answers it "time exceeded", but the stack
+    //   here would not pick it up, and its own listener on the published port
+    //   (docker-proxy's) answers a FIN with an RST the client takes, ending a connection
+    //   Docker's path keeps (seed 1207, case 146).
+    // - An RST or a FIN at its last hop or in a fragment that conntrack finds INVALID, Docker's
+    //   path leaves untranslated, to the host's own stack: it goes there as it came, for the
+    //   same answer (seed 2607, cases 819 and 895: a fragment far out of the window, answered
+    //   "parameter problem" by the host on both paths).
+    let judged_apart = packet.last_hop || packet.fragment;
     let admission = if PORT_VETHS.get_ifindex(target.veth_ifindex).is_some()
-        && (!packet.fragment || ends_at_last_hop)
-        && (!packet.last_hop || judged_at_last_hop || ends_at_last_hop)
+        && (!judged_apart || carried_tcp(flow))
         && packet.header_valid
         && packet.well_formed
         && for_this_host(ctx)
@@ -439,17 +436,17 @@ pub fn ingress(ctx: &TcContext) -> Option<i32> {
         // Read back from the packet's map memory rather than kept from the checks above: the
         // verifier would walk `admit` once for each kind of packet they tell apart.
         // SAFETY: plain loads of this CPU's parsed packet, valid for this invocation.
-        let (last_hop, ends) = unsafe {
+        let (last_hop, fragment, ends) = unsafe {
             (
                 core::ptr::read_volatile(&packet.last_hop),
+                core::ptr::read_volatile(&packet.fragment),
                 core::ptr::read_volatile(&packet.ends),
             )
         };
         match admission {
-            // At their last hop (entered above only for a carried connection).
             Admission::Carry if last_hop && ends => Admission::Refuse,
-            Admission::Refuse if last_hop && ends => Admission::Pass,
             Admission::Carry if last_hop => Admission::Pass,
+            Admission::Refuse if ends && (last_hop || fragment) => Admission::Pass,
             admission => admission,
         }
     } else {

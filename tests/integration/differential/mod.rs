@@ -205,6 +205,11 @@ const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
         895,
         "a live connection's IPv6 RST out of the window as a first fragment with hop limit 0",
     ),
+    (
+        3107,
+        553,
+        "a live connection's IPv6 FIN in the window as a first fragment",
+    ),
 ];
 
 /// The long runs' findings (`FOUND_BY_LONG_RUNS`), each case alone, as its rerun line does.
