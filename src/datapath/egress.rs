@@ -25,7 +25,7 @@ use dxdp_common::{
 };
 
 use super::{
-    Datapath, Traffic, attach, btf_layout, handback, kfunc, pins,
+    Datapath, Interface, Traffic, attach, btf_layout, handback, kfunc, pins,
     record::{fixed_name, now_unix_secs, unfixed_name},
     state::{absent_is_none, ignore_absent, missing},
     sysctl,
@@ -469,14 +469,7 @@ impl Datapath {
                 record.container
             )
         })?;
-        pins::remove_if_present(&out_pin(&self.pins, veth_ifindex))?;
-        maps.disable(record)?;
-        let nic_in_use = records
-            .iter()
-            .any(|r| r.veth_ifindex != veth_ifindex && r.nic_ifindex == record.nic_ifindex);
-        if !nic_in_use {
-            pins::remove_if_present(&back_pin(&self.pins, record.nic_ifindex))?;
-        }
+        self.forget_record(record, &records)?;
         // Connections first carried between the hand-back and the detach.
         let late: Vec<WindowKey> = maps
             .carried(Some(record.addr))?
@@ -495,6 +488,46 @@ impl Datapath {
         Ok(Some(record.clone()))
     }
 
+    /// Ends the egress fast path of each container whose veth is gone (it stopped, or came back
+    /// with a new veth), as `egress off` does: its connections handed back (those conntrack
+    /// still holds) and their copies forgotten, its record removed, the NIC's program detached
+    /// if no other container leaves by it. Left, the record showed a dead container in `status`
+    /// and the metrics and kept the NIC's program attached; a restarted container labeled
+    /// `dxdp.egress` is enabled again on its new veth by the same pass. Where a live record has
+    /// the same address (the container restarted and enabled again before this ran), the
+    /// copies under that address are the live one's, so they are left to it and only the dead
+    /// record goes. How many were ended.
+    pub(super) fn collect_egress_garbage(&mut self, host: &[Interface]) -> Result<usize> {
+        let records = self.egress()?;
+        let alive = |veth: u32| host.iter().any(|i| i.index == veth && i.is_veth());
+        let dead = dead_records(&records, alive);
+        for &(record, hand_back) in &dead {
+            if hand_back {
+                self.egress_off(record.veth_ifindex)?;
+            } else {
+                self.forget_record(record, &records)?;
+            }
+        }
+        Ok(dead.len())
+    }
+
+    /// Removes `record` and its veth's attachment pin, and the NIC's if no other of `records`
+    /// leaves by it; its connections' copies stay.
+    fn forget_record(&mut self, record: &EgressRecord, records: &[EgressRecord]) -> Result<()> {
+        let Some(mut maps) = EgressMaps::pinned(&self.pins.maps())? else {
+            return Ok(());
+        };
+        pins::remove_if_present(&out_pin(&self.pins, record.veth_ifindex))?;
+        maps.disable(record)?;
+        let nic_in_use = records
+            .iter()
+            .any(|r| r.veth_ifindex != record.veth_ifindex && r.nic_ifindex == record.nic_ifindex);
+        if !nic_in_use {
+            pins::remove_if_present(&back_pin(&self.pins, record.nic_ifindex))?;
+        }
+        Ok(())
+    }
+
     /// Hands every connection the egress fast path carries back to conntrack (before
     /// `cleanup` removes the programs); how many were.
     pub fn egress_hand_back_all(&mut self) -> Result<usize> {
@@ -506,9 +539,57 @@ impl Datapath {
     }
 }
 
+/// The records of `records` whose veth is not `alive`, each with whether its connections are to
+/// be handed back: not where a live record has the same address, whose copies those are.
+fn dead_records(
+    records: &[EgressRecord],
+    alive: impl Fn(u32) -> bool,
+) -> Vec<(&EgressRecord, bool)> {
+    records
+        .iter()
+        .filter(|r| !alive(r.veth_ifindex))
+        .map(|dead| {
+            let readdressed = records
+                .iter()
+                .any(|r| alive(r.veth_ifindex) && r.addr == dead.addr);
+            (dead, !readdressed)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A dead veth's record goes, its connections handed back unless a live record took its
+    /// address (the container restarted and was enabled again first): those copies are the
+    /// live one's.
+    #[test]
+    fn dead_records_hand_back_only_what_no_live_record_took_over() {
+        let record = |veth: u32, addr: [u8; 4]| EgressRecord {
+            container: format!("c{veth}"),
+            veth_ifindex: veth,
+            nic_ifindex: 2,
+            addr: Ipv4Addr::from(addr),
+            created_unix_secs: 0,
+            outbound: Traffic::default(),
+            inbound: Traffic::default(),
+            passed_packets: 0,
+        };
+        let records = [
+            record(10, [172, 17, 0, 2]),
+            record(11, [172, 17, 0, 3]),
+            record(12, [172, 17, 0, 2]),
+            record(13, [172, 17, 0, 4]),
+        ];
+        let alive = |veth: u32| veth == 12 || veth == 13;
+        let dead: Vec<(u32, bool)> = dead_records(&records, alive)
+            .into_iter()
+            .map(|(r, hand_back)| (r.veth_ifindex, hand_back))
+            .collect();
+        assert_eq!(dead, [(10, false), (11, true)]);
+        assert!(dead_records(&records, |_| true).is_empty());
+    }
 
     /// The object loads and both programs pass the running kernel's verifier (with the window
     /// copies' code, whose stack frames must stay under 512 bytes), in a pin directory of the

@@ -361,7 +361,8 @@ impl Datapath {
     }
 
     /// Drops whatever refers to interfaces that no longer exist in the host namespace: links to
-    /// a destroyed veth, its counters, its dead program attachment pins.
+    /// a destroyed veth, its counters, its dead program attachment pins, exposures and egress
+    /// fast paths of its container.
     pub fn collect_garbage(&mut self, host: &[Interface]) -> Result<usize> {
         let mut maps = state::Maps::new(&mut self.ebpf)?;
         let mut purged = 0;
@@ -407,6 +408,7 @@ impl Datapath {
         let programs = attach::Programs::open(&mut self.ebpf, &self.pins)?;
         purged += programs.drop_stale_pins(&managed, host)?;
         purged += self.collect_port_garbage(host)?;
+        purged += self.collect_egress_garbage(host)?;
         Ok(purged)
     }
 

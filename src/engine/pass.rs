@@ -120,7 +120,16 @@ pub(super) fn run<H: Host>(
     let vanished = before
         .iter()
         .any(|i| !interfaces.iter().any(|h| h.index == *i));
-    if which.is_whole() || vanished {
+    // An egress fast path's veth is not among the links' veths held: its container's stop or
+    // restart is found by its record (left, a restarted labeled container had two records
+    // until the next whole pass).
+    let egress_vanished = !which.is_whole()
+        && table.egress().is_ok_and(|records| {
+            records
+                .iter()
+                .any(|r| !interfaces.iter().any(|h| h.index == r.veth_ifindex))
+        });
+    if which.is_whole() || vanished || egress_vanished {
         table.collect_garbage(&interfaces)?;
         phases.mark("garbage");
     }

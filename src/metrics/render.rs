@@ -9,7 +9,10 @@ use super::{
 use crate::rules::{FIREWALL_REASON, REASONS};
 use crate::{
     choice::Kind,
-    datapath::{ConnectionTables, ExposedPort, InterfaceCounters, LinkRecord, TableFill, Traffic},
+    datapath::{
+        ConnectionTables, EgressRecord, ExposedPort, InterfaceCounters, LinkRecord, TableFill,
+        Traffic,
+    },
 };
 
 /// Renders the exposition text, family by family in a fixed order.
@@ -18,6 +21,7 @@ pub(super) fn render(state: &PinnedState, watch: WatchCounters) -> String {
     render_links(&mut out, state);
     render_interfaces(&mut out, state);
     render_exposed(&mut out, &state.exposed);
+    render_egress(&mut out, &state.egress);
     if let Some(tables) = &state.connections {
         render_connections(&mut out, tables);
     }
@@ -437,6 +441,69 @@ fn render_exposed(out: &mut String, exposed: &[ExposedPort]) {
     }
 }
 
+/// The containers with the egress fast path: how many, and per container what it carried out of
+/// the NIC and back into the container, and what it left to Docker's path.
+fn render_egress(out: &mut String, egress: &[(EgressRecord, String)]) {
+    header(
+        out,
+        "dxdp_egress_containers",
+        "gauge",
+        "Containers whose established outbound connections leave straight by the NIC (dxdp egress on, the dxdp.egress label).",
+    );
+    let _ = writeln!(out, "dxdp_egress_containers {}", egress.len());
+    let labels = |(r, nic): &(EgressRecord, String)| {
+        format!(
+            "container=\"{}\",address=\"{}\",nic=\"{}\"",
+            escape(&r.container),
+            r.addr,
+            escape(nic)
+        )
+    };
+    type Pick = fn(&Traffic) -> u64;
+    let per_container: [(&str, &str, Pick); 2] = [
+        (
+            "dxdp_egress_packets_total",
+            "Packets of a container's outbound connections the fast path carried out of the NIC (out) and their replies into the container (back).",
+            |t| t.packets,
+        ),
+        (
+            "dxdp_egress_bytes_total",
+            "Bytes of a container's outbound connections the fast path carried out of the NIC (out) and their replies into the container (back).",
+            |t| t.bytes,
+        ),
+    ];
+    for (metric, help, pick) in per_container {
+        header(out, metric, "counter", help);
+        for e in egress {
+            let l = labels(e);
+            let _ = writeln!(
+                out,
+                "{metric}{{{l},direction=\"out\"}} {}",
+                pick(&e.0.outbound)
+            );
+            let _ = writeln!(
+                out,
+                "{metric}{{{l},direction=\"back\"}} {}",
+                pick(&e.0.inbound)
+            );
+        }
+    }
+    header(
+        out,
+        "dxdp_egress_passed_packets_total",
+        "counter",
+        "A container's TCP and UDP packets left to Docker's path: each connection's first packets, and what else the fast path does not carry (docs/egress.md).",
+    );
+    for e in egress {
+        let _ = writeln!(
+            out,
+            "dxdp_egress_passed_packets_total{{{}}} {}",
+            labels(e),
+            e.0.passed_packets
+        );
+    }
+}
+
 /// The `links` and `endpoints` samples of a per-map metric, with `labels` added.
 fn per_map(out: &mut String, name: &str, labels: &str, links: usize, endpoints: usize) {
     let _ = writeln!(out, "{name}{{map=\"links\"{labels}}} {links}");
@@ -518,6 +585,25 @@ mod tests {
                 passed_packets: 2,
                 refused_packets: 3,
             }],
+            egress: vec![(
+                EgressRecord {
+                    container: "cli\"ent".into(),
+                    veth_ifindex: 6,
+                    nic_ifindex: 2,
+                    addr: "172.17.0.3".parse().unwrap(),
+                    created_unix_secs: 0,
+                    outbound: Traffic {
+                        packets: 12,
+                        bytes: 1200,
+                    },
+                    inbound: Traffic {
+                        packets: 10,
+                        bytes: 15000,
+                    },
+                    passed_packets: 4,
+                },
+                "eth0".into(),
+            )],
             capacity: Capacity {
                 max_endpoints: 8,
                 max_links: 4,
@@ -662,6 +748,15 @@ mod tests {
             format!("dxdp_port_bytes_total{{{port},direction=\"out\"}} 400\n"),
             format!("dxdp_port_passed_packets_total{{{port}}} 2\n"),
             format!("dxdp_port_refused_packets_total{{{port}}} 3\n"),
+        ] {
+            assert!(text.contains(&sample), "{sample} in {text}");
+        }
+        assert!(text.contains("dxdp_egress_containers 1\n"), "{text}");
+        let client = "container=\"cli\\\"ent\",address=\"172.17.0.3\",nic=\"eth0\"";
+        for sample in [
+            format!("dxdp_egress_packets_total{{{client},direction=\"out\"}} 12\n"),
+            format!("dxdp_egress_bytes_total{{{client},direction=\"back\"}} 15000\n"),
+            format!("dxdp_egress_passed_packets_total{{{client}}} 4\n"),
         ] {
             assert!(text.contains(&sample), "{sample} in {text}");
         }

@@ -7,7 +7,10 @@ use tracing::debug;
 
 use crate::{
     choice::Kind,
-    datapath::{Capacity, ConnectionTables, Datapath, ExposedPort, InterfaceCounters, LinkRecord},
+    datapath::{
+        Capacity, ConnectionTables, Datapath, EgressRecord, ExposedPort, InterfaceCounters,
+        LinkRecord,
+    },
 };
 
 /// A managed veth: its ifindex, name, datapath and counters.
@@ -18,6 +21,9 @@ pub(crate) struct PinnedState {
     pub(crate) links: Vec<LinkRecord>,
     /// Published ports taken from the NIC (`dxdp expose`, the `dxdp.ingress` label).
     pub(crate) exposed: Vec<ExposedPort>,
+    /// Containers whose outbound connections leave straight by the NIC (`dxdp egress on`, the
+    /// `dxdp.egress` label), each with its NIC's name (empty where that is gone).
+    pub(crate) egress: Vec<(EgressRecord, String)>,
     pub(crate) interfaces: Vec<InterfaceState>,
     pub(crate) capacity: Capacity,
     /// How full the connection tables of exposed ports are; `None` without a pin directory.
@@ -41,6 +47,7 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
         return Ok(PinnedState {
             links: vec![],
             exposed: vec![],
+            egress: vec![],
             interfaces: vec![],
             capacity,
             connections: None,
@@ -51,6 +58,7 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
     let mut datapath = Datapath::open(pin_dir, capacity)?;
     let (links, interfaces) = links_and_interfaces(&mut datapath)?;
     let exposed = datapath.exposed()?;
+    let egress = with_nic_names(datapath.egress()?)?;
     let connections = Some(datapath.connection_tables()?);
     drop(datapath);
     let (mut sites, mut gone_sites) = (Vec::new(), 0);
@@ -77,12 +85,32 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
     Ok(PinnedState {
         links,
         exposed,
+        egress,
         interfaces,
         capacity,
         connections,
         sites,
         gone_sites,
     })
+}
+
+/// Each egress record with its NIC's name in the host's namespace (empty where it is gone).
+fn with_nic_names(records: Vec<EgressRecord>) -> Result<Vec<(EgressRecord, String)>> {
+    if records.is_empty() {
+        return Ok(vec![]);
+    }
+    let here = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+    Ok(records
+        .into_iter()
+        .map(|r| {
+            let nic = here
+                .iter()
+                .find(|i| i.index == r.nic_ifindex)
+                .map(|i| i.name.clone())
+                .unwrap_or_default();
+            (r, nic)
+        })
+        .collect())
 }
 
 /// A datapath's links and managed veths, the veths named as the calling thread's namespace

@@ -11,8 +11,9 @@ use std::{
 
 use crate::support::{
     Background, FORGE, Files, FirewallRule, Outside, World, assert_every_route_measured,
-    assert_only_the_ack_in_the_window_arrived, assert_wire_gone, bench_through_nic,
-    four_streams_on_cpu, in_container, in_ns, must, next_id, require_docker, run, run_for,
+    assert_only_the_ack_in_the_window_arrived, assert_promtool_accepts, assert_wire_gone,
+    bench_through_nic, four_streams_on_cpu, free_port, in_container, in_ns, metrics_text, must,
+    next_id, require_docker, run, run_for,
 };
 
 /// The transfers' ends (tests/integration/ingress_peer.py): paced over ~4 s, so that the test
@@ -345,6 +346,42 @@ impl Drop for Removed {
     }
 }
 
+/// One container (`iperf3 -s`) on a network of its own named `tag`, its egress fast path on
+/// out of the outside world's NIC. Tests bind the world first, so that it drops last, as when
+/// they made it themselves.
+struct Enabled {
+    out: Outside,
+    c: String,
+    pid: u32,
+    cip: String,
+    server: String,
+    world: World,
+}
+
+impl Enabled {
+    fn new(tag: &str) -> Self {
+        let mut world = World::shared();
+        let out = Outside::new(&world);
+        let net = world.network(tag, &[]);
+        let c = world.run(tag, &["--network", &net], &["iperf3", "-s"]);
+        let pid = world.pid(&c);
+        let cip = world.ip(&c, &net);
+        let server = out.client_addr.clone();
+        world
+            .dxdp
+            .run(&["egress", "on", &c, "--nic", &out.nic])
+            .assert_success();
+        Self {
+            out,
+            c,
+            pid,
+            cip,
+            server,
+            world,
+        }
+    }
+}
+
 /// A DOCKER-USER rule that could drop the container's outbound packets: `egress on` is refused,
 /// naming the rule, and nothing is made.
 #[test]
@@ -416,17 +453,14 @@ fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("egr-win", &[]);
-    let c = world.run("egr-win", &["--network", &net], &["iperf3", "-s"]);
-    let pid = world.pid(&c);
-    let cip = world.ip(&c, &net);
-    let server = out.client_addr.clone();
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
+    let Enabled {
+        world: _world,
+        out,
+        c: _,
+        pid,
+        cip,
+        server,
+    } = Enabled::new("egr-win");
     let download = Payload::new("window");
     let seen = Removed(PathBuf::from(format!(
         "/tmp/dxt-egress-{}-seen",
@@ -580,19 +614,16 @@ fn a_rule_added_mid_connection_takes_egress_away_when_the_watch_runs() {
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("egr-later", &[]);
-    let c = world.run("egr-later", &["--network", &net], &["iperf3", "-s"]);
-    let pid = world.pid(&c);
-    let cip = world.ip(&c, &net);
-    let server = out.client_addr.clone();
+    let Enabled {
+        world,
+        out,
+        c,
+        pid,
+        cip,
+        server,
+    } = Enabled::new("egr-later");
     let file = PathBuf::from(format!("/tmp/dxt-egress-{}-later", std::process::id()));
     let _file = Removed(file.clone());
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
     let streams = stream_out(&out, pid, &server, 7130, &file);
     // The watch's resync is far away: only the rule change can bring the pass that acts.
     let watch = world.watch(&["--resync", "300"]);
@@ -708,7 +739,15 @@ fn the_watch_takes_a_labeled_containers_connections_to_the_nic() {
     let mut world = World::shared();
     let out = Outside::new(&world);
     let net = world.network("egr-lbl", &[]);
-    let watch = world.watch(&["--egress-nic", &out.nic, "--resync", "300"]);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let watch = world.watch(&[
+        "--egress-nic",
+        &out.nic,
+        "--resync",
+        "300",
+        "--metrics",
+        &metrics,
+    ]);
     let c = world.run(
         "egr-lbl",
         &["--network", &net, "--label", "dxdp.egress=true"],
@@ -733,6 +772,7 @@ fn the_watch_takes_a_labeled_containers_connections_to_the_nic() {
         out_bytes > 40 << 20,
         "the fast path should have carried the upload: {out_bytes} bytes"
     );
+    assert_egress_is_monitored(&world, &metrics, &c, &cip, out_bytes);
 
     let rule = FirewallRule::insert(
         "iptables",
@@ -764,6 +804,44 @@ fn the_watch_takes_a_labeled_containers_connections_to_the_nic() {
         crate::support::wait_until(Duration::from_secs(3), || counters(&world, &c).is_some()),
         "the rule's removal did not enable the container again:\n{}",
         watch.log_text()
+    );
+}
+
+/// The watch's metrics and `dxdp top` show the container's egress: a scrape promtool accepts
+/// counts at least `out_bytes` carried out (read from `dxdp status` before it) under the
+/// container's name, address and NIC, and a `dxdp top` sample lists the container.
+#[track_caller]
+fn assert_egress_is_monitored(world: &World, metrics: &str, c: &str, cip: &str, out_bytes: u64) {
+    let text = metrics_text(metrics).expect("the watch serves /metrics");
+    assert_promtool_accepts(&text);
+    let sample = |family: &str, direction: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "{family}{{container=\"{c}\",address=\"{cip}\",nic=\""
+                )) && l.contains(&format!("direction=\"{direction}\""))
+            })
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {family} {direction} sample for {c} in:\n{text}"))
+    };
+    let scraped = sample("dxdp_egress_bytes_total", "out");
+    assert!(
+        scraped >= out_bytes,
+        "metrics count {scraped} bytes out, status {out_bytes} before them"
+    );
+    assert!(sample("dxdp_egress_packets_total", "back") > 0, "{text}");
+    assert!(text.contains("dxdp_egress_containers 1\n"), "{text}");
+    let top = world
+        .dxdp
+        .run(&["top", "--json", "--once", "--interval", "0.2"]);
+    top.assert_success();
+    let top: serde_json::Value = serde_json::from_str(&top.stdout).expect("top JSON");
+    assert!(
+        top["egress"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["container"] == c && e["address"] == cip)),
+        "dxdp top does not list {c}: {top}"
     );
 }
 
@@ -973,5 +1051,388 @@ fn the_hosts_own_resets_are_told_from_the_containers() {
     assert_eq!(
         resets_the_host_sent(lines, "10.231.3.2", "10.99.0.1"),
         vec![lines.lines().nth(2).unwrap()]
+    );
+}
+
+/// An echo server outside on `port` for `connections` TCP connections at once, each sent back
+/// everything it sends.
+fn echo_server(out: &Outside, port: u16, connections: u32) -> Background {
+    let echo = format!(
+        "import socket, threading\n\
+         s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('0.0.0.0', {port})); s.listen(8); s.settimeout(30)\n\
+         def serve(c):\n\
+         \x20   c.settimeout(90)\n\
+         \x20   while True:\n\
+         \x20       d = c.recv(65536)\n\
+         \x20       if not d: break\n\
+         \x20       c.sendall(d)\n\
+         ts = [threading.Thread(target=serve, args=(s.accept()[0],)) for _ in range({connections})]\n\
+         [t.start() for t in ts]; [t.join() for t in ts]\n"
+    );
+    let echo = Background::spawn(&in_ns(&out.ns.name, &["python3", "-c", &echo]));
+    std::thread::sleep(Duration::from_millis(300));
+    echo
+}
+
+/// A client in the container `pid` that sends a numbered 100-byte request to `server`:`port`
+/// every 20 ms for `seconds` over one TCP connection (from `source_port`, 0 for any) and checks
+/// each echo, then stays connected and quiet for `quiet` seconds; while the file `pause` (if
+/// any) exists it sends nothing, so that nothing of the connection is in flight. It writes
+/// `rounds N` to `result` and exits 0 only if every echo came back whole and in order (else it
+/// writes where it broke and exits 1).
+fn echo_client(
+    pid: u32,
+    (server, port): (&str, u16),
+    source_port: u16,
+    (seconds, quiet): (u32, u32),
+    (result, pause): (&Path, Option<&Path>),
+) -> Background {
+    let pause = pause.map_or("None".to_owned(), |p| format!("'{}'", p.display()));
+    let client = format!(
+        "import os, socket, sys, time\nr = open('{}', 'w'); pause = {pause}\n\
+         s = socket.create_connection(('{server}', {port}), timeout=5, \
+         source_address=('0.0.0.0', {source_port}))\n\
+         end = time.time() + {seconds}; n = 0\n\
+         while time.time() < end:\n\
+         \x20   while pause and os.path.exists(pause): time.sleep(0.01)\n\
+         \x20   want = ('%099d' % n).encode() + b'\\n'; s.sendall(want); got = b''\n\
+         \x20   while len(got) < len(want):\n\
+         \x20       d = s.recv(len(want) - len(got))\n\
+         \x20       if not d: r.write('closed at %d' % n); sys.exit(1)\n\
+         \x20       got += d\n\
+         \x20   if got != want: r.write('wrong echo at %d' % n); sys.exit(1)\n\
+         \x20   n += 1; time.sleep(0.02)\n\
+         r.write('rounds %d' % n); r.flush(); time.sleep({quiet})\n",
+        result.display()
+    );
+    Background::spawn(&in_container(pid, &["python3", "-c", &client]))
+}
+
+/// A file a test's echo client writes its result to, removed on drop.
+fn result_file(tag: &str) -> Removed {
+    Removed(PathBuf::from(format!(
+        "/tmp/dxt-egress-{}-{tag}",
+        std::process::id()
+    )))
+}
+
+/// Conntrack forgetting a carried connection (its entry deleted, as `conntrack -F` deletes
+/// every entry) sends the connection's next packets to Docker's path, where conntrack picks it
+/// up again mid-stream and MASQUERADE translates it as before; the connection goes on, every
+/// echo whole, as on Docker's path, and once conntrack holds it answered again the fast path
+/// carries it again. (Only this connection's entry is deleted, not the whole table: the same
+/// event for it, without cutting the host's other connections.)
+#[test]
+fn a_connection_conntrack_forgets_goes_back_to_dockers_path_and_on() {
+    if !require_docker() {
+        return;
+    }
+    let Enabled {
+        world,
+        out,
+        c,
+        pid,
+        cip,
+        server,
+    } = Enabled::new("egr-flush");
+    let result = result_file("flush");
+    let mut echo = echo_server(&out, 7150, 1);
+    let pause = result_file("flush-pause");
+    let mut client = echo_client(pid, (&server, 7150), 0, (8, 0), (&result.0, Some(&pause.0)));
+    std::thread::sleep(Duration::from_millis(2500));
+    let before = entry_to(&cip, 7150).expect("conntrack holds the connection");
+    let (out_before, _, passed_before) = counters(&world, &c).expect("egress enabled");
+    assert!(
+        out_before > 0,
+        "the fast path should carry the echoes before the deletion"
+    );
+    // The client pauses first, so that the connection's next packet after the deletion is its
+    // own, as the test means: were it the server's (an echo in flight), conntrack would pick
+    // that up as a connection to the host, which answers it with an RST, on either path.
+    std::fs::write(&pause.0, "").expect("pause the client");
+    std::thread::sleep(Duration::from_millis(300));
+    let deleted = run(&[
+        "conntrack",
+        "-D",
+        "-p",
+        "tcp",
+        "--orig-src",
+        &cip,
+        "--orig-port-dst",
+        "7150",
+    ]);
+    assert!(deleted.status.success(), "{deleted}");
+    eprintln!("deleted: {before}");
+    std::fs::remove_file(&pause.0).expect("resume the client");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (out_between, _, passed_after) = counters(&world, &c).expect("egress enabled");
+    let after = entry_to(&cip, 7150).unwrap_or_else(|| {
+        panic!(
+            "conntrack should hold the connection again: {}",
+            conntrack_to(7150)
+        )
+    });
+    eprintln!("picked up again: {after}");
+    assert!(
+        after.contains(&format!("src={server} dst={} ", out.host_addr)),
+        "picked up again, masqueraded as before: {after}"
+    );
+    assert!(
+        passed_after > passed_before,
+        "the forgotten connection's next packets take Docker's path"
+    );
+    let finished = client.wait_timeout(Duration::from_secs(20));
+    let said = std::fs::read_to_string(&result.0).unwrap_or_default();
+    let _ = echo.wait_timeout(Duration::from_secs(5));
+    assert!(
+        finished.is_some_and(|s| s.success()),
+        "the connection broke after conntrack forgot it: {said}"
+    );
+    let (out_end, _, _) = counters(&world, &c).expect("egress enabled");
+    eprintln!(
+        "{}; fast path out: {out_before} bytes before, {out_between} 1.5 s after, {out_end} at the end",
+        said.trim()
+    );
+    assert!(
+        out_end > out_between,
+        "the fast path should carry the connection again once conntrack holds it answered"
+    );
+}
+
+/// `net.netfilter.NAME` set for a test and put back on drop.
+struct NetfilterSysctl {
+    path: PathBuf,
+    was: String,
+}
+
+impl NetfilterSysctl {
+    fn set(name: &str, value: &str) -> Self {
+        let path = PathBuf::from(format!("/proc/sys/net/netfilter/{name}"));
+        let was = std::fs::read_to_string(&path).expect("read the sysctl");
+        std::fs::write(&path, value).expect("write the sysctl");
+        Self { path, was }
+    }
+}
+
+impl Drop for NetfilterSysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, self.was.trim());
+    }
+}
+
+/// A connection the fast path carries for longer than conntrack's established timeout (10 s
+/// here) keeps its entry: the same entry (by id) is listed all along, its timeout kept fresh by
+/// the programs since conntrack sees none of its packets; and once the connection goes quiet the
+/// entry expires on conntrack's own clock, not kept alive past it.
+#[test]
+fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
+    if !require_docker() {
+        return;
+    }
+    // Before `egress on`, which loads the programs: they read conntrack's timeouts at load.
+    let _timeout = NetfilterSysctl::set("nf_conntrack_tcp_timeout_established", "10");
+    let Enabled {
+        world,
+        out,
+        c,
+        pid,
+        cip,
+        server,
+    } = Enabled::new("egr-time");
+    // 25 s of echoes, then the client stays connected and quiet for 25 s.
+    let result = result_file("timeout");
+    let _echo = echo_server(&out, 7160, 1);
+    let mut client = echo_client(pid, (&server, 7160), 0, (25, 25), (&result.0, None));
+    let id = |entry: &str| {
+        entry
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("id="))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let listed = || {
+        run(&[
+            "conntrack",
+            "-L",
+            "-p",
+            "tcp",
+            "--dport",
+            "7160",
+            "-o",
+            "id",
+        ])
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!("src={cip} ")))
+        .map(str::to_owned)
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let first = listed().expect("conntrack holds the connection");
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(2));
+        let now = listed().unwrap_or_else(|| panic!("the entry expired under a live connection"));
+        assert_eq!(
+            id(&now),
+            id(&first),
+            "the entry was made anew: {first} then {now}"
+        );
+        seen.push(seconds_left(&now));
+    }
+    eprintln!("seconds left, every 2 s for 20 s: {seen:?}");
+    assert!(seen.iter().all(|s| *s > 0 && *s <= 10), "{seen:?}");
+    let rounds_done = crate::support::wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&result.0).is_ok_and(|r| !r.is_empty())
+    });
+    let said = std::fs::read_to_string(&result.0).unwrap_or_default();
+    assert!(
+        rounds_done && said.starts_with("rounds "),
+        "the connection broke: {said:?}"
+    );
+    let (out_bytes, _, _) = counters(&world, &c).expect("egress enabled");
+    assert!(
+        out_bytes > 0,
+        "the fast path should have carried the echoes"
+    );
+    // Quiet now, the client still connected: the entry expires on conntrack's own clock (10 s
+    // after the last refresh), not kept alive past it.
+    let quiet_since = std::time::Instant::now();
+    let expired = crate::support::wait_until(Duration::from_secs(15), || listed().is_none());
+    eprintln!(
+        "{said}; the entry expired {:.1} s after the last round",
+        quiet_since.elapsed().as_secs_f64()
+    );
+    assert!(
+        expired,
+        "the entry outlived the quiet connection: {:?}",
+        listed()
+    );
+    assert!(
+        client.wait_timeout(Duration::from_millis(100)).is_none(),
+        "the client should still be connected and quiet"
+    );
+}
+
+/// Two containers with the egress fast path, each connected to the same outside server from
+/// the same source port: MASQUERADE gives the second another port, and the fast path applies
+/// to each the translation its own entry holds, so both connections' echoes come back whole,
+/// each to its own container, and conntrack lists two entries with distinct masqueraded ports.
+#[test]
+fn two_containers_to_one_server_from_one_port_each_keep_their_own_translation() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-two", &[]);
+    let a = world.run("egr-two-a", &["--network", &net], &["iperf3", "-s"]);
+    let b = world.run("egr-two-b", &["--network", &net], &["iperf3", "-s"]);
+    let server = out.client_addr.clone();
+    for c in [&a, &b] {
+        world
+            .dxdp
+            .run(&["egress", "on", c, "--nic", &out.nic])
+            .assert_success();
+    }
+    let _echo = echo_server(&out, 7170, 2);
+    let results = [result_file("two-a"), result_file("two-b")];
+    let mut clients: Vec<Background> = [&a, &b]
+        .iter()
+        .zip(&results)
+        .map(|(c, r)| echo_client(world.pid(c), (&server, 7170), 41000, (6, 0), (&r.0, None)))
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let entries: Vec<String> = conntrack_to(7170)
+        .lines()
+        .filter(|l| l.contains("sport=41000 "))
+        .map(str::to_owned)
+        .collect();
+    for client in &mut clients {
+        let finished = client.wait_timeout(Duration::from_secs(20));
+        assert!(
+            finished.is_some_and(|s| s.success()),
+            "an echo client failed"
+        );
+    }
+    for (c, r) in [&a, &b].iter().zip(&results) {
+        let said = std::fs::read_to_string(&r.0).unwrap_or_default();
+        assert!(said.starts_with("rounds "), "{c}: {said:?}");
+        let (out_bytes, back_bytes, _) = counters(&world, c).expect("egress enabled");
+        eprintln!("{c}: {said}; fast path {out_bytes} bytes out, {back_bytes} back");
+        assert!(
+            out_bytes > 0 && back_bytes > 0,
+            "the fast path should carry {c}'s connection both ways"
+        );
+    }
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let ports: Vec<String> = entries.iter().map(|e| reply_field(e, "dport=")).collect();
+    eprintln!("masqueraded ports: {ports:?}");
+    assert_ne!(ports[0], ports[1], "{entries:?}");
+}
+
+/// The veth ifindex `dxdp status` records for `container`'s egress fast path, if enabled.
+fn egress_veth(world: &World, container: &str) -> Option<u64> {
+    let run = world.dxdp.run(&["status", "--json"]);
+    run.assert_success();
+    let status: serde_json::Value = serde_json::from_str(&run.stdout).expect("status JSON");
+    let records: Vec<&serde_json::Value> = status["egress"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["container"] == container)
+        .collect();
+    assert!(
+        records.len() <= 1,
+        "two records for {container}: {records:?}"
+    );
+    records.first()?["veth_ifindex"].as_u64()
+}
+
+/// A labeled container restarted comes back with a new veth: the watch ends the fast path of
+/// the old one (no record of it is left in `status`, which listed the dead container before
+/// egress records were collected as garbage) and enables the new one, which carries an upload
+/// whole.
+#[test]
+fn a_restarted_labeled_container_gets_its_fast_path_back_on_its_new_veth() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-rst", &[]);
+    let watch = world.watch(&["--egress-nic", &out.nic, "--resync", "300"]);
+    let c = world.run(
+        "egr-rst",
+        &["--network", &net, "--label", "dxdp.egress=true"],
+        &["iperf3", "-s"],
+    );
+    assert!(
+        crate::support::wait_until(Duration::from_secs(10), || egress_veth(&world, &c)
+            .is_some()),
+        "the watch did not enable the labeled container:\n{}",
+        watch.log_text()
+    );
+    let old = egress_veth(&world, &c).expect("enabled");
+    world.docker_ok(&["restart", "-t", "0", &c]);
+    let moved = crate::support::wait_until(Duration::from_secs(10), || {
+        egress_veth(&world, &c).is_some_and(|veth| veth != old)
+    });
+    assert!(
+        moved,
+        "the fast path did not move to the new veth (was {old}, now {:?}):\n{}",
+        egress_veth(&world, &c),
+        watch.log_text()
+    );
+    let pid = world.pid(&c);
+    let server = out.client_addr.clone();
+    let upload = Payload::new("rst");
+    let up_server = receive_outside(&out, &upload, 7180);
+    std::thread::sleep(Duration::from_millis(300));
+    finish(send_from_container(pid, &server, &upload, 7180), up_server);
+    assert!(upload.arrived_whole(), "the upload lost bytes");
+    let (out_bytes, _, _) = counters(&world, &c).expect("still enabled");
+    assert!(
+        out_bytes > 40 << 20,
+        "the new veth's fast path should have carried the upload: {out_bytes} bytes"
     );
 }

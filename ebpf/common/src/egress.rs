@@ -141,10 +141,38 @@ pub const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
 /// on this packet; the fast path sets it only once less than seven eighths of it are left, so
 /// an entry is written about once per eighth of its timeout, and expires between seven eighths
 /// and all of its timeout after the connection's last packet. An entry left with `closing_ms`
-/// or less (a FIN or RST the fast path carried set it so) is never lengthened again.
+/// or less (a FIN or RST the fast path carried set it so) is never lengthened again, where
+/// that tells such an entry from a live one: only while `closing_ms` is below `full_ms`. With
+/// an established timeout at or below TIME_WAIT's (`nf_conntrack_tcp_timeout_established`
+/// lowered to 10 s, say), every live entry had less than `closing_ms` left, none was ever
+/// refreshed, and conntrack expired live connections under the fast path
+/// (`egress::a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet`).
 /// `remaining_ms` is what the entry has left.
 pub const fn refresh_due(remaining_ms: u64, full_ms: u64, closing_ms: u64) -> bool {
-    remaining_ms > closing_ms && remaining_ms < full_ms - full_ms / 8
+    let closed = closing_ms < full_ms && remaining_ms <= closing_ms;
+    !closed && remaining_ms < full_ms - full_ms / 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refresh_due;
+
+    #[test]
+    fn entries_are_refreshed_below_seven_eighths_and_closing_ones_never() {
+        const DAY: u64 = 86_400_000;
+        // Five days established, two minutes TIME_WAIT (the defaults).
+        assert!(!refresh_due(5 * DAY - 1000, 5 * DAY, 120_000));
+        assert!(refresh_due(4 * DAY, 5 * DAY, 120_000));
+        // A FIN set it to TIME_WAIT's: never lengthened again.
+        assert!(!refresh_due(120_000, 5 * DAY, 120_000));
+        assert!(!refresh_due(60_000, 5 * DAY, 120_000));
+        // Established lowered below TIME_WAIT: a live entry is refreshed all the same.
+        assert!(refresh_due(8_000, 10_000, 120_000));
+        assert!(!refresh_due(9_000, 10_000, 120_000));
+        // UDP: no closing timeout.
+        assert!(refresh_due(100_000, 120_000, 0));
+        assert!(!refresh_due(110_000, 120_000, 0));
+    }
 }
 
 #[cfg(feature = "user")]

@@ -1,5 +1,5 @@
-//! `dxdp top`: live rates of every link, managed veth and exposed port, computed from two successive reads of
-//! the pinned counters (no watch needed).
+//! `dxdp top`: live rates of every link, managed veth, exposed port and egress container,
+//! computed from two successive reads of the pinned counters (no watch needed).
 //!
 //! On a terminal the view is redrawn in place (ANSI home and clear, no TUI crate) with the
 //! terminal's stdin in non-canonical mode, so a single `q` quits; the terminal is restored on
@@ -70,6 +70,12 @@ fn read(pin_dir: &Path, capacity: Capacity) -> Result<Snapshot> {
         snap.ports.push(PortSnap {
             nic: names.get(&port.nic_ifindex).cloned(),
             port,
+        });
+    }
+    for record in datapath.egress()? {
+        snap.egress.push(EgressSnap {
+            nic: names.get(&record.nic_ifindex).cloned(),
+            record,
         });
     }
     drop(datapath);
@@ -155,6 +161,7 @@ pub fn run(pin_dir: &Path, capacity: Capacity, args: TopArgs) -> Result<ExitCode
             links,
             interfaces,
             ports: port_rates(&prev, &cur, elapsed),
+            egress: egress_rates(&prev, &cur, elapsed),
         };
         if args.json {
             serde_json::to_writer(&mut out, &sample)?;

@@ -1,5 +1,5 @@
-//! The text view of a sample: a header line and up to three tables (links, veths, exposed ports)
-//! aligned with tabwriter.
+//! The text view of a sample: a header line and up to four tables (links, veths, exposed ports,
+//! egress containers) aligned with tabwriter.
 use std::{
     io::{self, Write},
     path::Path,
@@ -33,14 +33,19 @@ pub(super) fn render(sample: &Sample, pin_dir: &Path, out: &mut impl Write) -> i
             .unwrap_or(&sample.time)
             .replace('T', " ")
     );
-    // Exposed ports are counted only where there are some: most hosts have none.
+    // Exposed ports and egress containers are counted only where there are some: most hosts
+    // have none.
     let ports = match sample.ports.len() {
         0 => String::new(),
         n => format!(", {n} exposed ports"),
     };
+    let egress = match sample.egress.len() {
+        0 => String::new(),
+        n => format!(", {n} egress"),
+    };
     writeln!(
         out,
-        "dxdp top  {time}  every {}  {} links, {} veths{ports}  redirected {}bit/s {} pkt/s  \
+        "dxdp top  {time}  every {}  {} links, {} veths{ports}{egress}  redirected {}bit/s {} pkt/s  \
          fallback {}/s  spoofed {}/s",
         seconds(sample.interval_secs),
         sample.links.len(),
@@ -123,6 +128,29 @@ pub(super) fn render(sample: &Sample, pin_dir: &Path, out: &mut impl Write) -> i
                 si(p.outbound.bits_per_sec),
                 si(p.outbound.packets_per_sec),
                 si(p.passed_packets_per_sec),
+            )?;
+        }
+        table.flush()?;
+    }
+    if !sample.egress.is_empty() {
+        writeln!(out)?;
+        let mut table = TabWriter::new(&mut *out).padding(2);
+        writeln!(
+            table,
+            "EGRESS\tADDRESS\tNIC\tOUT BIT/S\tOUT PKT/S\tBACK BIT/S\tBACK PKT/S\tPASSED/S"
+        )?;
+        for e in &sample.egress {
+            writeln!(
+                table,
+                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                e.container,
+                e.address,
+                e.nic.as_deref().unwrap_or("-"),
+                si(e.outbound.bits_per_sec),
+                si(e.outbound.packets_per_sec),
+                si(e.back.bits_per_sec),
+                si(e.back.packets_per_sec),
+                si(e.passed_packets_per_sec),
             )?;
         }
         table.flush()?;

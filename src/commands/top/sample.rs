@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::{
     choice::Kind,
-    datapath::{ExposedPort, InterfaceCounters, LinkRecord, Traffic},
+    datapath::{EgressRecord, ExposedPort, InterfaceCounters, LinkRecord, Traffic},
 };
 
 /// One read of the pinned state: cumulative counters, with the veths' current names.
@@ -15,6 +15,7 @@ pub(super) struct Snapshot {
     pub(super) links: Vec<LinkSnap>,
     pub(super) interfaces: Vec<InterfaceSnap>,
     pub(super) ports: Vec<PortSnap>,
+    pub(super) egress: Vec<EgressSnap>,
 }
 
 #[derive(Clone, Debug)]
@@ -39,6 +40,14 @@ pub(super) struct PortSnap {
     pub(super) nic: Option<String>,
 }
 
+/// A container whose outbound connections leave straight by the NIC (`dxdp egress on`), with
+/// the NIC's name (`None` where that is gone).
+#[derive(Clone, Debug)]
+pub(super) struct EgressSnap {
+    pub(super) record: EgressRecord,
+    pub(super) nic: Option<String>,
+}
+
 /// One sample: the rates between two snapshots. Serialized as the documented `dxdp.top/1` line.
 #[derive(Debug, Serialize)]
 pub(super) struct Sample {
@@ -51,6 +60,9 @@ pub(super) struct Sample {
     pub(super) interfaces: Vec<InterfaceRate>,
     /// Exposed published ports (`dxdp expose`, the `dxdp.ingress` label), busiest first.
     pub(super) ports: Vec<PortRate>,
+    /// Containers with the egress fast path (`dxdp egress on`, the `dxdp.egress` label),
+    /// busiest first.
+    pub(super) egress: Vec<EgressRate>,
 }
 
 /// A link's rates; `a` and `b` are its low and high endpoints, as `dxdp status` orders them.
@@ -98,6 +110,28 @@ pub(super) struct PortRate {
     pub(super) inbound: Rate,
     pub(super) outbound: Rate,
     pub(super) passed_packets_per_sec: f64,
+}
+
+/// A container's egress rates: `outbound` its connections' packets out of the NIC, `back` their
+/// replies into the container, and its TCP/UDP packets left to Docker's path.
+#[derive(Debug, Serialize, PartialEq)]
+pub(super) struct EgressRate {
+    pub(super) container: String,
+    pub(super) address: String,
+    /// `null` where the NIC is gone.
+    pub(super) nic: Option<String>,
+    pub(super) outbound: Rate,
+    pub(super) back: Rate,
+    pub(super) passed_packets_per_sec: f64,
+}
+
+impl EgressRate {
+    pub(super) fn bits_per_sec(&self) -> f64 {
+        self.outbound.bits_per_sec + self.back.bits_per_sec
+    }
+    pub(super) fn packets_per_sec(&self) -> f64 {
+        self.outbound.packets_per_sec + self.back.packets_per_sec
+    }
 }
 
 impl PortRate {
@@ -262,4 +296,43 @@ pub(super) fn port_rates(prev: &Snapshot, cur: &Snapshot, elapsed: Duration) -> 
             .then_with(|| (&x.container, &x.host).cmp(&(&y.container, &y.host)))
     });
     ports
+}
+
+/// The egress containers' rates between two snapshots taken `elapsed` apart, busiest first. A
+/// container enabled again between the reads (new creation time, new counters) shows 0, as a
+/// new one does.
+pub(super) fn egress_rates(prev: &Snapshot, cur: &Snapshot, elapsed: Duration) -> Vec<EgressRate> {
+    let secs = elapsed.as_secs_f64();
+    let key = |r: &EgressRecord| (r.veth_ifindex, r.nic_ifindex, r.created_unix_secs);
+    let before: HashMap<_, &EgressRecord> = prev
+        .egress
+        .iter()
+        .map(|e| (key(&e.record), &e.record))
+        .collect();
+    let mut egress: Vec<EgressRate> = cur
+        .egress
+        .iter()
+        .map(|EgressSnap { record: r, nic }| {
+            let old = before.get(&key(r));
+            EgressRate {
+                container: r.container.clone(),
+                address: r.addr.to_string(),
+                nic: nic.clone(),
+                outbound: traffic_rate(&r.outbound, old.map(|o| o.outbound), secs),
+                back: traffic_rate(&r.inbound, old.map(|o| o.inbound), secs),
+                passed_packets_per_sec: per_sec(
+                    r.passed_packets,
+                    old.map(|o| o.passed_packets),
+                    secs,
+                ),
+            }
+        })
+        .collect();
+    egress.sort_by(|x, y| {
+        y.bits_per_sec()
+            .total_cmp(&x.bits_per_sec())
+            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
+            .then_with(|| x.container.cmp(&y.container))
+    });
+    egress
 }

@@ -52,6 +52,7 @@ fn rates_are_deltas_over_elapsed_time_busiest_first() {
         links: vec![link(1, 2, (10, 1000), (0, 0)), link(3, 4, (0, 0), (0, 0))],
         interfaces: vec![iface(1, 10, 0), iface(2, 0, 5)],
         ports: vec![],
+        egress: vec![],
     };
     let cur = Snapshot {
         links: vec![
@@ -133,6 +134,7 @@ fn json_sample_has_the_documented_shape() {
         links,
         interfaces,
         ports: vec![],
+        egress: vec![],
     };
     let v = serde_json::to_value(&sample).expect("json");
     assert_eq!(v["schema"], "dxdp.top/1");
@@ -162,6 +164,7 @@ fn empty_state_renders_no_links() {
         links: vec![],
         interfaces: vec![],
         ports: vec![],
+        egress: vec![],
     };
     let mut text = Vec::new();
     render(&sample, Path::new("/x"), &mut text).expect("render");
@@ -264,6 +267,7 @@ fn exposed_ports_show_their_rates_busiest_first_and_reexposed_ones_start_at_zero
         links: vec![],
         interfaces: vec![],
         ports,
+        egress: vec![],
     };
     let v = serde_json::to_value(&sample).expect("json");
     assert_eq!(v["ports"][0]["nic"], "eth0");
@@ -290,6 +294,95 @@ fn exposed_ports_show_their_rates_busiest_first_and_reexposed_ones_start_at_zero
             "3.20M",
             "20",
             "0"
+        ]
+    );
+}
+
+fn egress(container: &str, created: u64, out: (u64, u64), back: (u64, u64)) -> EgressSnap {
+    EgressSnap {
+        record: crate::datapath::EgressRecord {
+            container: container.to_owned(),
+            veth_ifindex: 9,
+            nic_ifindex: 2,
+            addr: "172.18.0.3".parse().expect("address"),
+            created_unix_secs: created,
+            outbound: Traffic {
+                packets: out.0,
+                bytes: out.1,
+            },
+            inbound: Traffic {
+                packets: back.0,
+                bytes: back.1,
+            },
+            passed_packets: out.0 / 10,
+        },
+        nic: Some("eth0".to_owned()),
+    }
+}
+
+#[test]
+fn egress_containers_show_their_rates_and_reenabled_ones_start_at_zero() {
+    let prev = Snapshot {
+        egress: vec![egress("client", 100, (100, 10_000), (50, 5_000))],
+        ..Default::default()
+    };
+    let cur = Snapshot {
+        egress: vec![egress("client", 100, (300, 1_010_000), (150, 15_000))],
+        ..Default::default()
+    };
+    let rates = egress_rates(&prev, &cur, Duration::from_millis(500));
+    assert_eq!(rates.len(), 1);
+    let e = &rates[0];
+    assert_eq!(
+        (e.container.as_str(), e.address.as_str()),
+        ("client", "172.18.0.3")
+    );
+    // 1,000,000 bytes in 0.5 s out, 10,000 back.
+    assert_eq!(e.outbound.bits_per_sec, 16_000_000.0);
+    assert_eq!(e.outbound.packets_per_sec, 400.0);
+    assert_eq!(e.back.bits_per_sec, 160_000.0);
+    assert_eq!(e.back.packets_per_sec, 200.0);
+    assert_eq!(e.passed_packets_per_sec, 40.0);
+    // Enabled again between the reads: new counters, nothing to compare with.
+    let mut again = cur.clone();
+    again.egress[0].record.created_unix_secs = 200;
+    assert_eq!(
+        egress_rates(&prev, &again, Duration::from_secs(1))[0].bits_per_sec(),
+        0.0
+    );
+
+    let sample = Sample {
+        schema: SCHEMA,
+        time: clock(UNIX_EPOCH).0,
+        interval_secs: 0.5,
+        links: vec![],
+        interfaces: vec![],
+        ports: vec![],
+        egress: rates,
+    };
+    let v = serde_json::to_value(&sample).expect("json");
+    assert_eq!(v["egress"][0]["nic"], "eth0");
+    assert_eq!(v["egress"][0]["back"]["packets_per_sec"], 200.0);
+    let mut text = Vec::new();
+    render(&sample, Path::new("/x"), &mut text).expect("render");
+    let text = String::from_utf8(text).expect("utf-8");
+    assert!(text.contains("0 veths, 1 egress"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("client "))
+        .unwrap_or_else(|| panic!("no client row: {text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells,
+        [
+            "client",
+            "172.18.0.3",
+            "eth0",
+            "16.0M",
+            "400",
+            "160k",
+            "200",
+            "40"
         ]
     );
 }

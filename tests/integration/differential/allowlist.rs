@@ -3,7 +3,10 @@
 //! normalised away in `record.rs`, and named in [`NORMALISED`].
 
 use super::{
-    case::{Direction, ExposedCase, Family, L4, LinkCase, Numbers, OutboundCase, Source, TcpFlags},
+    case::{
+        Direction, ExposedCase, Family, L3Edge, L4, LinkCase, Numbers, OutboundCase, Source,
+        TcpFlags,
+    },
     exposed::TCP_PORT as TCP_PUBLISHED,
     runner::Allowance,
 };
@@ -82,6 +85,20 @@ pub const HOST_RST: Allowance = Allowance {
              from the published port; neither path delivers it",
 };
 
+/// A first fragment of a connection the fast path carries that conntrack would mark INVALID
+/// (not an RST or a FIN, which go to the stack as they came) is dropped and counted; on Docker's
+/// path it is not translated and reaches the host's own reassembly, which answers it "parameter
+/// problem" (its length not a multiple of eight). Passed to the stack here, its conntrack, which
+/// never saw the connection, would pick it up mid-stream and deliver it to the container.
+pub const HOST_PARAMETER_PROBLEM: Allowance = Allowance {
+    name: "the host's parameter problem to an INVALID fragment",
+    reason: "stricter by design (docs/ingress.md, TCP windows): a first fragment of a \
+             fast-path connection that conntrack would mark INVALID (out of the window) is \
+             dropped and counted as refused; on Docker's path conntrack leaves it \
+             untranslated, so it reaches the host's own reassembly, which answers it \
+             \"parameter problem\" from the published address; neither path delivers it",
+};
+
 /// A carried connection's RST or FIN with a TTL the host does not forward: Docker's path, which
 /// tracks the connection, answers "time exceeded"; the fast path drops it, as the stack, whose
 /// conntrack never saw the connection, cannot pick an RST or FIN up mid-stream.
@@ -119,6 +136,19 @@ pub fn exposed(
     }
     let ends = matches!(case.l4, L4::Tcp { flags, .. }
         if flags.0 & (TcpFlags::RST | TcpFlags::FIN) != 0);
+    let parameter_problem_from_the_port = |l: &String| {
+        l.starts_with("ICMP error 4/0 ") && l.ends_with(&format!(" > {TCP_PUBLISHED}"))
+    };
+    if live
+        && !ends
+        && case.l3 == L3Edge::FirstFragment
+        && observer == "client"
+        && !docker.is_empty()
+        && docker.iter().all(parameter_problem_from_the_port)
+        && fast.is_empty()
+    {
+        return Some(&HOST_PARAMETER_PROBLEM);
+    }
     let time_exceeded =
         |l: &String| l.starts_with("ICMP error 11/0 ") || l.starts_with("ICMP error 3/0 ");
     if live
@@ -277,7 +307,7 @@ pub fn outbound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::differential::case::{Case, L2, L3Edge, Port, UdpLength};
+    use crate::differential::case::{Case, L2, Port, UdpLength};
 
     /// Seed 8484's case 830, with the datagram `payload` bytes long.
     fn proxied(payload: u16) -> ExposedCase {
@@ -345,6 +375,41 @@ mod tests {
             ..case
         };
         assert!(exposed(&own, "client", &rst, &[]).is_none());
+    }
+
+    #[test]
+    fn only_the_hosts_parameter_problem_is_allowed_for_an_invalid_fragment() {
+        // Seed 712's case 728: an ACK 2^30 past the window in a first fragment.
+        let fragment = ExposedCase {
+            base: Case {
+                l3: L3Edge::FirstFragment,
+                ..past_the_window(TcpFlags::ACK, 1).base
+            },
+            ..past_the_window(TcpFlags::ACK, 1)
+        };
+        let problem = [
+            "ICMP error 4/0 info 4 fd00:236:bd::1 > fd00:236:bd::2 quoting proto 6 \
+             fd00:236:bd::2 > fd00:236:bd::1 ports 30052 > 17100"
+                .to_owned(),
+        ];
+        let allowed = exposed(&fragment, "client", &problem, &[]);
+        assert_eq!(allowed.map(|a| a.name), Some(HOST_PARAMETER_PROBLEM.name));
+        // Not the other way round, not into the container, not about another port.
+        assert!(exposed(&fragment, "client", &[], &problem).is_none());
+        assert!(exposed(&fragment, "container", &problem, &[]).is_none());
+        let other = [problem[0].replace("> 17100", "> 17101")];
+        assert!(exposed(&fragment, "client", &other, &[]).is_none());
+        // Not unfragmented, nor for an RST or a FIN (they go to the stack as they came).
+        let whole = past_the_window(TcpFlags::ACK, 1);
+        assert!(exposed(&whole, "client", &problem, &[]).is_none());
+        let fin = ExposedCase {
+            base: Case {
+                l3: L3Edge::FirstFragment,
+                ..past_the_window(TcpFlags::FIN | TcpFlags::ACK, 64).base
+            },
+            ..past_the_window(TcpFlags::FIN | TcpFlags::ACK, 64)
+        };
+        assert!(exposed(&fin, "client", &problem, &[]).is_none());
     }
 
     #[test]

@@ -307,9 +307,22 @@ impl Topology for ExposedPorts {
         if flow.is_some() {
             observation.insert("path MTU", vec![self.path_mtu(case.family)]);
         }
+        // What the case left in the container: the live connection, and any socket its own
+        // segment opened there (a SYN's request socket).
+        let mut ports = vec![];
         if connection.is_some() {
             drop(connection);
-            let abort = live::abort_server_side(own_port(case.index));
+            ports.push(own_port(case.index));
+        }
+        // Not port 0: listening sockets' remote port is 0, and the echo's must live on.
+        if let L4::Tcp { sport, .. } = case.l4
+            && sport != 0
+            && !ports.contains(&sport)
+        {
+            ports.push(sport);
+        }
+        for port in ports {
+            let abort = live::abort_server_side(port);
             quietly(&in_container(
                 self.pid,
                 &abort.each_ref().map(String::as_str),

@@ -115,14 +115,18 @@ pub fn connect(ns: &Path, from: SocketAddr, to: SocketAddr) -> TcpStream {
     })
 }
 
-/// `ss -K` of the TCP sockets to `client_port`, to run in the server's namespace once the case
-/// is over: a server socket that took a forged segment's bytes no longer takes the client's
-/// closing RST (its number is behind), and would retransmit into later cases' windows.
+/// `ss -K` of the TCP sockets to `client_port` in every state, to run in the server's namespace
+/// once the case is over: a server socket that took a forged segment's bytes no longer takes
+/// the client's closing RST (its number is behind), and would retransmit into later cases'
+/// windows. Every state, not `ss`'s default (which leaves out SYN-RECV and TIME-WAIT): a SYN
+/// from an address nobody answers for (a link-local source) leaves a request socket whose
+/// SYN-ACK no one resets, and it answered the other path's run of the same case with an ACK
+/// instead of a SYN-ACK (the exposed topology's seed 712, case 1237).
 pub fn abort_server_side(client_port: u16) -> [String; 4] {
     [
         "ss".to_owned(),
         "-K".to_owned(),
-        "-tn".to_owned(),
+        "-tna".to_owned(),
         format!("dport = :{client_port}"),
     ]
 }

@@ -210,6 +210,16 @@ const FOUND_BY_LONG_RUNS: &[(u64, u64, &str)] = &[
         553,
         "a live connection's IPv6 FIN in the window as a first fragment",
     ),
+    (
+        712,
+        728,
+        "a live connection's IPv6 ACK out of the window as a first fragment with hop limit 1",
+    ),
+    (
+        712,
+        1237,
+        "a SYN from an IPv4 link-local source (the harness's: a request socket left over)",
+    ),
 ];
 
 /// The long runs' findings (`FOUND_BY_LONG_RUNS`), each case alone, as its rerun line does.
