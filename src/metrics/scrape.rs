@@ -11,6 +11,7 @@ use crate::{
         Capacity, ConnectionTables, Datapath, EgressRecord, ExposedPort, InterfaceCounters,
         LinkRecord,
     },
+    netlink::Interface,
 };
 
 /// A managed veth: its ifindex, name, datapath and counters.
@@ -56,9 +57,10 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
         });
     }
     let mut datapath = Datapath::open(pin_dir, capacity)?;
-    let (links, interfaces) = links_and_interfaces(&mut datapath)?;
+    let host = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+    let (links, interfaces) = links_and_interfaces(&mut datapath, &host)?;
     let exposed = datapath.exposed()?;
-    let egress = with_nic_names(datapath.egress()?)?;
+    let egress = with_nic_names(datapath.egress()?, &host);
     let connections = Some(datapath.connection_tables()?);
     drop(datapath);
     let (mut sites, mut gone_sites) = (Vec::new(), 0);
@@ -69,7 +71,8 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
         };
         let read = sandbox.run(|| {
             let mut datapath = Datapath::open(&site.pin_dir, capacity)?;
-            links_and_interfaces(&mut datapath)
+            let here = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+            links_and_interfaces(&mut datapath, &here)
         });
         match read {
             Ok((links, interfaces)) => sites.push(SiteState {
@@ -94,36 +97,34 @@ pub(super) fn read_state(pin_dir: &Path, capacity: Capacity) -> Result<PinnedSta
     })
 }
 
-/// Each egress record with its NIC's name in the host's namespace (empty where it is gone).
-fn with_nic_names(records: Vec<EgressRecord>) -> Result<Vec<(EgressRecord, String)>> {
-    if records.is_empty() {
-        return Ok(vec![]);
-    }
-    let here = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
-    Ok(records
+/// Each egress record with its NIC's name in `host` (empty where it is gone).
+fn with_nic_names(records: Vec<EgressRecord>, host: &[Interface]) -> Vec<(EgressRecord, String)> {
+    records
         .into_iter()
         .map(|r| {
-            let nic = here
-                .iter()
-                .find(|i| i.index == r.nic_ifindex)
-                .map(|i| i.name.clone())
-                .unwrap_or_default();
+            let nic = name_of(host, r.nic_ifindex);
             (r, nic)
         })
-        .collect())
+        .collect()
 }
 
-/// A datapath's links and managed veths, the veths named as the calling thread's namespace
-/// names them.
-fn links_and_interfaces(datapath: &mut Datapath) -> Result<(Vec<LinkRecord>, Vec<InterfaceState>)> {
-    let here = crate::netlink::interfaces(&crate::netns::NetnsPath::host())?;
+/// The name of the interface `index` in `here`; empty where it is gone.
+fn name_of(here: &[Interface], index: u32) -> String {
+    here.iter()
+        .find(|i| i.index == index)
+        .map(|i| i.name.clone())
+        .unwrap_or_default()
+}
+
+/// A datapath's links and managed veths, the veths named as `here` (the calling thread's
+/// namespace's interfaces) names them.
+fn links_and_interfaces(
+    datapath: &mut Datapath,
+    here: &[Interface],
+) -> Result<(Vec<LinkRecord>, Vec<InterfaceState>)> {
     let mut interfaces = Vec::new();
     for (ifindex, kind) in datapath.interfaces()? {
-        let name = here
-            .iter()
-            .find(|i| i.index == ifindex)
-            .map(|i| i.name.clone())
-            .unwrap_or_default();
+        let name = name_of(here, ifindex);
         let counters = datapath.counters(ifindex)?.unwrap_or_default();
         interfaces.push((ifindex, name, kind, counters));
     }

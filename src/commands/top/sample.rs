@@ -179,6 +179,21 @@ fn traffic_rate(now: &Traffic, then: Option<Traffic>, secs: f64) -> Rate {
     }
 }
 
+/// Busiest first: by bits, then packets per second, then `tie` (names: a stable order).
+fn busiest_first<T>(
+    rates: &mut [T],
+    busy: impl Fn(&T) -> (f64, f64),
+    tie: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    rates.sort_by(|x, y| {
+        let ((x_bits, x_packets), (y_bits, y_packets)) = (busy(x), busy(y));
+        y_bits
+            .total_cmp(&x_bits)
+            .then(y_packets.total_cmp(&x_packets))
+            .then_with(|| tie(x, y))
+    });
+}
+
 /// The rates between two snapshots taken `elapsed` apart, busiest first. Pure: unit-tested.
 /// Links and veths that vanished between the reads are not shown; new ones show 0.
 pub(super) fn rates(
@@ -213,12 +228,11 @@ pub(super) fn rates(
             }
         })
         .collect();
-    links.sort_by(|x, y| {
-        y.bits_per_sec()
-            .total_cmp(&x.bits_per_sec())
-            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
-            .then_with(|| (&x.a, &x.b).cmp(&(&y.a, &y.b)))
-    });
+    busiest_first(
+        &mut links,
+        |l| (l.bits_per_sec(), l.packets_per_sec()),
+        |x, y| (&x.a, &x.b).cmp(&(&y.a, &y.b)),
+    );
 
     let before: HashMap<u32, &InterfaceCounters> = prev
         .interfaces
@@ -289,12 +303,11 @@ pub(super) fn port_rates(prev: &Snapshot, cur: &Snapshot, elapsed: Duration) -> 
             }
         })
         .collect();
-    ports.sort_by(|x, y| {
-        y.bits_per_sec()
-            .total_cmp(&x.bits_per_sec())
-            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
-            .then_with(|| (&x.container, &x.host).cmp(&(&y.container, &y.host)))
-    });
+    busiest_first(
+        &mut ports,
+        |p| (p.bits_per_sec(), p.packets_per_sec()),
+        |x, y| (&x.container, &x.host).cmp(&(&y.container, &y.host)),
+    );
     ports
 }
 
@@ -328,11 +341,10 @@ pub(super) fn egress_rates(prev: &Snapshot, cur: &Snapshot, elapsed: Duration) -
             }
         })
         .collect();
-    egress.sort_by(|x, y| {
-        y.bits_per_sec()
-            .total_cmp(&x.bits_per_sec())
-            .then(y.packets_per_sec().total_cmp(&x.packets_per_sec()))
-            .then_with(|| x.container.cmp(&y.container))
-    });
+    busiest_first(
+        &mut egress,
+        |e| (e.bits_per_sec(), e.packets_per_sec()),
+        |x, y| x.container.cmp(&y.container),
+    );
     egress
 }
