@@ -18,6 +18,9 @@ pub mod names {
     pub const UDP_FLOWS: &str = "DXDP_UDP_FLOWS";
     pub const VETHS: &str = "DXDP_PORT_VETHS";
     pub const REPLY_FRAGMENTS: &str = "DXDP_REPLY_FRAGMENTS";
+    /// TCP connections an RST closed, while conntrack's entry would live in CLOSE
+    /// ([`super::RESET_KEPT_NS`]): the ICMP errors about them are still translated.
+    pub const RESET_FLOWS: &str = "DXDP_RESET_FLOWS";
     pub const OWNERS: &str = "DXDP_PORT_OWNERS";
     pub const INGRESS_PROGRAM: &str = "dxdp_ingress";
     pub const REPLY_PROGRAM: &str = "dxdp_reply";
@@ -43,6 +46,12 @@ pub const DEFAULT_MAX_FLOWS: u32 = 131072;
 /// Fragmented datagrams being sent at once by exposed containers (`DXDP_REPLY_FRAGMENTS`):
 /// a record lives from a datagram's first fragment to its last, microseconds apart.
 pub const DEFAULT_MAX_REPLY_FRAGMENTS: u32 = 4096;
+/// TCP connections an RST closed in the last [`RESET_KEPT_NS`] (`DXDP_RESET_FLOWS`).
+pub const DEFAULT_MAX_RESET_FLOWS: u32 = 4096;
+/// How long a connection an RST closed is still known to the ICMP errors about it:
+/// `nf_conntrack_tcp_timeout_close`'s default, 10 s, for which conntrack keeps the entry (in
+/// CLOSE) and translates the errors that quote it.
+pub const RESET_KEPT_NS: u64 = 10_000_000_000;
 
 /// The size of each table beside `DXDP_FLOWS` for a `DXDP_FLOWS` of `max_flows`: a quarter,
 /// at least 256. `DXDP_OPENING` holds TCP connections being opened ([`Opening`]), each for

@@ -6,12 +6,12 @@ use aya_ebpf::{
     helpers::generated::{bpf_ktime_get_ns, bpf_redirect_neigh, bpf_redirect_peer},
     programs::TcContext,
 };
-use dxdp_common::ingress::{Flow, FlowKey, Opening, PortKey, PortTarget};
+use dxdp_common::ingress::{Flow, FlowKey, Opening, PortKey, PortTarget, RESET_KEPT_NS};
 
 use crate::{
     fib,
     headers::{PACKET_HOST, PROTO_UDP},
-    maps::{FLOWS, OPENING, PORTS, UDP_FLOWS},
+    maps::{FLOWS, OPENING, PORTS, RESET_FLOWS, UDP_FLOWS},
 };
 
 /// A connection in the tables, by the table it is in.
@@ -50,6 +50,19 @@ impl Known {
         unsafe { (*self.flow()).last_seen_ns = now() };
     }
 
+    /// Removes the connection `flow` (this one's key), which an RST closed, from its table, and
+    /// keeps its port for the ICMP errors about it ([`reset_port`]).
+    #[inline(always)]
+    pub(crate) fn reset(self, flow: FlowKey) {
+        let port = self.port();
+        self.forget(flow);
+        let closed = Flow {
+            port,
+            last_seen_ns: now(),
+        };
+        let _ = RESET_FLOWS.insert(flow, closed, 0);
+    }
+
     /// Removes the connection `flow` (this one's key) from its table.
     #[inline(always)]
     pub(crate) fn forget(self, flow: FlowKey) {
@@ -72,6 +85,16 @@ pub(crate) fn known_flow(flow: FlowKey) -> Option<Known> {
         return Some(Known::Established(established));
     }
     OPENING.get_ptr_mut(flow).map(Known::Opening)
+}
+
+/// The port the TCP connection `flow` came in through, if an RST closed it within the last
+/// `RESET_KEPT_NS` ([`Known::reset`]).
+#[inline(always)]
+pub(crate) fn reset_port(flow: FlowKey) -> Option<PortKey> {
+    let closed = RESET_FLOWS.get_ptr(flow)?;
+    // SAFETY: a map value pointer, valid for this invocation; plain loads.
+    let (port, at) = unsafe { ((*closed).port, (*closed).last_seen_ns) };
+    (now().wrapping_sub(at) < RESET_KEPT_NS).then_some(port)
 }
 
 /// The exposed port at `published` (address, port) for `proto` on the NIC, and the key of

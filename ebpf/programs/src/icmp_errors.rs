@@ -34,7 +34,9 @@ use dxdp_common::ingress::{FlowKey, refused_source};
 
 use crate::{
     checksum,
-    flows::{exposed, for_this_host, into_container, known_flow, out_of_nic, routes_back},
+    flows::{
+        exposed, for_this_host, into_container, known_flow, out_of_nic, reset_port, routes_back,
+    },
     headers::{
         ETH_HLEN, ETH_P_IP, ETH_P_IPV6, ICMP_ERROR_READ, ICMP_HLEN, IPV4_HLEN, IPV4_OPTIONS_MAX,
         IPV6_EXTENSION_UNIT, IPV6_FRAGMENT, IPV6_FRAGMENT_HLEN, IPV6_HLEN, IPV6_HOP_BY_HOP,
@@ -169,14 +171,18 @@ pub fn ingress(ctx: &TcContext) -> i32 {
     ) else {
         return TC_ACT_UNSPEC;
     };
-    // Only a connection the fast path carries: any other's errors are conntrack's to translate.
-    let Some(known) = known_flow(flow) else {
+    // Only a connection the fast path carries, or one an RST closed that conntrack would still
+    // hold: any other's errors are conntrack's to translate.
+    let known = known_flow(flow);
+    if known.is_none() && reset_port(flow).is_none() {
         return TC_ACT_UNSPEC;
-    };
+    }
     if PORT_VETHS.get_ifindex(target.veth_ifindex).is_none() {
         return TC_ACT_UNSPEC;
     }
-    known.touch();
+    if let Some(known) = known {
+        known.touch();
+    }
     let translated = translate(ctx, q, &target.addr, target.port);
     into_container(ctx, target, translated)
 }
@@ -197,11 +203,20 @@ pub fn reply(ctx: &TcContext) -> i32 {
     let q = &scratch.quoted;
     // The quoted packet came from the client to the container.
     let flow = FlowKey::new(veth_ifindex, q.proto, q.local, q.remote);
-    let Some(known) = known_flow(flow).filter(|_| q.forwardable) else {
+    if !q.forwardable {
         return TC_ACT_UNSPEC;
+    }
+    // A connection the fast path carries, or one an RST closed that conntrack would still hold.
+    let port = match known_flow(flow) {
+        Some(known) => {
+            known.touch();
+            known.port()
+        }
+        None => match reset_port(flow) {
+            Some(port) => port,
+            None => return TC_ACT_UNSPEC,
+        },
     };
-    known.touch();
-    let port = known.port();
     if !fits_mtu(ctx, port.nic_ifindex) || !routes::fit(ctx, &q.to, q.v6, None, port.nic_ifindex) {
         return TC_ACT_UNSPEC;
     }

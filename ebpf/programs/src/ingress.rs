@@ -557,9 +557,11 @@ fn admit(
     // on Docker's path unless it opens a connection again. Kept, an opening would let a
     // SYN-ACK of the client's in long after (seed 7373, cases 410 and 510). An RST beside what
     // the container acknowledged keeps the connection, as conntrack does, for the challenge
-    // ACK the container answers with.
+    // ACK the container answers with. The ICMP errors about the RST (a container's "parameter
+    // problem" about one in a first fragment) are still translated while conntrack's entry
+    // would live (`Known::reset`).
     if closes {
-        known.forget(flow);
+        known.reset(flow);
         return Admission::Carry;
     }
     // Only a client that received the SYN-ACK knows the number it must acknowledge: a sender
@@ -701,7 +703,7 @@ pub fn reply(ctx: &TcContext) -> Option<i32> {
                 }
                 return Some(TC_ACT_SHOT);
             }
-            Some(checked) if checked.closes => known.forget(flow),
+            Some(checked) if checked.closes => known.reset(flow),
             _ => {}
         }
     }

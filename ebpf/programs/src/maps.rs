@@ -8,8 +8,9 @@ use dxdp_common::{
     Counters, DEFAULT_MAX_ENDPOINTS, DEFAULT_MAX_LINKS, Endpoint, LinkKey, LinkMeta, LinkMetaKey,
     LinkTarget, Meta, Sources, TunnelPeerKey,
     ingress::{
-        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, DEFAULT_MAX_REPLY_FRAGMENTS, Flow, FlowKey,
-        FragmentKey, ICMP_ERROR_PROGRAMS, Opening, PortKey, PortOwner, PortTarget, side_table_size,
+        DEFAULT_MAX_FLOWS, DEFAULT_MAX_PORTS, DEFAULT_MAX_REPLY_FRAGMENTS, DEFAULT_MAX_RESET_FLOWS,
+        Flow, FlowKey, FragmentKey, ICMP_ERROR_PROGRAMS, Opening, PortKey, PortOwner, PortTarget,
+        side_table_size,
     },
 };
 
@@ -73,6 +74,14 @@ pub static OPENING: LruHashMap<FlowKey, Opening> =
 #[map(name = "DXDP_UDP_FLOWS")]
 pub static UDP_FLOWS: LruHashMap<FlowKey, Flow> =
     LruHashMap::pinned(side_table_size(DEFAULT_MAX_FLOWS), 0);
+
+/// TCP connections an RST closed (carried into the container, or from it), with the port they
+/// came in through and when: for conntrack's CLOSE timeout Docker's path still translates the
+/// ICMP errors that quote them (a container's "parameter problem" about an RST that came as a
+/// first fragment: the exposed differential topology's seed 2718, case 544). Nothing else of
+/// theirs takes the fast path: their next packets are judged afresh, as before.
+#[map(name = "DXDP_RESET_FLOWS")]
+pub static RESET_FLOWS: LruHashMap<FlowKey, Flow> = LruHashMap::pinned(DEFAULT_MAX_RESET_FLOWS, 0);
 
 /// Host veths of exposed containers that are alive: as `DXDP_TARGETS` for links, the kernel
 /// deletes an entry when its device goes, so a port whose container stopped passes to the stack.

@@ -340,4 +340,31 @@ impl Topology for ExposedPorts {
     ) -> Option<&'static Allowance> {
         allowlist::exposed(case, observer, docker, fast)
     }
+
+    /// The exposed ports' counters (what took the fast path, what was left to Docker's), how
+    /// full the connection tables are, and the container stack's drop counters.
+    fn evidence(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let status = self.world.dxdp.run(&["status", "--json"]);
+        match serde_json::from_str::<serde_json::Value>(&status.stdout) {
+            Ok(json) => {
+                for port in json["exposed"].as_array().into_iter().flatten() {
+                    let text = |field: &str| port[field].as_str().unwrap_or("?").to_owned();
+                    lines.push(format!(
+                        "port {} {}:{}: in {} out {} passed {}",
+                        text("protocol"),
+                        text("host_addr"),
+                        port["host_port"],
+                        port["inbound"]["packets"],
+                        port["outbound"]["packets"],
+                        port["passed_packets"],
+                    ));
+                }
+                lines.push(format!("connections {}", json["connections"]));
+            }
+            Err(e) => lines.push(format!("no status: {e}: {}", status.stderr.trim())),
+        }
+        lines.push(record::stack_drops(self.pid));
+        lines
+    }
 }

@@ -121,7 +121,7 @@ pub fn connect(ns: &Path, from: SocketAddr, to: SocketAddr) -> TcpStream {
 /// windows. Every state, not `ss`'s default (which leaves out SYN-RECV and TIME-WAIT): a SYN
 /// from an address nobody answers for (a link-local source) leaves a request socket whose
 /// SYN-ACK no one resets, and it answered the other path's run of the same case with an ACK
-/// instead of a SYN-ACK (the exposed topology's seed 712, case 1237).
+/// instead of a SYN-ACK (the exposed topology's seed 712, case 1237, in its long run).
 pub fn abort_server_side(client_port: u16) -> [String; 4] {
     [
         "ss".to_owned(),

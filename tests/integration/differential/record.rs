@@ -14,7 +14,7 @@ use etherparse::{
 };
 
 use super::case::flag_letters;
-use crate::support::{in_container, must};
+use crate::support::{in_container, must, run};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Record {
@@ -372,4 +372,34 @@ fn mac(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// The counters of the network stack of the container of `pid` that tell where it dropped or
+/// refused a packet (`nstat`, since the namespace began; only those above zero), as one line.
+pub fn stack_drops(pid: u32) -> String {
+    const TELLING: [&str; 7] = [
+        "Drop",
+        "Err",
+        "Fail",
+        "Overflow",
+        "Skipped",
+        "Syncookies",
+        "Rej",
+    ];
+    let nstat = run(&in_container(pid, &["nstat", "-as"]));
+    let counted: Vec<String> = nstat
+        .stdout
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (name, value) = (words.next()?, words.next()?);
+            let telling = TELLING.iter().any(|t| name.contains(t));
+            (telling && value != "0").then(|| format!("{name} {value}"))
+        })
+        .collect();
+    if counted.is_empty() {
+        "the container's stack: no drop counted".to_owned()
+    } else {
+        format!("the container's stack: {}", counted.join(", "))
+    }
 }

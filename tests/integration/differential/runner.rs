@@ -44,6 +44,11 @@ pub trait Topology {
         docker: &[String],
         fast: &[String],
     ) -> Option<&'static Allowance>;
+    /// What the fast path's counters and the receiving stack say now, printed beside a
+    /// difference: where a packet went that one path lost (a topology may have nothing).
+    fn evidence(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// How many cases: a count, and a time after which no new case starts.
@@ -59,6 +64,37 @@ pub struct Difference {
     pub observer: &'static str,
     pub docker: Vec<String>,
     pub fast: Vec<String>,
+    /// What the observer saw on a second run of the case right after, (Docker's, dxdp's),
+    /// where it differed again; `None` where both paths were alike then.
+    pub again: Option<(Vec<String>, Vec<String>)>,
+    /// The fast path's and the receiver's state after the second run ([`Topology::evidence`]).
+    pub evidence: Vec<String>,
+}
+
+/// The observers of `docker` and `fast` (one case's two runs) that differ where `topology`
+/// allows no difference, with what each path saw, and the allowances that excused the rest.
+#[allow(clippy::type_complexity)]
+fn compare<T: Topology>(
+    topology: &T,
+    case: &T::Case,
+    docker: &Observation,
+    fast: &Observation,
+) -> (
+    Vec<(&'static str, Vec<String>, Vec<String>)>,
+    Vec<&'static Allowance>,
+) {
+    let (mut unexplained, mut allowed) = (Vec::new(), Vec::new());
+    for (observer, seen) in docker {
+        let other = fast.get(observer).cloned().unwrap_or_default();
+        if *seen == other {
+            continue;
+        }
+        match topology.allowed(case, observer, seen, &other) {
+            Some(allowance) => allowed.push(allowance),
+            None => unexplained.push((*observer, seen.clone(), other)),
+        }
+    }
+    (unexplained, allowed)
 }
 
 pub struct Report {
@@ -95,22 +131,38 @@ pub fn run<T: Topology>(topology: &mut T, seed: u64, budget: &Budget) -> Report 
         report.cases += 1;
         if std::env::var_os("DXDP_DIFF_VERBOSE").is_some() {
             eprintln!("case {index}: {case}\n  Docker's: {docker:?}\n  dxdp's:   {fast:?}");
+            for line in topology.evidence() {
+                eprintln!("  after it: {line}");
+            }
         }
-        for (observer, seen) in &docker {
-            let other = fast.get(observer).cloned().unwrap_or_default();
-            if *seen == other {
-                continue;
-            }
-            if let Some(allowance) = topology.allowed(&case, observer, seen, &other) {
-                *report.allowed.entry(allowance.name).or_default() += 1;
-                continue;
-            }
+        let (unexplained, allowed) = compare(topology, &case, &docker, &fast);
+        for allowance in allowed {
+            *report.allowed.entry(allowance.name).or_default() += 1;
+        }
+        if unexplained.is_empty() {
+            continue;
+        }
+        // Once more both ways, before anything else runs: whether the difference is the
+        // case's own or the moment's (a case that differed once in CI matched in every rerun
+        // by hand). It counts the same either way.
+        topology.make_dockers(&case);
+        let docker_again = topology.exercise(&case);
+        topology.make_fast(&case);
+        let fast_again = topology.exercise(&case);
+        let evidence = topology.evidence();
+        let (again, _) = compare(topology, &case, &docker_again, &fast_again);
+        for (observer, docker, fast) in unexplained {
             let difference = Difference {
                 case: case.to_string(),
                 index,
                 observer,
-                docker: seen.clone(),
-                fast: other,
+                docker,
+                fast,
+                again: again
+                    .iter()
+                    .find(|(o, ..)| *o == observer)
+                    .map(|(_, d, f)| (d.clone(), f.clone())),
+                evidence: evidence.clone(),
             };
             eprintln!("{}", difference.show::<T>(seed));
             report.differences.push(difference);
@@ -130,9 +182,23 @@ impl Difference {
                 lines.iter().map(|l| format!("      {l}\n")).collect()
             }
         };
+        let again = match &self.again {
+            None => "    a second run right after: alike on both paths\n".to_owned(),
+            Some((docker, fast)) => format!(
+                "    a second run right after: different again; Docker's path saw:\n{}    \
+                 dxdp's path saw:\n{}",
+                side(docker),
+                side(fast)
+            ),
+        };
+        let evidence: String = self
+            .evidence
+            .iter()
+            .map(|l| format!("    after it: {l}\n"))
+            .collect();
         format!(
             "DIFFERENCE seed {seed} case {}, observer {}: {}\n    Docker's path saw:\n{}    \
-             dxdp's path saw:\n{}    rerun: {}",
+             dxdp's path saw:\n{}{again}{evidence}    rerun: {}",
             self.index,
             self.observer,
             self.case,
