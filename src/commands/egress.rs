@@ -37,6 +37,9 @@ fn on(pin_dir: &Path, capacity: Capacity, reference: &str, nic: Option<&str>) ->
         Err(refusal) => bail!(refusal),
     };
     let mut datapath = Datapath::open(pin_dir, capacity)?;
+    for program in datapath.upgrade_programs()? {
+        println!("replaced the pinned {program} program with this binary's in every attachment");
+    }
     datapath.egress_on(&plan)?;
     println!(
         "egress on: {} ({}) leaves by {} once conntrack holds a connection established",

@@ -15,12 +15,12 @@ use std::{
 use anyhow::{Context, Result};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{HashMap, Map, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
+    maps::{Array, HashMap, Map, MapData, PerCpuHashMap, PerCpuValues, xdp::DevMapHash},
     util::nr_cpus,
 };
 use dxdp_common::{
     MacAddr,
-    egress::{EgressOwner, EgressVeth, names},
+    egress::{EgressOwner, EgressVeth, Timeouts, names},
     tcp_window::{ClosedWindow, TcpWindow, WindowKey},
 };
 
@@ -76,7 +76,8 @@ pub struct EgressUnavailable {
 /// The object's load-time constants, by name.
 type Globals = Vec<(&'static str, u32)>;
 
-/// `struct nf_conn` offsets and conntrack's timeouts: the object's load-time constants.
+/// `struct nf_conn` offsets, conntrack's switches and the tick rate: the object's load-time
+/// constants. Conntrack's timeouts are not among them: they go to a map ([`timeouts_now`]).
 fn globals() -> Result<Globals, EgressUnavailable> {
     let unavailable = |reason: String| EgressUnavailable { reason };
     let blob = std::fs::read(btf_layout::VMLINUX)
@@ -98,7 +99,6 @@ fn globals() -> Result<Globals, EgressUnavailable> {
     // proto.tcp.seen[0], a `struct ip_ct_tcp_state`; seen[1] follows it.
     let seen = at("nf_conn", "proto")? + at("ip_ct_tcp", "seen")?;
     let in_seen = |m: &str| at("ip_ct_tcp_state", m).map(|off| seen + off);
-    let timeout = |name: &str| sysctl::conntrack(name).map_or(0, |secs| secs.saturating_mul(1000));
     let switch = sysctl::conntrack_switch;
     Ok(vec![
         (names::OFF_STATUS, at("nf_conn", "status")?),
@@ -120,16 +120,34 @@ fn globals() -> Result<Globals, EgressUnavailable> {
             names::TCP_IGNORE_INVALID_RST,
             switch("tcp_ignore_invalid_rst"),
         ),
-        (
-            names::TCP_ESTABLISHED_MS,
-            timeout("tcp_timeout_established"),
-        ),
-        (names::TCP_CLOSING_MS, timeout("tcp_timeout_time_wait")),
-        (names::TCP_RESET_MS, timeout("tcp_timeout_close")),
-        (names::UDP_MS, timeout("udp_timeout")),
-        (names::UDP_STREAM_MS, timeout("udp_timeout_stream")),
         (names::HZ, kernel_hz()),
     ])
+}
+
+/// Conntrack's timeouts as its sysctls are now, in milliseconds; 0 for one that cannot be read
+/// (the programs then leave such entries' timeouts alone).
+fn timeouts_now() -> Timeouts {
+    let ms = |name: &str| sysctl::conntrack(name).map_or(0, |secs| secs.saturating_mul(1000));
+    Timeouts {
+        tcp_established_ms: ms("tcp_timeout_established"),
+        tcp_closing_ms: ms("tcp_timeout_time_wait"),
+        tcp_reset_ms: ms("tcp_timeout_close"),
+        udp_ms: ms("udp_timeout"),
+        udp_stream_ms: ms("udp_timeout_stream"),
+        _pad: 0,
+    }
+}
+
+/// Writes `timeouts` into the timeouts map `map` where it holds others; whether it did.
+fn follow_timeouts<D: std::borrow::BorrowMut<MapData>>(
+    map: &mut Array<D, Timeouts>,
+    timeouts: Timeouts,
+) -> Result<bool> {
+    if map.get(&0, 0)? == timeouts {
+        return Ok(false);
+    }
+    map.set(0, timeouts, 0)?;
+    Ok(true)
 }
 
 /// The kernel's tick rate (`CONFIG_HZ`), which `nf_conn.timeout` counts in, measured from
@@ -193,21 +211,61 @@ fn load(pins: &pins::Pins) -> Result<Ebpf> {
     for (name, value) in &globals {
         loader.override_global(name, value, true);
     }
-    loader.load(&object).with_context(|| {
+    let mut ebpf = loader.load(&object).with_context(|| {
         format!(
             "cannot load dxdp's egress object with maps pinned in {}",
             pins.maps().display()
         )
-    })
+    })?;
+    // Before any program of this load is attached: without them it refreshes no entry.
+    let map = ebpf
+        .map_mut(names::TIMEOUTS)
+        .ok_or_else(|| missing(names::TIMEOUTS))?;
+    follow_timeouts(&mut Array::try_from(map)?, timeouts_now())?;
+    Ok(ebpf)
 }
 
 /// `links/egress-IFINDEX` on a veth, `links/egress-back-IFINDEX` on a NIC.
+const OUT_PIN_PREFIX: &str = "egress-";
+const BACK_PIN_PREFIX: &str = "egress-back-";
+
 fn out_pin(pins: &pins::Pins, veth_ifindex: u32) -> PathBuf {
-    pins.links().join(format!("egress-{veth_ifindex}"))
+    pins.links().join(format!("{OUT_PIN_PREFIX}{veth_ifindex}"))
 }
 
 fn back_pin(pins: &pins::Pins, nic_ifindex: u32) -> PathBuf {
-    pins.links().join(format!("egress-back-{nic_ifindex}"))
+    pins.links().join(format!("{BACK_PIN_PREFIX}{nic_ifindex}"))
+}
+
+/// Replaces the pinned egress programs that differ from this binary's (after an upgrade) in
+/// every attachment at once; returns the names of those replaced. Nothing where egress was
+/// never enabled here. Before this, programs pinned by an older binary stayed until the last
+/// container's egress went: one that took conntrack's timeouts at load kept them for good.
+pub(super) fn upgrade(pins: &pins::Pins) -> Result<Vec<&'static str>> {
+    let progs = pins.progs();
+    let programs = [
+        (names::OUT_PROGRAM, OUT_PIN_PREFIX),
+        (names::BACK_PROGRAM, BACK_PIN_PREFIX),
+    ];
+    if !programs.iter().any(|(name, _)| progs.join(name).exists()) {
+        return Ok(Vec::new());
+    }
+    let mut ebpf = load(pins)?;
+    let mut replaced = Vec::new();
+    for (name, prefix) in programs {
+        let prog_pin = progs.join(name);
+        if !prog_pin.exists() {
+            continue;
+        }
+        let links: Vec<PathBuf> = pins::prefixed_link_pins(pins, prefix)?
+            .into_iter()
+            .map(|(_, path)| path)
+            .collect();
+        if attach::upgrade_classifier(&mut ebpf, name, &prog_pin, &links)? {
+            replaced.push(name);
+        }
+    }
+    Ok(replaced)
 }
 
 /// The object's maps, from the loaded object or from their pins.
@@ -526,6 +584,36 @@ impl Datapath {
             pins::remove_if_present(&back_pin(&self.pins, record.nic_ifindex))?;
         }
         Ok(())
+    }
+
+    /// Writes conntrack's timeouts as its sysctls are now into the pinned timeouts map, which
+    /// the programs refresh entries to, where they changed since the last write (an operator
+    /// lowered or raised one after `egress on`): whether they had. Nothing where egress was
+    /// never enabled here, or only by a binary before the map.
+    pub fn follow_egress_timeouts(&mut self) -> Result<bool> {
+        match self.timeouts_map()? {
+            Some(mut map) => follow_timeouts(&mut map, timeouts_now()),
+            None => Ok(false),
+        }
+    }
+
+    /// The timeouts the egress programs refresh entries to, and conntrack's as its sysctls are
+    /// now; `None` where egress was never enabled here (or only by a binary before the map).
+    pub fn egress_timeouts(&self) -> Result<Option<(Timeouts, Timeouts)>> {
+        match self.timeouts_map()? {
+            Some(map) => Ok(Some((map.get(&0, 0)?, timeouts_now()))),
+            None => Ok(None),
+        }
+    }
+
+    fn timeouts_map(&self) -> Result<Option<Array<MapData, Timeouts>>> {
+        let path = self.pins.maps().join(names::TIMEOUTS);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let map =
+            MapData::from_pin(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Some(Array::try_from(Map::Array(map))?))
     }
 
     /// Hands every connection the egress fast path carries back to conntrack (before

@@ -241,7 +241,8 @@ impl Datapath {
         for kind in &links {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
-        let ports = ports::upgrade(&mut self.ebpf, &self.pins)?;
+        let mut ports = ports::upgrade(&mut self.ebpf, &self.pins)?;
+        ports.extend(egress::upgrade(&self.pins)?);
         for name in &ports {
             info!(
                 program = name,

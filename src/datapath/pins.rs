@@ -244,10 +244,16 @@ pub(super) fn link_pins(pins: &Pins) -> Result<Vec<(Kind, u32, PathBuf)>> {
 
 /// Attachments to VXLAN devices, by the device's ifindex.
 pub(super) fn tunnel_link_pins(pins: &Pins) -> Result<Vec<(u32, PathBuf)>> {
+    prefixed_link_pins(pins, TUNNEL_LINK_PREFIX)
+}
+
+/// Attachments pinned as `PREFIX` and an ifindex, by the ifindex (`egress-` takes no
+/// `egress-back-` pin: what follows the prefix must be a number).
+pub(super) fn prefixed_link_pins(pins: &Pins, prefix: &str) -> Result<Vec<(u32, PathBuf)>> {
     Ok(link_pin_entries(pins)?
         .into_iter()
         .filter_map(|(name, path)| {
-            let ifindex = name.strip_prefix(TUNNEL_LINK_PREFIX)?.parse::<u32>().ok()?;
+            let ifindex = name.strip_prefix(prefix)?.parse::<u32>().ok()?;
             Some((ifindex, path))
         })
         .collect())

@@ -116,4 +116,8 @@ impl EgressStore for PinnedTables {
         crate::datapath::egress_available()?;
         self.datapath.egress_on(plan)
     }
+
+    fn follow_egress_timeouts(&mut self) -> Result<bool> {
+        self.datapath.follow_egress_timeouts()
+    }
 }

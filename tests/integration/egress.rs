@@ -1230,7 +1230,8 @@ fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
     if !require_docker() {
         return;
     }
-    // Before `egress on`, which loads the programs: they read conntrack's timeouts at load.
+    // Before `egress on`, which gives the programs conntrack's timeouts (a later change waits
+    // for the watch: `a_timeout_lowered_after_egress_on_is_followed_once_the_watch_runs`).
     let _timeout = NetfilterSysctl::set("nf_conntrack_tcp_timeout_established", "10");
     let Enabled {
         world,
@@ -1251,22 +1252,7 @@ fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
             .unwrap_or_default()
             .to_owned()
     };
-    let listed = || {
-        run(&[
-            "conntrack",
-            "-L",
-            "-p",
-            "tcp",
-            "--dport",
-            "7160",
-            "-o",
-            "id",
-        ])
-        .stdout
-        .lines()
-        .find(|l| l.contains(&format!("src={cip} ")))
-        .map(str::to_owned)
-    };
+    let listed = || tcp_entry(7160, &cip);
     std::thread::sleep(Duration::from_secs(2));
     let first = listed().expect("conntrack holds the connection");
     let mut seen = Vec::new();
@@ -1282,6 +1268,33 @@ fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
     }
     eprintln!("seconds left, every 2 s for 20 s: {seen:?}");
     assert!(seen.iter().all(|s| *s > 0 && *s <= 10), "{seen:?}");
+    rounds_end_then_the_entry_expires(&result, listed, &mut client);
+    let (out_bytes, _, _) = counters(&world, &c).expect("egress enabled");
+    assert!(
+        out_bytes > 0,
+        "the fast path should have carried the echoes"
+    );
+}
+
+/// The conntrack entry (with its id) of the TCP connection from the container at `cip` to an
+/// outside server's `port`.
+fn tcp_entry(port: u16, cip: &str) -> Option<String> {
+    let port = port.to_string();
+    run(&["conntrack", "-L", "-p", "tcp", "--dport", &port, "-o", "id"])
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!("src={cip} ")))
+        .map(str::to_owned)
+}
+
+/// The echo client writing to `result` ends its rounds whole; then, quiet and still connected,
+/// its conntrack `entry` expires on conntrack's own clock (within 15 s: 10 s after the last
+/// refresh), not kept alive past it.
+fn rounds_end_then_the_entry_expires(
+    result: &Removed,
+    entry: impl Fn() -> Option<String>,
+    client: &mut Background,
+) {
     let rounds_done = crate::support::wait_until(Duration::from_secs(10), || {
         std::fs::read_to_string(&result.0).is_ok_and(|r| !r.is_empty())
     });
@@ -1290,15 +1303,8 @@ fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
         rounds_done && said.starts_with("rounds "),
         "the connection broke: {said:?}"
     );
-    let (out_bytes, _, _) = counters(&world, &c).expect("egress enabled");
-    assert!(
-        out_bytes > 0,
-        "the fast path should have carried the echoes"
-    );
-    // Quiet now, the client still connected: the entry expires on conntrack's own clock (10 s
-    // after the last refresh), not kept alive past it.
     let quiet_since = std::time::Instant::now();
-    let expired = crate::support::wait_until(Duration::from_secs(15), || listed().is_none());
+    let expired = crate::support::wait_until(Duration::from_secs(15), || entry().is_none());
     eprintln!(
         "{said}; the entry expired {:.1} s after the last round",
         quiet_since.elapsed().as_secs_f64()
@@ -1306,12 +1312,70 @@ fn a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet() {
     assert!(
         expired,
         "the entry outlived the quiet connection: {:?}",
-        listed()
+        entry()
     );
     assert!(
         client.wait_timeout(Duration::from_millis(100)).is_none(),
         "the client should still be connected and quiet"
     );
+}
+
+/// A timeout lowered after `egress on` is followed once the watch has run: the carried
+/// connection's entry, given 5 days by conntrack's default before, is cut to the new 10 s by its
+/// next packets, as conntrack's own next packet would cut it, and expires on it once the
+/// connection goes quiet. Until the watch runs, the programs keep the timeouts they were given
+/// (conntrack sees none of the carried packets, so nothing cuts the entry); before the timeouts
+/// were a map the watch rewrites, they kept the ones they were loaded with for good, and a dead
+/// connection's entry lived 5 days. `dxdp doctor` warns of the change until the watch ran.
+#[test]
+fn a_timeout_lowered_after_egress_on_is_followed_once_the_watch_runs() {
+    if !require_docker() {
+        return;
+    }
+    let Enabled {
+        world,
+        out,
+        c: _,
+        pid,
+        cip,
+        server,
+    } = Enabled::new("egr-lower");
+    // 20 s of echoes, then the client stays connected and quiet for 30 s.
+    let result = result_file("lowered");
+    let _echo = echo_server(&out, 7165, 1);
+    let mut client = echo_client(pid, (&server, 7165), 0, (20, 30), (&result.0, None));
+    let listed = || tcp_entry(7165, &cip);
+    let left = || listed().map_or(0, |entry| seconds_left(&entry));
+    std::thread::sleep(Duration::from_secs(2));
+    let default = left();
+    assert!(default > 1000, "conntrack's default: {default} s left");
+    let _timeout = NetfilterSysctl::set("nf_conntrack_tcp_timeout_established", "10");
+    std::thread::sleep(Duration::from_secs(2));
+    let unfollowed = left();
+    assert!(
+        unfollowed > 1000,
+        "before the watch runs, nothing cuts the entry ({unfollowed} s left)"
+    );
+    let stale = "conntrack's timeouts changed since the egress programs were given them";
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(doctor.stdout.contains(stale), "{}", doctor.stdout);
+    world.dxdp.run(&["watch", "--once"]).assert_success();
+    let cut = crate::support::wait_until(Duration::from_secs(5), || (1..=10).contains(&left()));
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(!doctor.stdout.contains(stale), "{}", doctor.stdout);
+    eprintln!(
+        "seconds left: {default} before, {unfollowed} after the sysctl, {} after the watch",
+        left()
+    );
+    assert!(cut, "the entry kept the old timeout: {:?}", listed());
+    // Still refreshed while the echoes go on: the entry is the live connection's.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        (1..=10).contains(&left()),
+        "the entry expired under the live connection: {:?}",
+        listed()
+    );
+    rounds_end_then_the_entry_expires(&result, listed, &mut client);
 }
 
 /// Two containers with the egress fast path, each connected to the same outside server from

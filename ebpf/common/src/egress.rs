@@ -20,6 +20,10 @@ pub mod names {
     /// Closed connections' copies, kept for their late segments while conntrack's entries
     /// live ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::ClosedWindow`]).
     pub const CLOSED_WINDOWS: &str = "DXDP_EGRESS_CLOSED_WINDOWS";
+    /// Conntrack's timeouts as its sysctls are now ([`super::Timeouts`], one entry): written at
+    /// `egress on` and on each of the watch's passes, so that programs loaded before a sysctl
+    /// changed refresh entries to what conntrack itself would give them.
+    pub const TIMEOUTS: &str = "DXDP_EGRESS_TIMEOUTS";
     /// TCX ingress on an enabled container's host veth: its packets out of the NIC.
     pub const OUT_PROGRAM: &str = "dxdp_egress";
     /// TCX ingress on the NIC: the replies into the container.
@@ -47,14 +51,22 @@ pub mod names {
     /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` (0 or 1).
     pub const TCP_BE_LIBERAL: &str = "DXDP_EGRESS_TCP_BE_LIBERAL";
     pub const TCP_IGNORE_INVALID_RST: &str = "DXDP_EGRESS_TCP_IGNORE_INVALID_RST";
-    /// The timeouts conntrack itself gives an entry on each packet, in milliseconds, and the
-    /// kernel's tick rate, which `nf_conn.timeout` counts in.
-    pub const TCP_ESTABLISHED_MS: &str = "DXDP_EGRESS_TCP_ESTABLISHED_MS";
-    pub const TCP_CLOSING_MS: &str = "DXDP_EGRESS_TCP_CLOSING_MS";
-    pub const TCP_RESET_MS: &str = "DXDP_EGRESS_TCP_RESET_MS";
-    pub const UDP_MS: &str = "DXDP_EGRESS_UDP_MS";
-    pub const UDP_STREAM_MS: &str = "DXDP_EGRESS_UDP_STREAM_MS";
+    /// The kernel's tick rate, which `nf_conn.timeout` counts in.
     pub const HZ: &str = "DXDP_EGRESS_HZ";
+}
+
+/// The timeouts conntrack itself gives an entry on each packet, in milliseconds (0: not known,
+/// the entry's timeout is left alone): `nf_conntrack_tcp_timeout_established`, `_time_wait`,
+/// `_close`, `nf_conntrack_udp_timeout` and `_stream`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp_established_ms: u32,
+    pub tcp_closing_ms: u32,
+    pub tcp_reset_ms: u32,
+    pub udp_ms: u32,
+    pub udp_stream_ms: u32,
+    pub _pad: u32,
 }
 
 pub const DEFAULT_MAX_EGRESS: u32 = 1024;
@@ -97,6 +109,7 @@ pub struct EgressOwner {
 const _: () = {
     assert!(core::mem::size_of::<EgressVeth>() == 72);
     assert!(core::mem::size_of::<EgressOwner>() == 8 + crate::NAME_LEN);
+    assert!(core::mem::size_of::<Timeouts>() == 24);
 };
 
 /// `IPS_*` bits of `nf_conn.status` (include/uapi/linux/netfilter/nf_conntrack_common.h).
@@ -148,9 +161,15 @@ pub const TCP_CONNTRACK_ESTABLISHED: u8 = 3;
 /// refreshed, and conntrack expired live connections under the fast path
 /// (`egress::a_carried_connection_outlives_conntracks_timeout_and_expires_when_quiet`).
 /// `remaining_ms` is what the entry has left.
+///
+/// An entry with more than `full_ms` left was given a longer timeout before the operator
+/// lowered the sysctl: conntrack would cut it to the new one on this packet (it sets the
+/// timeout outright), and so does the fast path, save where it could be a closing entry (no
+/// more than `closing_ms` left), which conntrack's own TIME_WAIT keeps.
 pub const fn refresh_due(remaining_ms: u64, full_ms: u64, closing_ms: u64) -> bool {
     let closed = closing_ms < full_ms && remaining_ms <= closing_ms;
-    !closed && remaining_ms < full_ms - full_ms / 8
+    let lowered = remaining_ms > full_ms && remaining_ms > closing_ms;
+    lowered || (!closed && remaining_ms < full_ms - full_ms / 8)
 }
 
 #[cfg(test)]
@@ -173,6 +192,21 @@ mod tests {
         assert!(refresh_due(100_000, 120_000, 0));
         assert!(!refresh_due(110_000, 120_000, 0));
     }
+
+    #[test]
+    fn a_lowered_timeout_cuts_live_entries_and_leaves_closing_ones() {
+        const DAY: u64 = 86_400_000;
+        // Five days lowered to three, or to 10 s: cut, as conntrack's next packet would.
+        assert!(refresh_due(4 * DAY, 3 * DAY, 120_000));
+        assert!(refresh_due(4 * DAY, 10_000, 120_000));
+        // Below 10 s lowered to under TIME_WAIT's 120 s, an entry with 100 s left may be one a
+        // FIN set to TIME_WAIT's: left.
+        assert!(!refresh_due(100_000, 10_000, 120_000));
+        // UDP's 120 s stream timeout lowered to 30 s.
+        assert!(refresh_due(110_000, 30_000, 0));
+        // Nothing lowered: an entry never has more than the timeout left.
+        assert!(!refresh_due(5 * DAY, 5 * DAY, 120_000));
+    }
 }
 
 #[cfg(feature = "user")]
@@ -180,4 +214,5 @@ mod pod {
     // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
     unsafe impl aya::Pod for super::EgressVeth {}
     unsafe impl aya::Pod for super::EgressOwner {}
+    unsafe impl aya::Pod for super::Timeouts {}
 }

@@ -57,12 +57,13 @@ use aya_ebpf::{
     bindings::{BPF_ANY, BPF_NOEXIST, TC_ACT_SHOT, TC_ACT_UNSPEC, bpf_fib_lookup},
     helpers::generated::{bpf_jiffies64, bpf_redirect_neigh, bpf_redirect_peer},
     macros::{classifier, map},
-    maps::{DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap},
     programs::TcContext,
 };
 use dxdp_common::{
     egress::{
-        DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, refresh_due, status,
+        DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, Timeouts,
+        refresh_due, status,
     },
     tcp_window::{
         self, ClosedWindow, DEFAULT_MAX_CLOSED_WINDOWS, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM,
@@ -166,17 +167,12 @@ static DXDP_EGRESS_TCP_BE_LIBERAL: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_TCP_IGNORE_INVALID_RST: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
-static DXDP_EGRESS_TCP_ESTABLISHED_MS: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_TCP_CLOSING_MS: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_TCP_RESET_MS: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_UDP_MS: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_UDP_STREAM_MS: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
 static DXDP_EGRESS_HZ: Global<u32> = Global::new(0);
+
+/// Conntrack's timeouts as its sysctls are now: a map, not load-time constants, so that
+/// userspace can follow a sysctl changed after the programs were loaded and pinned.
+#[map(name = "DXDP_EGRESS_TIMEOUTS")]
+static TIMEOUTS: Array<Timeouts> = Array::pinned(1, 0);
 
 /// An IPv4 TCP or UDP packet, not a fragment.
 struct Packet {
@@ -671,24 +667,27 @@ unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32,
     // SAFETY: a plain helper call.
     let now = unsafe { bpf_jiffies64() } as u32;
     let remaining_ms = (timeout.wrapping_sub(now) as i32).max(0) as u64 * 1000 / hz;
-    let closing_ms = DXDP_EGRESS_TCP_CLOSING_MS.load();
+    let Some(&timeouts) = TIMEOUTS.get(0) else {
+        return;
+    };
+    let closing_ms = timeouts.tcp_closing_ms;
     let set_ms = if packet.proto == PROTO_TCP {
         if end == End::Reset {
-            Some(DXDP_EGRESS_TCP_RESET_MS.load())
+            Some(timeouts.tcp_reset_ms)
         } else if packet.flags & TCP_FIN != 0 || end == End::Closed {
             // A closed connection's late segment: conntrack's TIME_WAIT would not keep the
             // entry longer than its own timeout either.
             Some(closing_ms).filter(|&ms| (ms as u64) < remaining_ms)
         } else {
-            let full = DXDP_EGRESS_TCP_ESTABLISHED_MS.load();
+            let full = timeouts.tcp_established_ms;
             Some(full).filter(|&ms| refresh_due(remaining_ms, ms as u64, closing_ms as u64))
         }
     } else {
         // conntrack gives a UDP flow it has seen both ways and assured the stream's timeout.
         let full = if state & status::ASSURED != 0 {
-            DXDP_EGRESS_UDP_STREAM_MS.load()
+            timeouts.udp_stream_ms
         } else {
-            DXDP_EGRESS_UDP_MS.load()
+            timeouts.udp_ms
         };
         Some(full).filter(|&ms| refresh_due(remaining_ms, ms as u64, 0))
     };

@@ -1,6 +1,7 @@
 //! The firewall's checks: which rules keep pairs from being linked and ports from being exposed,
 //! and which pinned links and exposures a rule added after them covers.
 use anyhow::Result;
+use dxdp_common::egress::Timeouts;
 
 use super::{Check, Verdict, check};
 use crate::{
@@ -318,6 +319,9 @@ pub(super) fn egress(
             )),
         }
     }
+    if let Ok(Some((given, now))) = datapath.egress_timeouts() {
+        out.extend(stale_timeouts(&given, &now));
+    }
     out.push(check(
         Verdict::Ok,
         format!(
@@ -327,4 +331,78 @@ pub(super) fn egress(
         None,
     ));
     out
+}
+
+/// A warning where conntrack's timeouts (`now`) changed since the egress programs were `given`
+/// theirs: carried connections' entries keep the old ones until the watch's next whole pass.
+fn stale_timeouts(given: &Timeouts, now: &Timeouts) -> Option<Check> {
+    let changed: Vec<String> = [
+        (
+            "tcp_timeout_established",
+            given.tcp_established_ms,
+            now.tcp_established_ms,
+        ),
+        (
+            "tcp_timeout_time_wait",
+            given.tcp_closing_ms,
+            now.tcp_closing_ms,
+        ),
+        ("tcp_timeout_close", given.tcp_reset_ms, now.tcp_reset_ms),
+        ("udp_timeout", given.udp_ms, now.udp_ms),
+        ("udp_timeout_stream", given.udp_stream_ms, now.udp_stream_ms),
+    ]
+    .into_iter()
+    .filter(|(_, was, is)| was != is)
+    .map(|(name, was, is)| format!("nf_conntrack_{name} {} s, now {} s", was / 1000, is / 1000))
+    .collect();
+    (!changed.is_empty()).then(|| {
+        check(
+            Verdict::Warn,
+            format!(
+                "conntrack's timeouts changed since the egress programs were given them \
+                 ({}): carried connections' entries keep the old ones",
+                changed.join("; ")
+            ),
+            Some(
+                "run dxdp watch (each whole pass gives them conntrack's), or dxdp egress on again",
+            ),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeouts(established_s: u32) -> Timeouts {
+        Timeouts {
+            tcp_established_ms: established_s * 1000,
+            tcp_closing_ms: 120_000,
+            tcp_reset_ms: 10_000,
+            udp_ms: 30_000,
+            udp_stream_ms: 120_000,
+            _pad: 0,
+        }
+    }
+
+    #[test]
+    fn changed_conntrack_timeouts_warn_naming_each_and_the_fix() {
+        assert!(stale_timeouts(&timeouts(432_000), &timeouts(432_000)).is_none());
+        let warned = stale_timeouts(&timeouts(432_000), &timeouts(10)).expect("a warning");
+        assert_eq!(warned.verdict, Verdict::Warn);
+        assert!(
+            warned
+                .what
+                .contains("nf_conntrack_tcp_timeout_established 432000 s, now 10 s"),
+            "{}",
+            warned.what
+        );
+        assert!(!warned.what.contains("udp"), "{}", warned.what);
+        assert!(
+            warned
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("dxdp watch"))
+        );
+    }
 }

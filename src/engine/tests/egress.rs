@@ -70,6 +70,23 @@ fn a_rule_that_comes_after_egress_on_takes_the_fast_path_away_in_the_pass_it_bri
     assert_eq!(rig.shared.world().egress_off, [21]);
 }
 
+/// Conntrack's timeouts (a sysctl an operator changes at any time) reach the egress programs
+/// on every whole pass, and on no event's pass.
+#[test]
+fn whole_passes_give_the_egress_programs_conntracks_timeouts() {
+    let mut world = World::new();
+    world.start("web", 21, &[]);
+    let mut rig = Rig::new(world);
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().timeouts_followed, 1);
+    egress_on(&mut rig.shared.world(), "web", 21);
+    rig.about(&["web"]);
+    assert_eq!(rig.shared.world().timeouts_followed, 1, "an event's pass");
+    rig.pass(Which::LastSeen);
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().timeouts_followed, 3);
+}
+
 const EGRESS: &str = "dxdp.egress";
 
 #[test]

@@ -51,6 +51,8 @@ pub(super) struct World {
     /// The egress fast paths (`dxdp egress on`), and the veths each `egress_off` named.
     pub(super) egress: Vec<EgressRecord>,
     pub(super) egress_off: Vec<u32>,
+    /// How many times a pass gave the egress programs conntrack's timeouts.
+    pub(super) timeouts_followed: usize,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
     /// Exposures to fail before one succeeds again.

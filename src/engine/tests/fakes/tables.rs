@@ -168,4 +168,9 @@ impl EgressStore for FakeLinks {
         });
         Ok(())
     }
+
+    fn follow_egress_timeouts(&mut self) -> Result<bool> {
+        self.0.world().timeouts_followed += 1;
+        Ok(false)
+    }
 }
