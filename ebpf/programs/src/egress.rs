@@ -552,6 +552,24 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut Tc
         (window.conn == conn).then_some(window)
     };
     if let Some(window) = existing(key) {
+        // The same address is not always the same entry: the slab often gives a deleted
+        // entry's address (`conntrack -D`, `-F`) to the entry conntrack makes when it picks the
+        // connection up again, whose windows saw what Docker's path carried meanwhile, and the
+        // copy did not; judged on it, the next ACK was INVALID and the connection never came
+        // back (egress::a_connection_conntrack_forgets_goes_back_to_dockers_path_and_on, one
+        // run in five). While the fast path carries, conntrack sees nothing and stays behind:
+        // a side on which its end is after the copy's is taken from the entry again.
+        let stride = DXDP_EGRESS_SEEN_STRIDE.load();
+        // SAFETY: the caller's.
+        let ends = unsafe { ct_ends(ct) }?;
+        if tcp_window::after(ends[0], window.seen[0].td_end) {
+            // SAFETY: the caller's.
+            window.seen[0] = unsafe { side(ct, 0) }?;
+        }
+        if tcp_window::after(ends[1], window.seen[1].td_end) {
+            // SAFETY: the caller's.
+            window.seen[1] = unsafe { side(ct, stride) }?;
+        }
         return Some((window, false));
     }
     if let Some(closed) = CLOSED_WINDOWS.get_ptr_mut(key) {
