@@ -12,7 +12,7 @@ use super::{
         CARRIED, PIN_DIR, cleanup_each, dxdp, dxdp_ok, iperf, link, sandbox_iptables, status,
         two_near_one_far, within_bound,
     },
-    pings_within, stop_and_check,
+    overlay_comes_up, pings_within, stop_and_check,
 };
 use crate::support::{SwarmNode, SwarmNodes, link_between, require_swarm_nodes, wait_until};
 
@@ -71,8 +71,8 @@ fn a_link_across_nodes_skips_the_overlay_bridge_on_both_nodes() {
     let (ip_a, ip_b) = (one.ip(a, &overlay.name), two.ip(b, &overlay.name));
     let mac_b = mac(two, b, &overlay.name);
     let sandbox = overlay.sandbox();
-    pings_within(one, a, &ip_b);
-    pings_within(two, b, &ip_a);
+    overlay_comes_up(one, a, &ip_b);
+    overlay_comes_up(two, b, &ip_a);
 
     // The xdp datapath cannot leave through a VXLAN device: refused in one line, nothing made.
     let refused = dxdp(one, &["link", a, b, "--datapath", "xdp"]);

@@ -13,7 +13,7 @@ use std::{
 use super::{
     across::{handed, mac, pinned_on_tunnel, tunnel_pins},
     links::{CARRIED, PIN_DIR, cleanup_each, dxdp, iperf, status, tasks, within_bound},
-    pings_within, stop_and_check,
+    overlay_comes_up, pings_within, stop_and_check,
 };
 use crate::support::{
     DXDP, IMAGE, LinkStatus, SwarmNode, SwarmNodes, link_between, require_swarm_nodes, wait_until,
@@ -155,8 +155,8 @@ fn the_watch_links_a_labeled_services_tasks_across_nodes_and_drops_the_half_when
     let mac_b = mac(two, b, &overlay.name);
     let mac_a_was = mac(one, a, &overlay.name);
     let sandbox = overlay.sandbox();
-    pings_within(one, a, &ip_b);
-    pings_within(two, b, &ip_a);
+    overlay_comes_up(one, a, &ip_b);
+    overlay_comes_up(two, b, &ip_a);
 
     let mut watches = [NodeWatch::start(one), NodeWatch::start(two)];
     let logs = |w: &[NodeWatch]| {

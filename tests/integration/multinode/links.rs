@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{pings_within, stop_and_check, vxlan_tx_packets};
+use super::{overlay_comes_up, pings_within, stop_and_check, vxlan_tx_packets};
 use crate::support::{
     DXDP, IMAGE, LinkStatus, Overlay, Run, Status, SwarmNode, SwarmNodes, link_between,
     require_swarm_nodes, wait_until,
@@ -241,8 +241,8 @@ fn a_same_node_link_on_an_overlay_carries_tasks_traffic() {
     let ip_c = two.ip(c, &overlay.name);
     let sandbox = overlay.sandbox();
     pings_within(one, a, &ip_b);
-    pings_within(one, a, &ip_c);
-    pings_within(two, c, &ip_b);
+    overlay_comes_up(one, a, &ip_c);
+    overlay_comes_up(two, c, &ip_b);
 
     for datapath in ["tc", "xdp"] {
         let out = dxdp_ok(one, &["link", a, b, "--datapath", datapath]);
