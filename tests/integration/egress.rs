@@ -931,6 +931,63 @@ fn bench_egress_measures_both_paths_and_puts_the_fast_path_back() {
     );
 }
 
+/// Downloads of 6 GiB, each on one connection, carried: while the fast path carries, conntrack's
+/// entry keeps the ends it had when the fast path took over, and the copy goes 2^31 bytes past
+/// them (half the sequence space) in about a second here. 229cbe9 took a side of the copy from
+/// the entry again where the entry's end was "after" the copy's; past 2^31 that comparison
+/// wraps, the stale side came back, the next segments were INVALID on it and reached the
+/// host's stack untranslated, whose RST ended the download (CI's `dxdp bench-egress`; by hand,
+/// 12 of 20 one-second `iperf3 -R`). Every download must complete, carried.
+#[test]
+fn a_download_past_the_sequence_space_stays_carried_to_its_end() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egrwrap", &[]);
+    let c = world.run("egrwrap", &["--network", &net], &["sleep", "infinity"]);
+    let pid = world.pid(&c);
+    world
+        .dxdp
+        .run(&["egress", "on", &c, "--nic", &out.nic])
+        .assert_success();
+    let (_, back_before, _) = counters(&world, &c).expect("egress enabled");
+    let mut failures = Vec::new();
+    for i in 0..2 {
+        let mut server =
+            Background::spawn(&in_ns(&out.ns.name, &["iperf3", "-s", "-1", "-p", "5203"]));
+        std::thread::sleep(Duration::from_millis(200));
+        let download = run_for(
+            &in_container(
+                pid,
+                &[
+                    "iperf3",
+                    "-c",
+                    &out.client_addr,
+                    "-p",
+                    "5203",
+                    "-R",
+                    "-n",
+                    "6G",
+                ],
+            ),
+            Duration::from_secs(60),
+        );
+        if !download.success() {
+            failures.push(format!("download {i}: {download}"));
+        }
+        let _ = server.wait_timeout(Duration::from_secs(5));
+    }
+    let (_, back, _) = counters(&world, &c).expect("egress enabled");
+    assert!(failures.is_empty(), "downloads failed: {failures:?}");
+    assert!(
+        back - back_before > 10 << 30,
+        "the fast path carried {} bytes back, not the downloads",
+        back - back_before
+    );
+}
+
 /// Uploads of four parallel streams, the container's client on CPU 0 and the server on CPU 1:
 /// the container's segments of one connection are then judged on both CPUs at once (its
 /// process context on one, its ACK-clocked sends on the other). Before the window copies were

@@ -66,8 +66,9 @@ use dxdp_common::{
         refresh_due, status,
     },
     tcp_window::{
-        self, ClosedWindow, DEFAULT_MAX_CLOSED_WINDOWS, DEFAULT_MAX_WINDOWS, FLAG_SACK_PERM,
-        Judgement, Segment, TCP_OPTIONS_MAX, TcpSide, TcpWindow, Verdict, WindowKey, highest_sack,
+        self, ClosedWindow, DEFAULT_MAX_CLOSED_WINDOWS, DEFAULT_MAX_WINDOWS, FLAG_BE_LIBERAL,
+        FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TcpSide, TcpWindow, Verdict,
+        WindowKey, highest_sack,
     },
 };
 
@@ -545,31 +546,24 @@ unsafe fn window_allows(
 #[inline(always)]
 unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut TcpWindow, bool)> {
     let conn = ct as usize as u64;
+    // The same address is not always the same entry: the slab often gives a deleted entry's
+    // address (`conntrack -D`, `-F`) to the entry conntrack makes when it picks the connection
+    // up again in mid-stream, whose windows saw what Docker's path carried meanwhile, and the
+    // copy did not; judged on it, the next ACK was INVALID and the connection never came back
+    // (egress::a_connection_conntrack_forgets_goes_back_to_dockers_path_and_on, one run in
+    // five). Such an entry is liberal on both sides (`tcp_new`'s mid-stream branch), which a
+    // copy taken from an entry that saw the handshake is not: it is taken again. (Comparing
+    // the ends instead, 229cbe9, took a copy more than 2^31 bytes ahead of conntrack's frozen
+    // ends for one behind them, and reset downloads of a few gigabytes.)
     let existing = |key: &WindowKey| {
         let window = WINDOWS.get_ptr_mut(key)?;
         // SAFETY: a map value, valid for this invocation.
         let window = unsafe { &mut *window };
-        (window.conn == conn).then_some(window)
+        // SAFETY: the caller's.
+        let picked_up = unsafe { picked_up_since(ct, window) }?;
+        (window.conn == conn && !picked_up).then_some(window)
     };
     if let Some(window) = existing(key) {
-        // The same address is not always the same entry: the slab often gives a deleted
-        // entry's address (`conntrack -D`, `-F`) to the entry conntrack makes when it picks the
-        // connection up again, whose windows saw what Docker's path carried meanwhile, and the
-        // copy did not; judged on it, the next ACK was INVALID and the connection never came
-        // back (egress::a_connection_conntrack_forgets_goes_back_to_dockers_path_and_on, one
-        // run in five). While the fast path carries, conntrack sees nothing and stays behind:
-        // a side on which its end is after the copy's is taken from the entry again.
-        let stride = DXDP_EGRESS_SEEN_STRIDE.load();
-        // SAFETY: the caller's.
-        let ends = unsafe { ct_ends(ct) }?;
-        if tcp_window::after(ends[0], window.seen[0].td_end) {
-            // SAFETY: the caller's.
-            window.seen[0] = unsafe { side(ct, 0) }?;
-        }
-        if tcp_window::after(ends[1], window.seen[1].td_end) {
-            // SAFETY: the caller's.
-            window.seen[1] = unsafe { side(ct, stride) }?;
-        }
         return Some((window, false));
     }
     if let Some(closed) = CLOSED_WINDOWS.get_ptr_mut(key) {
@@ -598,6 +592,23 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut Tc
         return None;
     }
     existing(key).map(|window| (window, false))
+}
+
+/// Whether `ct` holds a side liberal that `copy` holds strict: conntrack picked the
+/// connection up in mid-stream after the copy was taken (see `window_of`).
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
+#[inline(always)]
+unsafe fn picked_up_since(ct: *mut NfConn, copy: &TcpWindow) -> Option<bool> {
+    let (at, stride) = (
+        DXDP_EGRESS_OFF_SEEN_FLAGS.load(),
+        DXDP_EGRESS_SEEN_STRIDE.load(),
+    );
+    // SAFETY: the caller's.
+    let flags: [u8; 2] = unsafe { [seen_field(ct, at, 0)?, seen_field(ct, at, stride)?] };
+    let liberal = |flags: u8| flags & FLAG_BE_LIBERAL != 0;
+    Some((0..2).any(|s| liberal(flags[s]) && !liberal(copy.seen[s].flags)))
 }
 
 /// Moves the copy `shared` of `ct`'s connection, just closed, from `DXDP_EGRESS_WINDOWS` to
