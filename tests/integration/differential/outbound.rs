@@ -17,7 +17,7 @@ use std::{
 
 use super::{
     allowlist,
-    case::{Case, Direction, Family, L4, Numbers, OutboundCase, Port},
+    case::{Case, Direction, Family, L4, OutboundCase, Port},
     frame::{self, Target, mac},
     live::{self, GREETING, TCP_ECHO, UDP_ECHO},
     packet_socket::PacketSocket,
@@ -387,20 +387,17 @@ impl Topology for Outbound {
             }
         };
         // The segment's numbers: the connection's next ones in its direction, shifted.
-        let numbers = match case.numbers {
-            Numbers::Own => None,
-            Numbers::Live { seq, ack } => {
-                let (server, container) = live::next_numbers(&self.container_eth, TCP_PORT, sport);
-                let (sender, receiver) = match case.direction {
-                    Direction::Out => (container, server),
-                    Direction::Back => (server, container),
-                };
-                Some((
-                    sender.wrapping_add_signed(seq),
-                    receiver.wrapping_add_signed(ack),
-                ))
-            }
-        };
+        let numbers = case.shift().map(|(seq, ack)| {
+            let (server, container) = live::next_numbers(&self.container_eth, TCP_PORT, sport);
+            let (sender, receiver) = match case.direction {
+                Direction::Out => (container, server),
+                Direction::Back => (server, container),
+            };
+            (
+                sender.wrapping_add_signed(seq),
+                receiver.wrapping_add_signed(ack),
+            )
+        });
         let (bytes, socket) = match case.direction {
             Direction::Out => (self.frame_out(case, &answer, numbers), &self.container_eth),
             Direction::Back => (self.frame_back(case, numbers), &self.outside_eth),
