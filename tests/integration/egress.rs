@@ -360,10 +360,15 @@ struct Enabled {
 
 impl Enabled {
     fn new(tag: &str) -> Self {
+        Self::running(tag, &["iperf3", "-s"])
+    }
+
+    /// As [`Enabled::new`], the container running `cmd`.
+    fn running(tag: &str, cmd: &[&str]) -> Self {
         let mut world = World::shared();
         let out = Outside::new(&world);
         let net = world.network(tag, &[]);
-        let c = world.run(tag, &["--network", &net], &["iperf3", "-s"]);
+        let c = world.run(tag, &["--network", &net], cmd);
         let pid = world.pid(&c);
         let cip = world.ip(&c, &net);
         let server = out.client_addr.clone();
@@ -680,15 +685,9 @@ fn a_rule_that_came_after_egress_on_fails_doctor_until_a_watch_pass_removes_it()
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("egr-doc", &[]);
-    let c = world.run("egr-doc", &["--network", &net], &["iperf3", "-s"]);
-    let cip = world.ip(&c, &net);
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
+    let Enabled {
+        world, out, c, cip, ..
+    } = Enabled::new("egr-doc");
     let doctor = world.dxdp.run(&["doctor"]);
     assert!(
         doctor
@@ -856,14 +855,7 @@ fn bench_egress_measures_both_paths_and_puts_the_fast_path_back() {
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("begr", &[]);
-    let c = world.run("begr", &["--network", &net], &["sleep", "infinity"]);
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
+    let Enabled { world, out, c, .. } = Enabled::running("begr", &["sleep", "infinity"]);
     let json = std::env::temp_dir().join(format!("dxt-bench-egress-{}.json", next_id()));
     let _cleanup = Files(vec![json.clone()]);
     let pin_dir = world.dxdp.pin_dir.display().to_string();
@@ -943,15 +935,9 @@ fn a_download_past_the_sequence_space_stays_carried_to_its_end() {
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("egrwrap", &[]);
-    let c = world.run("egrwrap", &["--network", &net], &["sleep", "infinity"]);
-    let pid = world.pid(&c);
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
+    let Enabled {
+        world, out, c, pid, ..
+    } = Enabled::running("egrwrap", &["sleep", "infinity"]);
     let (_, back_before, _) = counters(&world, &c).expect("egress enabled");
     let mut failures = Vec::new();
     for i in 0..2 {
@@ -1003,15 +989,14 @@ fn parallel_uploads_on_two_cpus_are_never_reset_by_the_host() {
     if !require_docker() {
         return;
     }
-    let mut world = World::shared();
-    let out = Outside::new(&world);
-    let net = world.network("egrcpu", &[]);
-    let c = world.run("egrcpu", &["--network", &net], &["sleep", "infinity"]);
-    let pid = world.pid(&c);
-    world
-        .dxdp
-        .run(&["egress", "on", &c, "--nic", &out.nic])
-        .assert_success();
+    let Enabled {
+        world,
+        out,
+        c,
+        pid,
+        cip,
+        ..
+    } = Enabled::running("egrcpu", &["sleep", "infinity"]);
     // Every RST on the container's veth and on the NIC: one the host sent itself is on the NIC
     // only; one the container sent is on both, with the same sequence number.
     let capture = std::env::temp_dir().join(format!("dxt-egress-rst-{}.pcap", next_id()));
@@ -1058,8 +1043,7 @@ fn parallel_uploads_on_two_cpus_are_never_reset_by_the_host() {
         "the fast path carried {out_bytes} bytes"
     );
     let resets = run(&["tcpdump", "-n", "-S", "-r", &capture_arg]);
-    let container_addr = world.ip(&c, &net);
-    let own = resets_the_host_sent(&resets.stdout, &container_addr, &out.host_addr);
+    let own = resets_the_host_sent(&resets.stdout, &cip, &out.host_addr);
     eprintln!(
         "RSTs seen on the container's veth and the NIC: {}; the host's own: {}",
         resets.stdout.lines().count(),

@@ -559,9 +559,12 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut Tc
         let window = WINDOWS.get_ptr_mut(key)?;
         // SAFETY: a map value, valid for this invocation.
         let window = unsafe { &mut *window };
+        if window.conn != conn {
+            return None;
+        }
         // SAFETY: the caller's.
         let picked_up = unsafe { picked_up_since(ct, window) }?;
-        (window.conn == conn && !picked_up).then_some(window)
+        (!picked_up).then_some(window)
     };
     if let Some(window) = existing(key) {
         return Some((window, false));
@@ -601,12 +604,8 @@ unsafe fn window_of(ct: *mut NfConn, key: &WindowKey) -> Option<(&'static mut Tc
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
 unsafe fn picked_up_since(ct: *mut NfConn, copy: &TcpWindow) -> Option<bool> {
-    let (at, stride) = (
-        DXDP_EGRESS_OFF_SEEN_FLAGS.load(),
-        DXDP_EGRESS_SEEN_STRIDE.load(),
-    );
     // SAFETY: the caller's.
-    let flags: [u8; 2] = unsafe { [seen_field(ct, at, 0)?, seen_field(ct, at, stride)?] };
+    let flags: [u8; 2] = unsafe { both_sides(ct, DXDP_EGRESS_OFF_SEEN_FLAGS.load()) }?;
     let liberal = |flags: u8| flags & FLAG_BE_LIBERAL != 0;
     Some((0..2).any(|s| liberal(flags[s]) && !liberal(copy.seen[s].flags)))
 }
@@ -636,12 +635,20 @@ unsafe fn close(ct: *mut NfConn, key: &WindowKey, shared: &TcpWindow) {
 /// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released.
 #[inline(always)]
 unsafe fn ct_ends(ct: *mut NfConn) -> Option<[u32; 2]> {
-    let (at, stride) = (
-        DXDP_EGRESS_OFF_SEEN_END.load(),
-        DXDP_EGRESS_SEEN_STRIDE.load(),
-    );
     // SAFETY: the caller's.
-    unsafe { Some([seen_field(ct, at, 0)?, seen_field(ct, at, stride)?]) }
+    unsafe { both_sides(ct, DXDP_EGRESS_OFF_SEEN_END.load()) }
+}
+
+/// The `T` at `offset` in `proto.tcp.seen[0]` and `seen[1]` of `ct`.
+///
+/// # Safety
+/// `ct` is a live entry from `bpf_skb_ct_lookup`, not yet released; `offset` a field of
+/// `T`'s size in `seen[0]`.
+#[inline(always)]
+unsafe fn both_sides<T: Copy>(ct: *mut NfConn, offset: u32) -> Option<[T; 2]> {
+    let stride = DXDP_EGRESS_SEEN_STRIDE.load();
+    // SAFETY: the caller's.
+    unsafe { Some([seen_field(ct, offset, 0)?, seen_field(ct, offset, stride)?]) }
 }
 
 /// `proto.tcp.seen[]` of `ct`, `shift` bytes on from `seen[0]`.
