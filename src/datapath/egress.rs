@@ -20,7 +20,7 @@ use aya::{
 };
 use dxdp_common::{
     MacAddr,
-    egress::{EgressOwner, EgressVeth, Timeouts, names},
+    egress::{EgressOwner, EgressVeth, Sysctls, names, switch},
     tcp_window::{ClosedWindow, TcpWindow, WindowKey},
 };
 
@@ -76,8 +76,9 @@ pub struct EgressUnavailable {
 /// The object's load-time constants, by name.
 type Globals = Vec<(&'static str, u32)>;
 
-/// `struct nf_conn` offsets, conntrack's switches and the tick rate: the object's load-time
-/// constants. Conntrack's timeouts are not among them: they go to a map ([`timeouts_now`]).
+/// `struct nf_conn` offsets and the tick rate: the object's load-time constants. Conntrack's
+/// timeouts and switches are not among them: they go to a map ([`sysctls_now`]), which
+/// follows them.
 fn globals() -> Result<Globals, EgressUnavailable> {
     let unavailable = |reason: String| EgressUnavailable { reason };
     let blob = std::fs::read(btf_layout::VMLINUX)
@@ -99,7 +100,6 @@ fn globals() -> Result<Globals, EgressUnavailable> {
     // proto.tcp.seen[0], a `struct ip_ct_tcp_state`; seen[1] follows it.
     let seen = at("nf_conn", "proto")? + at("ip_ct_tcp", "seen")?;
     let in_seen = |m: &str| at("ip_ct_tcp_state", m).map(|off| seen + off);
-    let switch = sysctl::conntrack_switch;
     Ok(vec![
         (names::OFF_STATUS, at("nf_conn", "status")?),
         (names::OFF_TIMEOUT, at("nf_conn", "timeout")?),
@@ -115,38 +115,42 @@ fn globals() -> Result<Globals, EgressUnavailable> {
         (names::OFF_SEEN_SCALE, in_seen("td_scale")?),
         (names::OFF_SEEN_FLAGS, in_seen("flags")?),
         (names::SEEN_STRIDE, size("ip_ct_tcp_state")?),
-        (names::TCP_BE_LIBERAL, switch("tcp_be_liberal")),
-        (
-            names::TCP_IGNORE_INVALID_RST,
-            switch("tcp_ignore_invalid_rst"),
-        ),
         (names::HZ, kernel_hz()),
     ])
 }
 
-/// Conntrack's timeouts as its sysctls are now, in milliseconds; 0 for one that cannot be read
-/// (the programs then leave such entries' timeouts alone).
-fn timeouts_now() -> Timeouts {
+/// Conntrack's timeouts as its sysctls are now, in milliseconds (0 for one that cannot be read:
+/// the programs then leave such entries' timeouts alone), and its TCP switches (off where they
+/// cannot be read).
+fn sysctls_now() -> Sysctls {
     let ms = |name: &str| sysctl::conntrack(name).map_or(0, |secs| secs.saturating_mul(1000));
-    Timeouts {
+    let on = |name: &str, bit: u32| {
+        if sysctl::conntrack_switch(name) != 0 {
+            bit
+        } else {
+            0
+        }
+    };
+    Sysctls {
         tcp_established_ms: ms("tcp_timeout_established"),
         tcp_closing_ms: ms("tcp_timeout_time_wait"),
         tcp_reset_ms: ms("tcp_timeout_close"),
         udp_ms: ms("udp_timeout"),
         udp_stream_ms: ms("udp_timeout_stream"),
-        _pad: 0,
+        tcp_switches: on("tcp_be_liberal", switch::BE_LIBERAL)
+            | on("tcp_ignore_invalid_rst", switch::IGNORE_INVALID_RST),
     }
 }
 
-/// Writes `timeouts` into the timeouts map `map` where it holds others; whether it did.
-fn follow_timeouts<D: std::borrow::BorrowMut<MapData>>(
-    map: &mut Array<D, Timeouts>,
-    timeouts: Timeouts,
+/// Writes `sysctls` into the map `map` where it holds others; whether it did.
+fn follow_sysctls<D: std::borrow::BorrowMut<MapData>>(
+    map: &mut Array<D, Sysctls>,
+    sysctls: Sysctls,
 ) -> Result<bool> {
-    if map.get(&0, 0)? == timeouts {
+    if map.get(&0, 0)? == sysctls {
         return Ok(false);
     }
-    map.set(0, timeouts, 0)?;
+    map.set(0, sysctls, 0)?;
     Ok(true)
 }
 
@@ -221,7 +225,7 @@ fn load(pins: &pins::Pins) -> Result<Ebpf> {
     let map = ebpf
         .map_mut(names::TIMEOUTS)
         .ok_or_else(|| missing(names::TIMEOUTS))?;
-    follow_timeouts(&mut Array::try_from(map)?, timeouts_now())?;
+    follow_sysctls(&mut Array::try_from(map)?, sysctls_now())?;
     Ok(ebpf)
 }
 
@@ -586,27 +590,28 @@ impl Datapath {
         Ok(())
     }
 
-    /// Writes conntrack's timeouts as its sysctls are now into the pinned timeouts map, which
-    /// the programs refresh entries to, where they changed since the last write (an operator
-    /// lowered or raised one after `egress on`): whether they had. Nothing where egress was
-    /// never enabled here, or only by a binary before the map.
-    pub fn follow_egress_timeouts(&mut self) -> Result<bool> {
-        match self.timeouts_map()? {
-            Some(mut map) => follow_timeouts(&mut map, timeouts_now()),
+    /// Writes conntrack's timeouts and switches as its sysctls are now into the pinned map the
+    /// programs refresh entries to and judge segments by, where they changed since the last
+    /// write (an operator lowered a timeout or turned a switch after `egress on`): whether they
+    /// had. Nothing where egress was never enabled here, or only by a binary before the map.
+    pub fn follow_egress_sysctls(&mut self) -> Result<bool> {
+        match self.sysctls_map()? {
+            Some(mut map) => follow_sysctls(&mut map, sysctls_now()),
             None => Ok(false),
         }
     }
 
-    /// The timeouts the egress programs refresh entries to, and conntrack's as its sysctls are
-    /// now; `None` where egress was never enabled here (or only by a binary before the map).
-    pub fn egress_timeouts(&self) -> Result<Option<(Timeouts, Timeouts)>> {
-        match self.timeouts_map()? {
-            Some(map) => Ok(Some((map.get(&0, 0)?, timeouts_now()))),
+    /// The timeouts and switches the egress programs were given, and conntrack's as its
+    /// sysctls are now; `None` where egress was never enabled here (or only by a binary before
+    /// the map).
+    pub fn egress_sysctls(&self) -> Result<Option<(Sysctls, Sysctls)>> {
+        match self.sysctls_map()? {
+            Some(map) => Ok(Some((map.get(&0, 0)?, sysctls_now()))),
             None => Ok(None),
         }
     }
 
-    fn timeouts_map(&self) -> Result<Option<Array<MapData, Timeouts>>> {
+    fn sysctls_map(&self) -> Result<Option<Array<MapData, Sysctls>>> {
         let path = self.pins.maps().join(names::TIMEOUTS);
         if !path.exists() {
             return Ok(None);

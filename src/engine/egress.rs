@@ -24,9 +24,9 @@ pub trait EgressStore {
     fn egress_off(&mut self, veth_ifindex: u32) -> Result<()>;
     /// Takes `plan`'s container's established outbound connections to the NIC.
     fn egress_on(&mut self, plan: &EgressPlan) -> Result<()>;
-    /// Gives the egress programs conntrack's timeouts as its sysctls are now; whether they had
-    /// changed.
-    fn follow_egress_timeouts(&mut self) -> Result<bool>;
+    /// Gives the egress programs conntrack's timeouts and TCP switches as its sysctls are now;
+    /// whether they had changed.
+    fn follow_egress_sysctls(&mut self) -> Result<bool>;
 }
 
 /// How to leave the fast path off without the refusal: what every refusal ends with.

@@ -189,7 +189,7 @@ pub(super) fn run<H: Host>(
     // holds them all to the rules.
     let mut removed_egress = 0;
     if host.exposes_ports() && which.is_whole() {
-        follow_timeouts(&mut table);
+        follow_sysctls(&mut table);
         match hold_egress(&mut shared, host, &mut table) {
             Ok(removed) => removed_egress = removed,
             Err(err) => warn!("cannot check the egress fast paths against the rules: {err:#}"),
@@ -285,14 +285,15 @@ fn expose_ports<H: Host>(
     done
 }
 
-/// Conntrack's timeouts as its sysctls are now, for the egress programs to refresh entries to:
-/// one an operator changed after `egress on` is followed within a whole pass (before, a
-/// lowered timeout left dead connections' entries living the old, longer one).
-fn follow_timeouts<S: EgressStore>(table: &mut S) {
-    match table.follow_egress_timeouts() {
-        Ok(true) => info!("conntrack's timeouts changed: the egress fast path follows them"),
+/// Conntrack's timeouts and TCP switches as its sysctls are now, for the egress programs to
+/// refresh entries to and judge segments by: one an operator changed after `egress on` is
+/// followed within a whole pass (before, a lowered timeout left dead connections' entries
+/// living the old, longer one, and a switch was read only when the programs were loaded).
+fn follow_sysctls<S: EgressStore>(table: &mut S) {
+    match table.follow_egress_sysctls() {
+        Ok(true) => info!("conntrack's sysctls changed: the egress fast path follows them"),
         Ok(false) => {}
-        Err(err) => warn!("cannot give the egress fast path conntrack's timeouts: {err:#}"),
+        Err(err) => warn!("cannot give the egress fast path conntrack's sysctls: {err:#}"),
     }
 }
 

@@ -117,7 +117,7 @@ impl EgressStore for PinnedTables {
         self.datapath.egress_on(plan)
     }
 
-    fn follow_egress_timeouts(&mut self) -> Result<bool> {
-        self.datapath.follow_egress_timeouts()
+    fn follow_egress_sysctls(&mut self) -> Result<bool> {
+        self.datapath.follow_egress_sysctls()
     }
 }

@@ -458,28 +458,81 @@ fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
     if !require_docker() {
         return;
     }
+    let enabled = Enabled::new("egr-win");
+    let (arrived, after) = forged_into_a_download(&enabled, 7110);
+    assert_only_the_ack_in_the_window_arrived(&arrived);
+    assert!(
+        seconds_left(&after) > 60,
+        "the forged RST cut the entry's timeout: {after}"
+    );
+}
+
+/// `nf_conntrack_tcp_be_liberal` on when `egress on` loads the programs, turned off after:
+/// `dxdp doctor` fails naming the switch until the watch's next whole pass gives the programs
+/// conntrack's switches, and after it a data segment forged far past a carried connection's
+/// window does not reach the container, as conntrack, strict again, keeps it from Docker's
+/// path. (The programs read the switches once, at load, before: they went on carrying such
+/// segments in.)
+#[test]
+fn a_switch_turned_off_after_egress_on_is_followed_once_the_watch_runs() {
+    if !require_docker() {
+        return;
+    }
+    // Each put back on drop: the second's first, then the host's own.
+    let _on = NetfilterSysctl::set("nf_conntrack_tcp_be_liberal", "1");
+    let enabled = Enabled::new("egr-switch");
+    let _off = NetfilterSysctl::set("nf_conntrack_tcp_be_liberal", "0");
+    let stale = "conntrack's TCP switches changed since the egress programs were given them";
+    let doctor = enabled.world.dxdp.run(&["doctor"]);
+    assert!(
+        !doctor.success() && doctor.stdout.contains(stale),
+        "{}",
+        doctor.stdout
+    );
+    assert!(
+        doctor
+            .stdout
+            .contains("nf_conntrack_tcp_be_liberal 1, now 0"),
+        "{}",
+        doctor.stdout
+    );
+    enabled
+        .world
+        .dxdp
+        .run(&["watch", "--once"])
+        .assert_success();
+    let doctor = enabled.world.dxdp.run(&["doctor"]);
+    assert!(!doctor.stdout.contains(stale), "{}", doctor.stdout);
+    let (arrived, _) = forged_into_a_download(&enabled, 7111);
+    assert_only_the_ack_in_the_window_arrived(&arrived);
+}
+
+/// A download on `port` from the outside server into `enabled`'s container, with
+/// `forge.py tcp-window`'s three segments forged into it from outside at its masqueraded
+/// address and port: which of them reached the container (`forge.py tcp-watch`), and
+/// conntrack's entry after them. The download must arrive whole.
+fn forged_into_a_download(enabled: &Enabled, port: u16) -> (String, String) {
     let Enabled {
-        world: _world,
         out,
-        c: _,
         pid,
         cip,
         server,
-    } = Enabled::new("egr-win");
-    let download = Payload::new("window");
+        ..
+    } = enabled;
+    let download = Payload::new(&format!("window-{port}"));
     let seen = Removed(PathBuf::from(format!(
-        "/tmp/dxt-egress-{}-seen",
+        "/tmp/dxt-egress-{}-seen-{port}",
         std::process::id()
     )));
-    let down_server = serve_outside(&out, &download, 7110);
+    let down_server = serve_outside(out, &download, port);
     std::thread::sleep(Duration::from_millis(300));
-    let down_client = receive_in_container(pid, &server, &download, 7110);
+    let down_client = receive_in_container(*pid, server, &download, port);
     std::thread::sleep(Duration::from_millis(1200));
-    let entry = entry_to(&cip, 7110).expect("conntrack lists the download");
+    let entry = entry_to(cip, port).expect("conntrack lists the download");
     let masqueraded = reply_field(&entry, "dport=");
     eprintln!("conntrack: {entry}");
     let mut watch = Background::spawn(&in_container(
-        pid,
+        *pid,
         &[
             "python3",
             FORGE,
@@ -506,27 +559,23 @@ fn segments_out_of_the_window_from_outside_do_not_reach_the_container() {
             &out.peer,
             nic_mac.trim(),
             "02:00:5e:10:00:01",
-            &server,
+            server,
             &out.host_addr,
-            "7110",
+            &port.to_string(),
             &masqueraded,
         ],
         Duration::from_secs(10),
     );
     forged.assert_success();
     eprintln!("{}", forged.stdout.trim());
-    let after = entry_to(&cip, 7110).unwrap_or_default();
+    let after = entry_to(cip, port).unwrap_or_default();
     eprintln!("conntrack after the forged segments: {after}");
     assert!(watch.wait_timeout(Duration::from_secs(10)).is_some());
     let arrived = std::fs::read_to_string(&seen.0).unwrap_or_default();
     eprintln!("forged segments that reached the container: {arrived:?}");
     finish(down_client, down_server);
-    assert_only_the_ack_in_the_window_arrived(&arrived);
-    assert!(
-        seconds_left(&after) > 60,
-        "the forged RST cut the entry's timeout: {after}"
-    );
     assert!(download.arrived_whole(), "the download lost bytes");
+    (arrived, after)
 }
 
 /// `egress off` in the middle of an upload and a download the fast path carries, and `egress

@@ -20,9 +20,10 @@ pub mod names {
     /// Closed connections' copies, kept for their late segments while conntrack's entries
     /// live ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::ClosedWindow`]).
     pub const CLOSED_WINDOWS: &str = "DXDP_EGRESS_CLOSED_WINDOWS";
-    /// Conntrack's timeouts as its sysctls are now ([`super::Timeouts`], one entry): written at
-    /// `egress on` and on each of the watch's passes, so that programs loaded before a sysctl
-    /// changed refresh entries to what conntrack itself would give them.
+    /// Conntrack's timeouts and TCP switches as its sysctls are now ([`super::Sysctls`], one
+    /// entry): written at `egress on` and on each of the watch's passes, so that programs
+    /// loaded before a sysctl changed refresh entries to what conntrack itself would give
+    /// them, and judge segments as it would. (Named before it held the switches too.)
     pub const TIMEOUTS: &str = "DXDP_EGRESS_TIMEOUTS";
     /// TCX ingress on an enabled container's host veth: its packets out of the NIC.
     pub const OUT_PROGRAM: &str = "dxdp_egress";
@@ -48,25 +49,33 @@ pub mod names {
     pub const OFF_SEEN_SCALE: &str = "DXDP_EGRESS_OFF_SEEN_SCALE";
     pub const OFF_SEEN_FLAGS: &str = "DXDP_EGRESS_OFF_SEEN_FLAGS";
     pub const SEEN_STRIDE: &str = "DXDP_EGRESS_SEEN_STRIDE";
-    /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` (0 or 1).
-    pub const TCP_BE_LIBERAL: &str = "DXDP_EGRESS_TCP_BE_LIBERAL";
-    pub const TCP_IGNORE_INVALID_RST: &str = "DXDP_EGRESS_TCP_IGNORE_INVALID_RST";
     /// The kernel's tick rate, which `nf_conn.timeout` counts in.
     pub const HZ: &str = "DXDP_EGRESS_HZ";
 }
 
-/// The timeouts conntrack itself gives an entry on each packet, in milliseconds (0: not known,
-/// the entry's timeout is left alone): `nf_conntrack_tcp_timeout_established`, `_time_wait`,
-/// `_close`, `nf_conntrack_udp_timeout` and `_stream`.
+/// Conntrack's sysctls the egress programs follow. The timeouts conntrack itself gives an
+/// entry on each packet, in milliseconds (0: not known, the entry's timeout is left alone):
+/// `nf_conntrack_tcp_timeout_established`, `_time_wait`, `_close`, `nf_conntrack_udp_timeout`
+/// and `_stream`; and its TCP switches ([`switch`] bits).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Timeouts {
+pub struct Sysctls {
     pub tcp_established_ms: u32,
     pub tcp_closing_ms: u32,
     pub tcp_reset_ms: u32,
     pub udp_ms: u32,
     pub udp_stream_ms: u32,
-    pub _pad: u32,
+    /// Where the value had its padding: a map pinned by a binary before the switches keeps
+    /// its size, and is taken as it is.
+    pub tcp_switches: u32,
+}
+
+/// Bits of [`Sysctls::tcp_switches`].
+pub mod switch {
+    /// `nf_conntrack_tcp_be_liberal`: only RSTs out of the window are INVALID.
+    pub const BE_LIBERAL: u32 = 1 << 0;
+    /// `nf_conntrack_tcp_ignore_invalid_rst`: an RST out of the window is not INVALID either.
+    pub const IGNORE_INVALID_RST: u32 = 1 << 1;
 }
 
 pub const DEFAULT_MAX_EGRESS: u32 = 1024;
@@ -109,7 +118,7 @@ pub struct EgressOwner {
 const _: () = {
     assert!(core::mem::size_of::<EgressVeth>() == 72);
     assert!(core::mem::size_of::<EgressOwner>() == 8 + crate::NAME_LEN);
-    assert!(core::mem::size_of::<Timeouts>() == 24);
+    assert!(core::mem::size_of::<Sysctls>() == 24);
 };
 
 /// `IPS_*` bits of `nf_conn.status` (include/uapi/linux/netfilter/nf_conntrack_common.h).
@@ -214,5 +223,5 @@ mod pod {
     // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
     unsafe impl aya::Pod for super::EgressVeth {}
     unsafe impl aya::Pod for super::EgressOwner {}
-    unsafe impl aya::Pod for super::Timeouts {}
+    unsafe impl aya::Pod for super::Sysctls {}
 }

@@ -62,8 +62,8 @@ use aya_ebpf::{
 };
 use dxdp_common::{
     egress::{
-        DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, TCP_CONNTRACK_ESTABLISHED, Timeouts,
-        refresh_due, status,
+        DEFAULT_MAX_EGRESS, EgressOwner, EgressVeth, Sysctls, TCP_CONNTRACK_ESTABLISHED,
+        refresh_due, status, switch,
     },
     tcp_window::{
         self, ClosedWindow, DEFAULT_MAX_CLOSED_WINDOWS, DEFAULT_MAX_WINDOWS, FLAG_BE_LIBERAL,
@@ -162,18 +162,15 @@ static DXDP_EGRESS_OFF_SEEN_SCALE: Global<u32> = Global::new(0);
 static DXDP_EGRESS_OFF_SEEN_FLAGS: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_SEEN_STRIDE: Global<u32> = Global::new(0);
-/// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst`, read at load.
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_TCP_BE_LIBERAL: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_EGRESS_TCP_IGNORE_INVALID_RST: Global<u32> = Global::new(0);
 #[unsafe(no_mangle)]
 static DXDP_EGRESS_HZ: Global<u32> = Global::new(0);
 
-/// Conntrack's timeouts as its sysctls are now: a map, not load-time constants, so that
-/// userspace can follow a sysctl changed after the programs were loaded and pinned.
+/// Conntrack's timeouts and TCP switches as its sysctls are now: a map, not load-time
+/// constants, so that userspace can follow a sysctl changed after the programs were loaded and
+/// pinned (a switch turned off later must not leave the fast path carrying what conntrack now
+/// finds INVALID).
 #[map(name = "DXDP_EGRESS_TIMEOUTS")]
-static TIMEOUTS: Array<Timeouts> = Array::pinned(1, 0);
+static SYSCTLS: Array<Sysctls> = Array::pinned(1, 0);
 
 /// An IPv4 TCP or UDP packet, not a fragment.
 struct Packet {
@@ -509,13 +506,14 @@ unsafe fn window_allows(
     // Judged before the segment moves the copy on, as conntrack judges it.
     let resets = segment.flags & TCP_RST != 0
         && tcp_window::rst_ends(before, dir as usize, segment.seq, true);
+    let switches = SYSCTLS.get(0).map_or(0, |s| s.tcp_switches);
     let judge = |window: &mut TcpWindow| {
         tcp_window::judge(
             window,
             dir as usize,
             &segment,
-            DXDP_EGRESS_TCP_BE_LIBERAL.load() != 0,
-            DXDP_EGRESS_TCP_IGNORE_INVALID_RST.load() != 0,
+            switches & switch::BE_LIBERAL != 0,
+            switches & switch::IGNORE_INVALID_RST != 0,
         )
     };
     *mine = *before;
@@ -703,7 +701,7 @@ unsafe fn keep_alive(ct: *mut NfConn, packet: &Packet, state: u32, timeout: u32,
     // SAFETY: a plain helper call.
     let now = unsafe { bpf_jiffies64() } as u32;
     let remaining_ms = (timeout.wrapping_sub(now) as i32).max(0) as u64 * 1000 / hz;
-    let Some(&timeouts) = TIMEOUTS.get(0) else {
+    let Some(&timeouts) = SYSCTLS.get(0) else {
         return;
     };
     let closing_ms = timeouts.tcp_closing_ms;

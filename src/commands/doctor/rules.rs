@@ -1,7 +1,7 @@
 //! The firewall's checks: which rules keep pairs from being linked and ports from being exposed,
 //! and which pinned links and exposures a rule added after them covers.
 use anyhow::Result;
-use dxdp_common::egress::Timeouts;
+use dxdp_common::egress::{Sysctls, switch};
 
 use super::{Check, Verdict, check};
 use crate::{
@@ -319,8 +319,9 @@ pub(super) fn egress(
             )),
         }
     }
-    if let Ok(Some((given, now))) = datapath.egress_timeouts() {
+    if let Ok(Some((given, now))) = datapath.egress_sysctls() {
         out.extend(stale_timeouts(&given, &now));
+        out.extend(stale_switches(&given, &now));
     }
     out.push(check(
         Verdict::Ok,
@@ -335,7 +336,7 @@ pub(super) fn egress(
 
 /// A warning where conntrack's timeouts (`now`) changed since the egress programs were `given`
 /// theirs: carried connections' entries keep the old ones until the watch's next whole pass.
-fn stale_timeouts(given: &Timeouts, now: &Timeouts) -> Option<Check> {
+fn stale_timeouts(given: &Sysctls, now: &Sysctls) -> Option<Check> {
     let changed: Vec<String> = [
         (
             "tcp_timeout_established",
@@ -370,18 +371,59 @@ fn stale_timeouts(given: &Timeouts, now: &Timeouts) -> Option<Check> {
     })
 }
 
+/// A check where conntrack's TCP switches (`now`) changed since the egress programs were
+/// `given` theirs: until the watch's next whole pass, the fast path judges carried segments
+/// otherwise than conntrack would. A failure where one was turned off since: the fast path
+/// carries segments conntrack now finds INVALID. A warning where one was only turned on: the
+/// fast path leaves to conntrack segments it would now take, and conntrack lets them through.
+fn stale_switches(given: &Sysctls, now: &Sysctls) -> Option<Check> {
+    let changed: Vec<String> = [
+        ("tcp_be_liberal", switch::BE_LIBERAL),
+        ("tcp_ignore_invalid_rst", switch::IGNORE_INVALID_RST),
+    ]
+    .into_iter()
+    .filter(|(_, bit)| given.tcp_switches & bit != now.tcp_switches & bit)
+    .map(|(name, bit)| {
+        let on = |switches: u32| u32::from(switches & bit != 0);
+        format!(
+            "nf_conntrack_{name} {}, now {}",
+            on(given.tcp_switches),
+            on(now.tcp_switches)
+        )
+    })
+    .collect();
+    let turned_off = given.tcp_switches & !now.tcp_switches != 0;
+    (!changed.is_empty()).then(|| {
+        check(
+            if turned_off {
+                Verdict::Fail
+            } else {
+                Verdict::Warn
+            },
+            format!(
+                "conntrack's TCP switches changed since the egress programs were given them \
+                 ({}): the fast path judges carried segments as conntrack no longer does",
+                changed.join("; ")
+            ),
+            Some(
+                "run dxdp watch (each whole pass gives them conntrack's), or dxdp egress on again",
+            ),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn timeouts(established_s: u32) -> Timeouts {
-        Timeouts {
+    fn timeouts(established_s: u32) -> Sysctls {
+        Sysctls {
             tcp_established_ms: established_s * 1000,
             tcp_closing_ms: 120_000,
             tcp_reset_ms: 10_000,
             udp_ms: 30_000,
             udp_stream_ms: 120_000,
-            _pad: 0,
+            tcp_switches: 0,
         }
     }
 
@@ -404,5 +446,35 @@ mod tests {
                 .as_deref()
                 .is_some_and(|f| f.contains("dxdp watch"))
         );
+    }
+
+    #[test]
+    fn a_conntrack_switch_turned_off_since_fails_and_one_turned_on_warns() {
+        let with = |switches: u32| Sysctls {
+            tcp_switches: switches,
+            ..timeouts(432_000)
+        };
+        let liberal = with(switch::BE_LIBERAL);
+        assert!(stale_switches(&liberal, &liberal).is_none());
+        let off = stale_switches(&liberal, &with(0)).expect("a failure");
+        assert_eq!(off.verdict, Verdict::Fail);
+        assert!(
+            off.what.contains("nf_conntrack_tcp_be_liberal 1, now 0"),
+            "{}",
+            off.what
+        );
+        assert!(!off.what.contains("ignore_invalid_rst"), "{}", off.what);
+        assert!(off.fix.as_deref().is_some_and(|f| f.contains("dxdp watch")));
+        let on = stale_switches(&with(0), &with(switch::IGNORE_INVALID_RST)).expect("a warning");
+        assert_eq!(on.verdict, Verdict::Warn);
+        assert!(
+            on.what
+                .contains("nf_conntrack_tcp_ignore_invalid_rst 0, now 1"),
+            "{}",
+            on.what
+        );
+        // One off and one on: the one turned off decides.
+        let both = stale_switches(&liberal, &with(switch::IGNORE_INVALID_RST)).expect("a check");
+        assert_eq!(both.verdict, Verdict::Fail);
     }
 }

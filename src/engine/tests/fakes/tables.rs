@@ -169,7 +169,7 @@ impl EgressStore for FakeLinks {
         Ok(())
     }
 
-    fn follow_egress_timeouts(&mut self) -> Result<bool> {
+    fn follow_egress_sysctls(&mut self) -> Result<bool> {
         self.0.world().timeouts_followed += 1;
         Ok(false)
     }
