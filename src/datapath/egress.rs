@@ -20,7 +20,7 @@ use aya::{
 };
 use dxdp_common::{
     MacAddr,
-    egress::{EgressOwner, EgressVeth, Sysctls, names, switch},
+    egress::{EgressOwner, EgressVeth, Sysctls, names},
     tcp_window::{ClosedWindow, TcpWindow, WindowKey},
 };
 
@@ -124,21 +124,13 @@ fn globals() -> Result<Globals, EgressUnavailable> {
 /// cannot be read).
 fn sysctls_now() -> Sysctls {
     let ms = |name: &str| sysctl::conntrack(name).map_or(0, |secs| secs.saturating_mul(1000));
-    let on = |name: &str, bit: u32| {
-        if sysctl::conntrack_switch(name) != 0 {
-            bit
-        } else {
-            0
-        }
-    };
     Sysctls {
         tcp_established_ms: ms("tcp_timeout_established"),
         tcp_closing_ms: ms("tcp_timeout_time_wait"),
         tcp_reset_ms: ms("tcp_timeout_close"),
         udp_ms: ms("udp_timeout"),
         udp_stream_ms: ms("udp_timeout_stream"),
-        tcp_switches: on("tcp_be_liberal", switch::BE_LIBERAL)
-            | on("tcp_ignore_invalid_rst", switch::IGNORE_INVALID_RST),
+        tcp_switches: sysctl::tcp_switches(),
     }
 }
 

@@ -21,7 +21,7 @@ use std::{fs::File, path::Path};
 
 use anyhow::{Context, Result};
 use aya::{Ebpf, EbpfLoader};
-use dxdp_common::{ingress, is_remote_endpoint};
+use dxdp_common::is_remote_endpoint;
 use nix::fcntl::{Flock, FlockArg};
 use tracing::info;
 
@@ -142,16 +142,6 @@ impl Datapath {
         let mut loader = EbpfLoader::new();
         loader.default_map_pin_directory(pins.maps());
         capacity.apply(&mut loader);
-        // The published ports' programs hold TCP to the windows conntrack would: as liberal
-        // as the host's conntrack is set to be.
-        let be_liberal = sysctl::conntrack_switch("tcp_be_liberal");
-        let ignore_invalid_rst = sysctl::conntrack_switch("tcp_ignore_invalid_rst");
-        loader.override_global(ingress::names::TCP_BE_LIBERAL, &be_liberal, true);
-        loader.override_global(
-            ingress::names::TCP_IGNORE_INVALID_RST,
-            &ignore_invalid_rst,
-            true,
-        );
         let mut ebpf = loader.load(OBJECT).with_context(|| {
             format!(
                 "cannot load dxdp's eBPF object with maps pinned in {}",
@@ -241,6 +231,9 @@ impl Datapath {
         for kind in &links {
             info!(datapath = %kind, "replaced the pinned program with this binary's, in place");
         }
+        // Before the port programs are swapped in: a binary before the switches' map left it
+        // empty, which would hold their connections stricter than conntrack may be set to.
+        self.follow_tcp_switches()?;
         let mut ports = ports::upgrade(&mut self.ebpf, &self.pins)?;
         ports.extend(egress::upgrade(&self.pins)?);
         for name in &ports {

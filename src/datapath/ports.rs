@@ -25,6 +25,7 @@ use crate::{endpoint::Endpoint, netlink::Interface};
 
 mod maps;
 mod programs;
+mod switches;
 
 use maps::{DRAIN_IDLE, PortMaps, from_sixteen, key_of, same_target, sixteen, target_of};
 pub(super) use programs::upgrade;
@@ -234,8 +235,10 @@ impl Datapath {
             name: fixed_name(e.container),
         };
         maps.owners.insert(veth, owner, 0)?;
-        // Before the reply program: none of its replies may leave past a route's MTU.
+        // Before the reply program: none of its replies may leave past a route's MTU, and its
+        // connections are judged as conntrack is set to judge them.
         self.mirror_route_mtus()?;
+        self.follow_tcp_switches()?;
         let mut programs = PortPrograms::open(&mut self.ebpf, &self.pins)?;
         programs.attach(Role::Reply, veth, &e.endpoint.host_ifname)?;
         let nics: BTreeSet<(u32, &str)> = e

@@ -38,6 +38,9 @@ pub trait PortStore {
     fn mirror_route_mtus(&mut self) -> Result<usize> {
         Ok(0)
     }
+    /// Gives the published ports' programs conntrack's TCP switches as its sysctls are now;
+    /// whether they had changed.
+    fn follow_tcp_switches(&mut self) -> Result<bool>;
 }
 
 /// Where clients come in and which prefixes none is on: what the kind needs of the host.
@@ -463,9 +466,13 @@ pub(super) fn apply(
             Err(err) => warn!(container = %w.container, "cannot expose: {err:#}"),
         }
     }
-    // A route's MTU may have changed since the last pass (a route notice, or the resync). An
-    // exposure made in this pass has just mirrored them (`Datapath::expose`).
+    // A route's MTU or a conntrack switch may have changed since the last pass (a route
+    // notice, or the resync; an operator's sysctl). An exposure made in this pass has just
+    // given the programs both (`Datapath::expose`).
     if !pinned.is_empty() && done.exposed == 0 {
+        if table.follow_tcp_switches()? {
+            info!("conntrack's TCP switches changed: the published ports' fast path follows them");
+        }
         let changed = table.mirror_route_mtus()?;
         if changed > 0 {
             info!(

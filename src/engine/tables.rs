@@ -100,6 +100,10 @@ impl PortStore for PinnedTables {
     fn mirror_route_mtus(&mut self) -> Result<usize> {
         self.datapath.mirror_route_mtus()
     }
+
+    fn follow_tcp_switches(&mut self) -> Result<bool> {
+        self.datapath.follow_tcp_switches()
+    }
 }
 
 impl EgressStore for PinnedTables {

@@ -10,10 +10,10 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, Files, FirewallRule, Outside, World, assert_every_route_measured,
-    assert_only_the_ack_in_the_window_arrived, assert_promtool_accepts, assert_wire_gone,
-    bench_through_nic, four_streams_on_cpu, free_port, in_container, in_ns, metrics_text, must,
-    next_id, require_docker, run, run_for,
+    Background, FORGE, Files, FirewallRule, NetfilterSysctl, Outside, World,
+    assert_every_route_measured, assert_only_the_ack_in_the_window_arrived,
+    assert_promtool_accepts, assert_wire_gone, bench_through_nic, four_streams_on_cpu, free_port,
+    in_container, in_ns, metrics_text, must, next_id, require_docker, run, run_for,
 };
 
 /// The transfers' ends (tests/integration/ingress_peer.py): paced over ~4 s, so that the test
@@ -1288,27 +1288,6 @@ fn a_connection_conntrack_forgets_goes_back_to_dockers_path_and_on() {
         out_end > out_between,
         "the fast path should carry the connection again once conntrack holds it answered"
     );
-}
-
-/// `net.netfilter.NAME` set for a test and put back on drop.
-struct NetfilterSysctl {
-    path: PathBuf,
-    was: String,
-}
-
-impl NetfilterSysctl {
-    fn set(name: &str, value: &str) -> Self {
-        let path = PathBuf::from(format!("/proc/sys/net/netfilter/{name}"));
-        let was = std::fs::read_to_string(&path).expect("read the sysctl");
-        std::fs::write(&path, value).expect("write the sysctl");
-        Self { path, was }
-    }
-}
-
-impl Drop for NetfilterSysctl {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.path, self.was.trim());
-    }
 }
 
 /// A connection the fast path carries for longer than conntrack's established timeout (10 s

@@ -9,7 +9,7 @@ use std::{
 };
 
 use crate::support::{
-    Background, FORGE, Files, FirewallRule, NetnsGuard, Outside, World,
+    Background, FORGE, Files, FirewallRule, NetfilterSysctl, NetnsGuard, Outside, World,
     assert_every_route_measured, assert_only_the_ack_in_the_window_arrived, assert_wire_gone,
     bench_through_nic, bpftool, four_streams_on_cpu, iface_name, in_container, in_ns,
     load_passing_tc, map_entries, must, next_id, pinned_link, pinned_program, quietly,
@@ -2073,22 +2073,93 @@ fn segments_out_of_the_window_of_a_published_ports_connection_never_reach_the_co
     }
     let mut world = World::shared();
     let out = Outside::new(&world);
-    let net = world.network("pubwin", &[]);
-    let (port, client_port) = (17170u16, 41700u16);
-    let publish = format!("{}:{port}:7001", out.host_addr);
-    let web = world.run(
-        "pubwin",
-        &["--network", &net, "-p", &publish],
-        &["iperf3", "-s"],
+    let (web, pid) = exposed_window_server(&mut world, &out, "pubwin", 17170);
+    let forged = forged_into_a_published_download(&world, &out, pid, (17170, 41700));
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    assert_only_the_ack_in_the_window_arrived(&forged.arrived);
+    assert!(
+        forged.refused_after >= forged.refused_before + 2,
+        "the port should count the two as refused: {} -> {}",
+        forged.refused_before,
+        forged.refused_after
     );
+}
+
+/// `nf_conntrack_tcp_be_liberal` on when a port is exposed, turned off after: `dxdp doctor`
+/// fails naming the switch until a watch's pass gives the published ports' programs
+/// conntrack's switches, and after it a data segment forged far past a carried connection's
+/// window does not reach the container, as conntrack, strict again, would have marked it
+/// INVALID. (The programs read the switches once, at load, before: liberal, they went on
+/// carrying such segments in.)
+#[test]
+fn a_switch_turned_off_after_expose_is_followed_once_the_watch_runs() {
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    // Each put back on drop: the second's first, then the host's own.
+    let _on = NetfilterSysctl::set("nf_conntrack_tcp_be_liberal", "1");
+    let (web, pid) = exposed_window_server(&mut world, &out, "pubswitch", 17171);
+    let _off = NetfilterSysctl::set("nf_conntrack_tcp_be_liberal", "0");
+    let stale = "conntrack's TCP switches changed since the published ports' programs";
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(
+        !doctor.success() && doctor.stdout.contains(stale),
+        "{}",
+        doctor.stdout
+    );
+    assert!(
+        doctor
+            .stdout
+            .contains("nf_conntrack_tcp_be_liberal 1, now 0"),
+        "{}",
+        doctor.stdout
+    );
+    world.dxdp.run(&["watch", "--once"]).assert_success();
+    let doctor = world.dxdp.run(&["doctor"]);
+    assert!(!doctor.stdout.contains(stale), "{}", doctor.stdout);
+    let forged = forged_into_a_published_download(&world, &out, pid, (17171, 41701));
+    world.dxdp.run(&["unexpose", &web]).assert_success();
+    assert_only_the_ack_in_the_window_arrived(&forged.arrived);
+}
+
+/// An iperf3 server's container on a network of its own (`tag`), port `port` published on the
+/// outside's host address to its 7001 and exposed by hand on the outside's NIC: its name and
+/// pid.
+fn exposed_window_server(world: &mut World, out: &Outside, tag: &str, port: u16) -> (String, u32) {
+    let net = world.network(tag, &[]);
+    let publish = format!("{}:{port}:7001", out.host_addr);
+    let web = world.run(tag, &["--network", &net, "-p", &publish], &["iperf3", "-s"]);
     let pid = world.pid(&web);
     world
         .dxdp
         .run(&["expose", &web, "--nic", &out.nic, "--bypass-firewall"])
         .assert_success();
-    let download = Payload::new("window", 48);
-    let got = PathBuf::from(format!("/tmp/dxt-{}-got-window", std::process::id()));
-    let seen = PathBuf::from(format!("/tmp/dxt-{}-window-seen", std::process::id()));
+    (web, pid)
+}
+
+/// What [`forged_into_a_published_download`] found.
+struct Forged {
+    /// The forged segments that reached the container (`forge.py tcp-watch`).
+    arrived: String,
+    /// The port's `refused_packets` before and after the forging.
+    refused_before: u64,
+    refused_after: u64,
+}
+
+/// A download from the container `pid` (exposed by [`exposed_window_server`]) to a client
+/// outside on `ports` (host port, client port), over the fast path, with `forge.py
+/// tcp-window`'s three segments forged into it from outside. The download must arrive whole.
+fn forged_into_a_published_download(
+    world: &World,
+    out: &Outside,
+    pid: u32,
+    (port, client_port): (u16, u16),
+) -> Forged {
+    let download = Payload::new(&format!("window-{port}"), 48);
+    let got = PathBuf::from(format!("/tmp/dxt-{}-got-{port}", std::process::id()));
+    let seen = PathBuf::from(format!("/tmp/dxt-{}-seen-{port}", std::process::id()));
     let ready = PathBuf::from(format!("{}.ready", seen.display()));
     let _cleanup = Files(vec![got.clone(), seen.clone(), ready.clone()]);
     let mut server = serve(pid, &download);
@@ -2107,7 +2178,7 @@ fn segments_out_of_the_window_of_a_published_ports_connection_never_reach_the_co
     ));
     assert!(
         wait_until(Duration::from_secs(5), || {
-            port_counters(&world, port, "tcp").is_some_and(|(i, o, _)| i > 10 && o > 10)
+            port_counters(world, port, "tcp").is_some_and(|(i, o, _)| i > 10 && o > 10)
         }),
         "the download should run over the fast path"
     );
@@ -2126,7 +2197,7 @@ fn segments_out_of_the_window_of_a_published_ports_connection_never_reach_the_co
         wait_until(Duration::from_secs(5), || ready.exists()),
         "the watch in the container did not start"
     );
-    let refused_before = refused(&world, port);
+    let refused_before = refused(world, port);
     let nic_mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", out.nic))
         .expect("the NIC's MAC");
     let forged = out.run(
@@ -2149,16 +2220,15 @@ fn segments_out_of_the_window_of_a_published_ports_connection_never_reach_the_co
     assert!(watch.wait_timeout(Duration::from_secs(10)).is_some());
     let arrived = std::fs::read_to_string(&seen).unwrap_or_default();
     eprintln!("forged segments that reached the container: {arrived:?}");
-    let refused_after = refused(&world, port);
+    let refused_after = refused(world, port);
     assert!(client.wait_timeout(Duration::from_secs(20)).is_some());
     assert!(server.wait_timeout(Duration::from_secs(5)).is_some());
-    world.dxdp.run(&["unexpose", &web]).assert_success();
-    assert_only_the_ack_in_the_window_arrived(&arrived);
-    assert!(
-        refused_after >= refused_before + 2,
-        "the port should count the two as refused: {refused_before} -> {refused_after}"
-    );
     assert_eq!(sha256(&got), download.sha, "the download lost bytes");
+    Forged {
+        arrived,
+        refused_before,
+        refused_after,
+    }
 }
 
 /// The port's `refused_packets` in `dxdp status --json`.

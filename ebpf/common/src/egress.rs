@@ -70,13 +70,8 @@ pub struct Sysctls {
     pub tcp_switches: u32,
 }
 
-/// Bits of [`Sysctls::tcp_switches`].
-pub mod switch {
-    /// `nf_conntrack_tcp_be_liberal`: only RSTs out of the window are INVALID.
-    pub const BE_LIBERAL: u32 = 1 << 0;
-    /// `nf_conntrack_tcp_ignore_invalid_rst`: an RST out of the window is not INVALID either.
-    pub const IGNORE_INVALID_RST: u32 = 1 << 1;
-}
+/// Bits of [`Sysctls::tcp_switches`]: the published ports' programs read the same bits.
+pub use crate::tcp_window::switch;
 
 pub const DEFAULT_MAX_EGRESS: u32 = 1024;
 

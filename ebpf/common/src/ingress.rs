@@ -12,9 +12,10 @@ pub mod names {
     /// [`super::FlowKey`]: established ones, and those being opened, apart as their tables are.
     pub const TCP_WINDOWS: &str = "DXDP_TCP_WINDOWS";
     pub const TCP_OPENING_WINDOWS: &str = "DXDP_TCP_OPENING_WINDOWS";
-    /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst`, set at load.
-    pub const TCP_BE_LIBERAL: &str = "DXDP_TCP_BE_LIBERAL";
-    pub const TCP_IGNORE_INVALID_RST: &str = "DXDP_TCP_IGNORE_INVALID_RST";
+    /// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` as
+    /// `tcp_window::switch` bits, in entry 0: written where the programs are attached or
+    /// swapped in, and by the watch's passes, so they follow the sysctls.
+    pub const TCP_SWITCHES: &str = "DXDP_TCP_SWITCHES";
     pub const UDP_FLOWS: &str = "DXDP_UDP_FLOWS";
     pub const VETHS: &str = "DXDP_PORT_VETHS";
     pub const REPLY_FRAGMENTS: &str = "DXDP_REPLY_FRAGMENTS";

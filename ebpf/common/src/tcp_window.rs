@@ -15,6 +15,16 @@ pub const FLAG_BE_LIBERAL: u8 = 0x08;
 pub const FLAG_DATA_UNACKNOWLEDGED: u8 = 0x10;
 pub const FLAG_MAXACK_SET: u8 = 0x20;
 
+/// Conntrack's TCP switches of the host's namespace, as bits of one `u32` that the programs
+/// read from a map (`DXDP_TCP_SWITCHES` for the published ports', in `DXDP_EGRESS_TIMEOUTS`
+/// for egress), so that a switch an operator turns later is followed, not frozen at load.
+pub mod switch {
+    /// `nf_conntrack_tcp_be_liberal`: only RSTs out of the window are INVALID.
+    pub const BE_LIBERAL: u32 = 1 << 0;
+    /// `nf_conntrack_tcp_ignore_invalid_rst`: an RST out of the window is not INVALID either.
+    pub const IGNORE_INVALID_RST: u32 = 1 << 1;
+}
+
 /// TCP header flag bits, and the flag combinations conntrack takes (`tcp_error`'s check), as
 /// the published ports' fast path reads them.
 pub use crate::ingress::{

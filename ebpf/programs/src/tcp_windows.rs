@@ -7,17 +7,16 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    Global,
     helpers::generated::bpf_skb_load_bytes,
     macros::map,
-    maps::{LruHashMap, PerCpuArray},
+    maps::{Array, LruHashMap, PerCpuArray},
     programs::TcContext,
 };
 use dxdp_common::{
     ingress::{DEFAULT_MAX_FLOWS, FlowKey, side_table_size},
     tcp_window::{
         self, FLAG_SACK_PERM, Judgement, Segment, TCP_OPTIONS_MAX, TCP_RST, TCP_SYN, TcpWindow,
-        Verdict,
+        Verdict, switch,
     },
 };
 
@@ -55,12 +54,18 @@ pub(crate) struct Work {
 #[map(name = "DXDP_TCP_WORK")]
 static WORK: PerCpuArray<Work> = PerCpuArray::with_max_entries(1, 0);
 
-// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` of the host's
-// namespace, where Docker's DNAT runs; set by the loader (`dxdp::datapath`).
-#[unsafe(no_mangle)]
-static DXDP_TCP_BE_LIBERAL: Global<u32> = Global::new(0);
-#[unsafe(no_mangle)]
-static DXDP_TCP_IGNORE_INVALID_RST: Global<u32> = Global::new(0);
+/// `nf_conntrack_tcp_be_liberal` and `nf_conntrack_tcp_ignore_invalid_rst` of the host's
+/// namespace, where Docker's DNAT runs (`tcp_window::switch` bits). A map, not load-time
+/// constants: a switch turned off after the programs were attached must not leave them
+/// carrying what conntrack now finds INVALID. Written before the programs are attached or
+/// swapped in, and by the watch's passes (`dxdp::datapath::ports`).
+#[map(name = "DXDP_TCP_SWITCHES")]
+static SWITCHES: Array<u32> = Array::pinned(1, 0);
+
+#[inline(always)]
+fn conntrack_switches() -> u32 {
+    SWITCHES.get(0).copied().unwrap_or(0)
+}
 
 /// Which way a segment goes, in conntrack's terms (the client opened the connection), and
 /// whether its connection is still opening (the handshake not completed), when a later SYN
@@ -168,7 +173,7 @@ pub(crate) fn open(ctx: &TcContext, l4: usize, l4_len: usize, flow: &FlowKey) ->
     if read_options(ctx, l4, len, &mut work.options).is_none() {
         return false;
     }
-    let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
+    let be_liberal = conntrack_switches() & switch::BE_LIBERAL != 0;
     tcp_window::open(
         &mut work.window,
         &work.segment,
@@ -268,7 +273,8 @@ fn judge(
     dir: usize,
     opening: bool,
 ) -> Option<Judgement> {
-    let be_liberal = DXDP_TCP_BE_LIBERAL.load() != 0;
+    let switches = conntrack_switches();
+    let be_liberal = switches & switch::BE_LIBERAL != 0;
     let window = &mut work.mine;
     let segment = &mut work.segment;
     if segment.flags & TCP_SYN != 0 {
@@ -299,7 +305,7 @@ fn judge(
         dir,
         segment,
         be_liberal,
-        DXDP_TCP_IGNORE_INVALID_RST.load() != 0,
+        switches & switch::IGNORE_INVALID_RST != 0,
     )
     // The container's side is unknown until its SYN-ACK: conntrack ignores what comes first.
     .unwrap_or(Verdict::Ignore);

@@ -1,7 +1,7 @@
 //! The firewall's checks: which rules keep pairs from being linked and ports from being exposed,
 //! and which pinned links and exposures a rule added after them covers.
 use anyhow::Result;
-use dxdp_common::egress::{Sysctls, switch};
+use dxdp_common::{egress::Sysctls, tcp_window::switch};
 
 use super::{Check, Verdict, check};
 use crate::{
@@ -258,6 +258,14 @@ pub(super) fn exposures(
             ));
         }
     }
+    match datapath.tcp_switches() {
+        Ok((given, now)) => out.extend(stale_switches(PORT_PROGRAMS, given, now, PORT_FIX)),
+        Err(e) => out.push(check(
+            Verdict::Warn,
+            format!("cannot read the published ports' programs' TCP switches: {e:#}"),
+            None,
+        )),
+    }
     let containers: std::collections::BTreeSet<&str> =
         exposed.iter().map(|p| p.container.as_str()).collect();
     out.push(check(
@@ -321,7 +329,12 @@ pub(super) fn egress(
     }
     if let Ok(Some((given, now))) = datapath.egress_sysctls() {
         out.extend(stale_timeouts(&given, &now));
-        out.extend(stale_switches(&given, &now));
+        out.extend(stale_switches(
+            EGRESS_PROGRAMS,
+            given.tcp_switches,
+            now.tcp_switches,
+            EGRESS_FIX,
+        ));
     }
     out.push(check(
         Verdict::Ok,
@@ -371,28 +384,25 @@ fn stale_timeouts(given: &Sysctls, now: &Sysctls) -> Option<Check> {
     })
 }
 
-/// A check where conntrack's TCP switches (`now`) changed since the egress programs were
-/// `given` theirs: until the watch's next whole pass, the fast path judges carried segments
+/// A check where conntrack's TCP switches (`now`) changed since `programs` were `given`
+/// theirs: until they are given them again (`fix`), the fast path judges carried segments
 /// otherwise than conntrack would. A failure where one was turned off since: the fast path
-/// carries segments conntrack now finds INVALID. A warning where one was only turned on: the
-/// fast path leaves to conntrack segments it would now take, and conntrack lets them through.
-fn stale_switches(given: &Sysctls, now: &Sysctls) -> Option<Check> {
+/// carries segments conntrack now finds INVALID, frames Docker's path would not deliver. A
+/// warning where one was only turned on: the fast path refuses segments conntrack would now
+/// let through (the egress programs leave them to conntrack, which does).
+fn stale_switches(programs: &str, given: u32, now: u32, fix: &str) -> Option<Check> {
     let changed: Vec<String> = [
         ("tcp_be_liberal", switch::BE_LIBERAL),
         ("tcp_ignore_invalid_rst", switch::IGNORE_INVALID_RST),
     ]
     .into_iter()
-    .filter(|(_, bit)| given.tcp_switches & bit != now.tcp_switches & bit)
+    .filter(|(_, bit)| given & bit != now & bit)
     .map(|(name, bit)| {
         let on = |switches: u32| u32::from(switches & bit != 0);
-        format!(
-            "nf_conntrack_{name} {}, now {}",
-            on(given.tcp_switches),
-            on(now.tcp_switches)
-        )
+        format!("nf_conntrack_{name} {}, now {}", on(given), on(now))
     })
     .collect();
-    let turned_off = given.tcp_switches & !now.tcp_switches != 0;
+    let turned_off = given & !now != 0;
     (!changed.is_empty()).then(|| {
         check(
             if turned_off {
@@ -401,16 +411,22 @@ fn stale_switches(given: &Sysctls, now: &Sysctls) -> Option<Check> {
                 Verdict::Warn
             },
             format!(
-                "conntrack's TCP switches changed since the egress programs were given them \
-                 ({}): the fast path judges carried segments as conntrack no longer does",
+                "conntrack's TCP switches changed since {programs} were given them ({}): the \
+                 fast path judges carried segments as conntrack no longer does",
                 changed.join("; ")
             ),
-            Some(
-                "run dxdp watch (each whole pass gives them conntrack's), or dxdp egress on again",
-            ),
+            Some(fix),
         )
     })
 }
+
+/// Whose programs the egress check is about, and how they get the switches again.
+const EGRESS_PROGRAMS: &str = "the egress programs";
+const EGRESS_FIX: &str =
+    "run dxdp watch (each whole pass gives them conntrack's), or dxdp egress on again";
+/// The published ports' programs get them from every pass of a watch with ports exposed.
+const PORT_PROGRAMS: &str = "the published ports' programs";
+const PORT_FIX: &str = "run dxdp watch (its passes give them conntrack's), or dxdp expose again";
 
 #[cfg(test)]
 mod tests {
@@ -450,22 +466,20 @@ mod tests {
 
     #[test]
     fn a_conntrack_switch_turned_off_since_fails_and_one_turned_on_warns() {
-        let with = |switches: u32| Sysctls {
-            tcp_switches: switches,
-            ..timeouts(432_000)
-        };
-        let liberal = with(switch::BE_LIBERAL);
-        assert!(stale_switches(&liberal, &liberal).is_none());
-        let off = stale_switches(&liberal, &with(0)).expect("a failure");
+        let stale = |given: u32, now: u32| stale_switches(PORT_PROGRAMS, given, now, PORT_FIX);
+        let liberal = switch::BE_LIBERAL;
+        assert!(stale(liberal, liberal).is_none());
+        let off = stale(liberal, 0).expect("a failure");
         assert_eq!(off.verdict, Verdict::Fail);
         assert!(
-            off.what.contains("nf_conntrack_tcp_be_liberal 1, now 0"),
+            off.what.contains("nf_conntrack_tcp_be_liberal 1, now 0")
+                && off.what.contains("since the published ports' programs"),
             "{}",
             off.what
         );
         assert!(!off.what.contains("ignore_invalid_rst"), "{}", off.what);
         assert!(off.fix.as_deref().is_some_and(|f| f.contains("dxdp watch")));
-        let on = stale_switches(&with(0), &with(switch::IGNORE_INVALID_RST)).expect("a warning");
+        let on = stale(0, switch::IGNORE_INVALID_RST).expect("a warning");
         assert_eq!(on.verdict, Verdict::Warn);
         assert!(
             on.what
@@ -474,7 +488,19 @@ mod tests {
             on.what
         );
         // One off and one on: the one turned off decides.
-        let both = stale_switches(&liberal, &with(switch::IGNORE_INVALID_RST)).expect("a check");
+        let both = stale(liberal, switch::IGNORE_INVALID_RST).expect("a check");
         assert_eq!(both.verdict, Verdict::Fail);
+        let egress = stale_switches(EGRESS_PROGRAMS, liberal, 0, EGRESS_FIX).expect("a failure");
+        assert!(
+            egress.what.contains("since the egress programs"),
+            "{}",
+            egress.what
+        );
+        assert!(
+            egress
+                .fix
+                .as_deref()
+                .is_some_and(|f| f.contains("egress on"))
+        );
     }
 }

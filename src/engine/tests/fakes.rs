@@ -53,6 +53,8 @@ pub(super) struct World {
     pub(super) egress_off: Vec<u32>,
     /// How many times a pass gave the egress programs conntrack's timeouts.
     pub(super) timeouts_followed: usize,
+    /// How many times a pass gave the published ports' programs conntrack's TCP switches.
+    pub(super) switches_followed: usize,
     /// Installs to fail before one succeeds again.
     pub(super) failing_installs: usize,
     /// Exposures to fail before one succeeds again.

@@ -215,6 +215,34 @@ fn an_event_about_one_container_touches_only_its_exposure_and_a_resync_heals_the
     );
 }
 
+/// Conntrack's TCP switches (sysctls an operator turns at any time) reach the published ports'
+/// programs in every pass that finds ports exposed and exposes none (an exposure gives them
+/// itself), and in none while nothing is exposed.
+#[test]
+fn passes_with_exposed_ports_give_their_programs_conntracks_switches() {
+    let mut rig = Rig::new(two_exposed());
+    rig.shared.world().stop("web1");
+    rig.shared.world().stop("web2");
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().switches_followed, 0, "nothing exposed");
+    {
+        let mut world = rig.shared.world();
+        let asks = [(INGRESS, "true"), (FIREWALL, "bypass")];
+        world.start("web1", 21, &asks);
+        world.publish("web1", 8080);
+    }
+    rig.pass(Which::All);
+    assert_eq!(rig.shared.world().exposures().len(), 1);
+    assert_eq!(
+        rig.shared.world().switches_followed,
+        0,
+        "exposed in the pass"
+    );
+    rig.pass(Which::All);
+    rig.about(&["web1"]);
+    assert_eq!(rig.shared.world().switches_followed, 2);
+}
+
 #[test]
 fn a_failed_exposure_is_retried_by_the_next_pass() {
     let mut world = two_exposed();

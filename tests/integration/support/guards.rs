@@ -256,3 +256,24 @@ impl Drop for Files {
         }
     }
 }
+
+/// `net.netfilter.NAME` set for a test and put back on drop.
+pub struct NetfilterSysctl {
+    path: PathBuf,
+    was: String,
+}
+
+impl NetfilterSysctl {
+    pub fn set(name: &str, value: &str) -> Self {
+        let path = PathBuf::from(format!("/proc/sys/net/netfilter/{name}"));
+        let was = std::fs::read_to_string(&path).expect("read the sysctl");
+        std::fs::write(&path, value).expect("write the sysctl");
+        Self { path, was }
+    }
+}
+
+impl Drop for NetfilterSysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, self.was.trim());
+    }
+}
