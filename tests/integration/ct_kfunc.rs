@@ -3,7 +3,8 @@
 //! `bpf_ct_change_timeout` and `bpf_ct_release`, which aya 0.14 cannot load by itself;
 //! `dxdp::datapath::kfunc` resolves the calls by BTF id first. The program sits on tcx ingress of
 //! a veth in a namespace of this test's own ("router"), whose conntrack an nft rule turns on; a
-//! second namespace ("client") sends UDP and TCP to sockets in the router over the veth pair.
+//! second namespace ("client") sends UDP and TCP to sockets in the router over the veth pair,
+//! over IPv4 and over IPv6.
 //! Nothing is made in the host's namespace and nothing is pinned.
 //!
 //! What is checked: aya refuses the object as built; resolved, it loads and attaches; the lookup
@@ -18,7 +19,9 @@
 
 use std::{
     io::{Read, Write},
-    net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
+    net::{
+        IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket,
+    },
     time::Duration,
 };
 
@@ -69,13 +72,13 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     assert!(refused.contains("not found while relocating"), "{refused}");
 
     let lab = Lab::new();
-    let server = SocketAddrV4::new(lab.router_ip, UDP_PORT);
+    let server = SocketAddr::new(lab.router_ip.into(), UDP_PORT);
 
     // A live UDP flow: request and echo, several times. The first datagram is looked up before
     // conntrack saw it (tc ingress comes before netfilter's prerouting), the others are found.
     let (udp_client, udp_server) = lab.udp_pair(server);
     let udp_port = echo_udp(&udp_client, &udp_server, server, ROUND_TRIPS);
-    let udp = lab.seen(PROTO_UDP, udp_port, server.port());
+    let udp = lab.seen(PROTO_UDP, udp_port, server);
     eprintln!("UDP flow {udp_port} -> {}: {udp:?}", server.port());
     assert_eq!(udp.not_found, 1, "only the first datagram is new: {udp:?}");
     assert_eq!(udp.found, ROUND_TRIPS - 1, "{udp:?}");
@@ -84,8 +87,8 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     assert_eq!(udp.status & IPS_SEEN_REPLY, IPS_SEEN_REPLY, "{udp:?}");
     // The reply tuple: the reply comes from the server, unNATed.
     assert_eq!(
-        (udp.reply_src_ip, u16::from_be(udp.reply_src_port)),
-        (u32::from_ne_bytes(lab.router_ip.octets()), server.port()),
+        (reply_source(&udp), u16::from_be(udp.reply_src_port)),
+        (server.ip(), server.port()),
         "{udp:?}"
     );
     // The entry the program read is the one conntrack lists, with the mark the router's nft rule
@@ -107,9 +110,12 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     probe
         .send_to(b"anyone?", SocketAddrV4::new(lab.router_ip, made_up_port))
         .unwrap();
-    let made_up = lab.wait_seen(PROTO_UDP, probe_port, made_up_port, |v| {
-        v.found + v.not_found + v.failed > 0
-    });
+    let made_up = lab.wait_seen(
+        PROTO_UDP,
+        probe_port,
+        SocketAddr::new(server.ip(), made_up_port),
+        |v| v.found + v.not_found + v.failed > 0,
+    );
     eprintln!("made-up flow {probe_port} -> {made_up_port}: {made_up:?}");
     assert_eq!(
         (made_up.found, made_up.not_found, made_up.last_error),
@@ -119,25 +125,8 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
 
     // A live TCP connection: the SYN is new, everything after it is found.
     let tcp_server = SocketAddrV4::new(lab.router_ip, 7001);
-    let listener = in_netns(&named_netns(&lab.router.name), move || {
-        TcpListener::bind(tcp_server).unwrap()
-    });
-    let mut stream = in_netns(&named_netns(&lab.client.name), move || {
-        TcpStream::connect_timeout(&tcp_server.into(), TIMEOUT).unwrap()
-    });
-    let tcp_port = stream.local_addr().unwrap().port();
-    let (mut accepted, _) = listener.accept().unwrap();
-    for s in [&stream, &accepted] {
-        s.set_read_timeout(Some(TIMEOUT)).unwrap();
-    }
-    for _ in 0..ROUND_TRIPS {
-        let mut buf = [0u8; 4];
-        stream.write_all(b"ping").unwrap();
-        accepted.read_exact(&mut buf).unwrap();
-        accepted.write_all(b"pong").unwrap();
-        stream.read_exact(&mut buf).unwrap();
-    }
-    let tcp = lab.wait_seen(PROTO_TCP, tcp_port, tcp_server.port(), |v| {
+    let (tcp_port, _connection) = lab.tcp_round_trips(tcp_server.into());
+    let tcp = lab.wait_seen(PROTO_TCP, tcp_port, tcp_server.into(), |v| {
         v.found > ROUND_TRIPS
     });
     eprintln!("TCP flow {tcp_port} -> {}: {tcp:?}", tcp_server.port());
@@ -146,21 +135,18 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     assert_eq!(tcp.status & IPS_SEEN_REPLY, IPS_SEEN_REPLY, "{tcp:?}");
     assert_eq!(tcp.mark, 0, "{tcp:?}");
     assert_eq!(
-        (tcp.reply_src_ip, u16::from_be(tcp.reply_src_port)),
-        (
-            u32::from_ne_bytes(lab.router_ip.octets()),
-            tcp_server.port()
-        ),
+        (reply_source(&tcp), u16::from_be(tcp.reply_src_port)),
+        (IpAddr::from(lab.router_ip), tcp_server.port()),
         "{tcp:?}"
     );
 
     // The keep-alive: a datagram the probe finds and drops (a fast path's, past conntrack) sets
     // its entry's timeout with bpf_ct_change_timeout, far above the UDP timeouts conntrack uses.
-    let keepalive_server = SocketAddrV4::new(lab.router_ip, KEEPALIVE_PORT);
+    let keepalive_server = SocketAddr::new(lab.router_ip.into(), KEEPALIVE_PORT);
     let (ka_client, ka_server) = lab.udp_pair(keepalive_server);
     let ka_port = echo_udp(&ka_client, &ka_server, keepalive_server, 1);
     ka_client.send_to(b"kept alive", keepalive_server).unwrap();
-    let kept = lab.wait_seen(PROTO_UDP, ka_port, KEEPALIVE_PORT, |v| v.kept_alive > 0);
+    let kept = lab.wait_seen(PROTO_UDP, ka_port, keepalive_server, |v| v.kept_alive > 0);
     eprintln!("keep-alive flow {ka_port} -> {KEEPALIVE_PORT}: {kept:?}");
     assert_eq!((kept.found, kept.not_found), (1, 1), "{kept:?}");
     assert_eq!((kept.kept_alive, kept.keepalive_error), (1, 0), "{kept:?}");
@@ -182,12 +168,91 @@ fn kfunc_lookup_finds_live_connections_and_not_made_up_ones() {
     // Flushed, the live UDP flow is gone from conntrack: its next datagram is not found.
     lab.conntrack(&["-F"]);
     udp_client.send_to(b"after flush", server).unwrap();
-    let flushed = lab.wait_seen(PROTO_UDP, udp_port, server.port(), |v| {
-        v.not_found > udp.not_found
-    });
+    let flushed = lab.wait_seen(PROTO_UDP, udp_port, server, |v| v.not_found > udp.not_found);
     eprintln!("UDP flow after conntrack -F: {flushed:?}");
     assert_eq!(flushed.found, udp.found, "{flushed:?}");
     assert_eq!(flushed.not_found, udp.not_found + 1, "{flushed:?}");
+}
+
+/// The same lookups over IPv6, the first step of IPv6 egress: the kfunc takes the 36-byte
+/// IPv6 member of `bpf_sock_tuple` (the family comes from the size it is given), and the
+/// entry's reply address is read from its `union nf_inet_addr` a word at a time. A live UDP flow
+/// and a TCP connection are found, with the reply tuple the entry holds, and a made-up flow is
+/// not.
+#[test]
+fn kfunc_lookup_finds_ipv6_connections_and_not_made_up_ones() {
+    if !(require_privileges() && can_run(missing_tools(&["nft", "conntrack"]))) {
+        return;
+    }
+    let lab = Lab::new();
+    let server = SocketAddr::new(lab.router_ip6.into(), UDP_PORT);
+    let (udp_client, udp_server) = lab.udp_pair(server);
+    let udp_port = echo_udp(&udp_client, &udp_server, server, ROUND_TRIPS);
+    let udp = lab.wait_seen(PROTO_UDP, udp_port, server, |v| v.found == ROUND_TRIPS - 1);
+    eprintln!("IPv6 UDP flow {udp_port} -> {}: {udp:?}", server.port());
+    assert_eq!(
+        (udp.found, udp.not_found, udp.failed),
+        (ROUND_TRIPS - 1, 1, 0),
+        "only the first datagram is new: {udp:?}"
+    );
+    assert_eq!(udp.status & IPS_SEEN_REPLY, IPS_SEEN_REPLY, "{udp:?}");
+    assert_eq!(udp.mark, MARK, "{udp:?}");
+    assert_eq!(
+        (reply_source(&udp), u16::from_be(udp.reply_src_port)),
+        (server.ip(), server.port()),
+        "{udp:?}"
+    );
+    let listed = lab.conntrack(&[
+        "-L",
+        "-f",
+        "ipv6",
+        "-p",
+        "udp",
+        "--sport",
+        &udp_port.to_string(),
+    ]);
+    assert!(
+        listed.contains(&format!("dst={}", lab.router_ip6)),
+        "{listed}"
+    );
+
+    let made_up_port = server.port() + 100;
+    let probe = in_netns(&named_netns(&lab.client.name), || {
+        UdpSocket::bind("[::]:0").unwrap()
+    });
+    let probe_port = probe.local_addr().unwrap().port();
+    let made_up_server = SocketAddr::new(server.ip(), made_up_port);
+    probe.send_to(b"anyone?", made_up_server).unwrap();
+    let made_up = lab.wait_seen(PROTO_UDP, probe_port, made_up_server, |v| {
+        v.found + v.not_found + v.failed > 0
+    });
+    eprintln!("IPv6 made-up flow {probe_port} -> {made_up_port}: {made_up:?}");
+    assert_eq!(
+        (made_up.found, made_up.not_found, made_up.last_error),
+        (0, 1, -ENOENT),
+        "{made_up:?}"
+    );
+
+    let tcp_server = SocketAddr::new(lab.router_ip6.into(), 7001);
+    let (tcp_port, _connection) = lab.tcp_round_trips(tcp_server);
+    let tcp = lab.wait_seen(PROTO_TCP, tcp_port, tcp_server, |v| v.found > ROUND_TRIPS);
+    eprintln!("IPv6 TCP flow {tcp_port} -> {}: {tcp:?}", tcp_server.port());
+    assert_eq!(
+        (tcp.not_found, tcp.failed),
+        (1, 0),
+        "only the SYN is new: {tcp:?}"
+    );
+    assert_eq!(tcp.status & IPS_SEEN_REPLY, IPS_SEEN_REPLY, "{tcp:?}");
+    assert_eq!(
+        (reply_source(&tcp), u16::from_be(tcp.reply_src_port)),
+        (tcp_server.ip(), tcp_server.port()),
+        "{tcp:?}"
+    );
+}
+
+/// The reply source address the probe read from the entry, IPv4 unmapped.
+fn reply_source(seen: &CtProbeValue) -> IpAddr {
+    Ipv6Addr::from(seen.reply_src_ip).to_canonical()
 }
 
 /// The seconds `conntrack -L` says the entry from the client port `sport` has left (its third
@@ -207,7 +272,7 @@ fn remaining_seconds(listed: &str, sport: u16) -> u64 {
 /// Sends `rounds` datagrams from `client` to `server` and echoes each back from `server_sock`;
 /// returns the client's port.
 #[track_caller]
-fn echo_udp(client: &UdpSocket, server_sock: &UdpSocket, server: SocketAddrV4, rounds: u64) -> u16 {
+fn echo_udp(client: &UdpSocket, server_sock: &UdpSocket, server: SocketAddr, rounds: u64) -> u16 {
     let mut buf = [0u8; 64];
     for i in 0..rounds {
         client.send_to(&i.to_be_bytes(), server).unwrap();
@@ -226,6 +291,8 @@ struct Lab {
     client: NetnsGuard,
     router_ip: Ipv4Addr,
     client_ip: Ipv4Addr,
+    router_ip6: Ipv6Addr,
+    client_ip6: Ipv6Addr,
 }
 
 impl Lab {
@@ -239,6 +306,10 @@ impl Lab {
         let (router_ip, client_ip) = (
             Ipv4Addr::new(10, 251, subnet as u8, 1),
             Ipv4Addr::new(10, 251, subnet as u8, 2),
+        );
+        let (router_ip6, client_ip6) = (
+            Ipv6Addr::new(0xfd00, 0x251, subnet as u16, 0, 0, 0, 0, 1),
+            Ipv6Addr::new(0xfd00, 0x251, subnet as u16, 0, 0, 0, 0, 2),
         );
         must(&[
             "ip",
@@ -255,16 +326,15 @@ impl Lab {
             "netns",
             &client.name,
         ]);
-        for (ns, ifname, ip) in [(&router, "ct0", router_ip), (&client, "ct1", client_ip)] {
+        for (ns, ifname, ip, ip6) in [
+            (&router, "ct0", router_ip, router_ip6),
+            (&client, "ct1", client_ip, client_ip6),
+        ] {
+            let (v4, v6) = (format!("{ip}/24"), format!("{ip6}/64"));
+            must(&["ip", "-n", &ns.name, "addr", "add", &v4, "dev", ifname]);
+            // No duplicate address detection: the address is usable at once.
             must(&[
-                "ip",
-                "-n",
-                &ns.name,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                ifname,
+                "ip", "-n", &ns.name, "addr", "add", &v6, "dev", ifname, "nodad",
             ]);
             must(&["ip", "-n", &ns.name, "link", "set", ifname, "up"]);
         }
@@ -276,9 +346,9 @@ impl Lab {
             &router.name,
             "nft",
             &format!(
-                "add table ip dxdp_ct; add chain ip dxdp_ct input {{ type filter hook input \
-                 priority 0; }}; add rule ip dxdp_ct input ct state new,established counter; \
-                 add rule ip dxdp_ct input udp dport {UDP_PORT} ct mark set {MARK}"
+                "add table inet dxdp_ct; add chain inet dxdp_ct input {{ type filter hook input \
+                 priority 0; }}; add rule inet dxdp_ct input ct state new,established counter; \
+                 add rule inet dxdp_ct input udp dport {UDP_PORT} ct mark set {MARK}"
             ),
         ]);
 
@@ -324,14 +394,21 @@ impl Lab {
             client,
             router_ip,
             client_ip,
+            router_ip6,
+            client_ip6,
         }
     }
 
     /// A UDP socket in the client and one bound to `server` in the router, both with reads
     /// bounded in time.
-    fn udp_pair(&self, server: SocketAddrV4) -> (UdpSocket, UdpSocket) {
-        let client = in_netns(&named_netns(&self.client.name), || {
-            UdpSocket::bind("0.0.0.0:0").unwrap()
+    fn udp_pair(&self, server: SocketAddr) -> (UdpSocket, UdpSocket) {
+        let any = if server.is_ipv6() {
+            "[::]:0"
+        } else {
+            "0.0.0.0:0"
+        };
+        let client = in_netns(&named_netns(&self.client.name), move || {
+            UdpSocket::bind(any).unwrap()
         });
         let router = in_netns(&named_netns(&self.router.name), move || {
             UdpSocket::bind(server).unwrap()
@@ -342,15 +419,49 @@ impl Lab {
         (client, router)
     }
 
-    /// What the probe recorded for the client's `proto` flow from `sport` to `dport`.
-    fn seen(&self, proto: u8, sport: u16, dport: u16) -> CtProbeValue {
+    /// A TCP connection from the client to a listener on `server` in the router, with
+    /// [`ROUND_TRIPS`] ping-pongs over it: the client's port, and both ends, kept open while
+    /// the caller holds them (their closing would be looked up too).
+    fn tcp_round_trips(&self, server: SocketAddr) -> (u16, [TcpStream; 2]) {
+        let listener = in_netns(&named_netns(&self.router.name), move || {
+            TcpListener::bind(server).unwrap()
+        });
+        let mut stream = in_netns(&named_netns(&self.client.name), move || {
+            TcpStream::connect_timeout(&server, TIMEOUT).unwrap()
+        });
+        let port = stream.local_addr().unwrap().port();
+        let (mut accepted, _) = listener.accept().unwrap();
+        for s in [&stream, &accepted] {
+            s.set_read_timeout(Some(TIMEOUT)).unwrap();
+        }
+        for _ in 0..ROUND_TRIPS {
+            let mut buf = [0u8; 4];
+            stream.write_all(b"ping").unwrap();
+            accepted.read_exact(&mut buf).unwrap();
+            accepted.write_all(b"pong").unwrap();
+            stream.read_exact(&mut buf).unwrap();
+        }
+        (port, [stream, accepted])
+    }
+
+    /// What the probe recorded for the client's `proto` flow from its port `sport` to
+    /// `server`, from the client's address of the server's family.
+    fn seen(&self, proto: u8, sport: u16, server: SocketAddr) -> CtProbeValue {
         let map: HashMap<_, CtProbeKey, CtProbeValue> =
             HashMap::try_from(self.ebpf.map(names::SEEN).expect("no DXDP_CT_SEEN")).unwrap();
+        let client = match server.ip() {
+            IpAddr::V4(_) => self.client_ip.to_ipv6_mapped(),
+            IpAddr::V6(_) => self.client_ip6,
+        };
+        let server_ip = match server.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            IpAddr::V6(v6) => v6,
+        };
         let key = CtProbeKey {
-            saddr: u32::from_ne_bytes(self.client_ip.octets()),
-            daddr: u32::from_ne_bytes(self.router_ip.octets()),
+            saddr: client.octets(),
+            daddr: server_ip.octets(),
             sport: sport.to_be(),
-            dport: dport.to_be(),
+            dport: server.port().to_be(),
             proto,
             _pad: [0; 3],
         };
@@ -363,12 +474,12 @@ impl Lab {
         &self,
         proto: u8,
         sport: u16,
-        dport: u16,
+        server: SocketAddr,
         ready: impl Fn(&CtProbeValue) -> bool,
     ) -> CtProbeValue {
-        let mut value = self.seen(proto, sport, dport);
+        let mut value = self.seen(proto, sport, server);
         crate::support::wait_until(TIMEOUT, || {
-            value = self.seen(proto, sport, dport);
+            value = self.seen(proto, sport, server);
             ready(&value)
         });
         value

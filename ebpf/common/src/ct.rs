@@ -1,5 +1,5 @@
 //! The conntrack kfunc lab (`dxdp-ct-lab`, docs/kfuncs.md): a tc program that looks each IPv4
-//! TCP or UDP packet up in the kernel's conntrack with `bpf_skb_ct_lookup` and records the
+//! or IPv6 TCP or UDP packet up in the kernel's conntrack with `bpf_skb_ct_lookup` and records the
 //! outcome per tuple. Not shipped; the integration tests' `ct_kfunc` area loads it.
 pub mod names {
     pub const SEEN: &str = "DXDP_CT_SEEN";
@@ -22,13 +22,13 @@ pub mod names {
 
 pub const DEFAULT_MAX_TUPLES: u32 = 1024;
 
-/// An IPv4 TCP or UDP packet's tuple as the packet holds it: addresses and ports in network
-/// order.
+/// A TCP or UDP packet's tuple as the packet holds it: addresses (IPv4 v4-mapped,
+/// `::ffff:a.b.c.d`) and ports in network order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CtProbeKey {
-    pub saddr: u32,
-    pub daddr: u32,
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
     pub sport: u16,
     pub dport: u16,
     pub proto: u8,
@@ -51,20 +51,19 @@ pub struct CtProbeValue {
     pub status: u32,
     /// The last found entry's `mark`.
     pub mark: u32,
-    /// The last found entry's reply source address and port (network order).
-    pub reply_src_ip: u32,
+    /// The last found entry's reply source address (IPv4 v4-mapped) and port (network order).
+    pub reply_src_ip: [u8; 16],
     pub reply_src_port: u16,
     pub _pad: u16,
     /// Packets to the keep-alive port whose entry's timeout `bpf_ct_change_timeout` set.
     pub kept_alive: u32,
     /// The last nonzero return of `bpf_ct_change_timeout`.
     pub keepalive_error: i32,
-    pub _pad2: u32,
 }
 
 const _: () = {
-    assert!(core::mem::size_of::<CtProbeKey>() == 16);
-    assert!(core::mem::size_of::<CtProbeValue>() == 56);
+    assert!(core::mem::size_of::<CtProbeKey>() == 40);
+    assert!(core::mem::size_of::<CtProbeValue>() == 64);
 };
 
 #[cfg(feature = "user")]

@@ -20,6 +20,21 @@ pub(crate) struct SockTupleV4 {
     pub(crate) dport: u16,
 }
 
+/// `struct bpf_sock_tuple`'s IPv6 member: addresses and ports in network order.
+#[repr(C)]
+pub(crate) struct SockTupleV6 {
+    pub(crate) saddr: [u8; 16],
+    pub(crate) daddr: [u8; 16],
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+}
+
+/// A member of `struct bpf_sock_tuple`: the kfunc takes the family from the size it is given
+/// (12 bytes IPv4, 36 IPv6; `bpf_nf_ct_tuple_parse`).
+pub(crate) trait SockTuple {}
+impl SockTuple for SockTupleV4 {}
+impl SockTuple for SockTupleV6 {}
+
 /// `struct bpf_ct_opts` as Linux 6.18 has it (16 bytes; `NF_BPF_CT_OPTS_SZ`). Linux 6.1 to 6.x
 /// before the zone fields took 12 bytes; the kernel checks `opts__sz` against its own size.
 #[repr(C)]
@@ -60,7 +75,7 @@ pub(crate) struct NfConn {
 unsafe extern "C" {
     pub(crate) fn bpf_skb_ct_lookup(
         skb: *mut __sk_buff,
-        tuple: *mut SockTupleV4,
+        tuple: *mut core::ffi::c_void,
         tuple_size: u32,
         opts: *mut CtOpts,
         opts_size: u32,
@@ -69,13 +84,13 @@ unsafe extern "C" {
     pub(crate) fn bpf_ct_change_timeout(ct: *mut NfConn, timeout_ms: u32) -> i32;
 }
 
-/// Looks the IPv4 `tuple` of `proto` up from the program's skb; `opts` says what the lookup
-/// found (`error`, and `dir`: which of the entry's tuples matched). A non-null entry is
+/// Looks the IPv4 or IPv6 `tuple` of `proto` up from the program's skb; `opts` says what the
+/// lookup found (`error`, and `dir`: which of the entry's tuples matched). A non-null entry is
 /// referenced and must be released with `bpf_ct_release`.
 #[inline(always)]
-pub(crate) fn lookup(
+pub(crate) fn lookup<T: SockTuple>(
     skb: *mut __sk_buff,
-    tuple: &mut SockTupleV4,
+    tuple: &mut T,
     opts: &mut CtOpts,
 ) -> *mut NfConn {
     // SAFETY: a kfunc call on the program's own context with a tuple and options on the
@@ -84,8 +99,8 @@ pub(crate) fn lookup(
     unsafe {
         bpf_skb_ct_lookup(
             skb,
-            tuple,
-            core::mem::size_of::<SockTupleV4>() as u32,
+            (tuple as *mut T).cast(),
+            core::mem::size_of::<T>() as u32,
             opts,
             core::mem::size_of::<CtOpts>() as u32,
         )
