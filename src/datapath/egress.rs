@@ -21,7 +21,7 @@ use aya::{
 use dxdp_common::{
     MacAddr,
     egress::{EgressOwner, EgressVeth, Sysctls, names},
-    tcp_window::{ClosedWindow, TcpWindow, WindowKey},
+    tcp_window::{ClosedWindow, LegacyWindowKey, TcpWindow, WindowKey, v4_mapped},
 };
 
 use super::{
@@ -246,6 +246,12 @@ pub(super) fn upgrade(pins: &pins::Pins) -> Result<Vec<&'static str>> {
     if !programs.iter().any(|(name, _)| progs.join(name).exists()) {
         return Ok(Vec::new());
     }
+    // Copies a binary before IPv6 kept, under keys this binary's programs do not read: their
+    // connections are handed back first (conntrack then tracks them liberally, and the new
+    // programs take their copies from that), and again those the old programs took over
+    // meanwhile, once the new ones run.
+    let legacy = legacy_carried(pins)?;
+    handback::hand_back(&legacy).context("cannot hand the connections back before the swap")?;
     let mut ebpf = load(pins)?;
     let mut replaced = Vec::new();
     for (name, prefix) in programs {
@@ -261,7 +267,28 @@ pub(super) fn upgrade(pins: &pins::Pins) -> Result<Vec<&'static str>> {
             replaced.push(name);
         }
     }
+    // Every attachment runs this binary's programs now: nothing writes the legacy copies.
+    let handed: std::collections::HashSet<WindowKey> = legacy.into_iter().collect();
+    let late: Vec<WindowKey> = legacy_carried(pins)?
+        .into_iter()
+        .filter(|k| !handed.contains(k))
+        .collect();
+    handback::hand_back(&late).context("cannot hand the connections back after the swap")?;
+    for name in [names::LEGACY_WINDOWS, names::LEGACY_CLOSED_WINDOWS] {
+        pins::remove_if_present(&pins.maps().join(name))?;
+    }
     Ok(replaced)
+}
+
+/// The connections whose copies a binary before IPv6 kept (its pins, where left).
+fn legacy_carried(pins: &pins::Pins) -> Result<Vec<WindowKey>> {
+    let Some(mut maps) = EgressMaps::pinned(&pins.maps())? else {
+        return Ok(Vec::new());
+    };
+    // Only the legacy maps: the programs of this binary are not running yet, or run on their own.
+    maps.windows = None;
+    maps.closed = None;
+    maps.carried(None)
 }
 
 /// The object's maps, from the loaded object or from their pins.
@@ -276,6 +303,11 @@ struct EgressMaps<D> {
     /// The copies of connections the fast path saw close (their late segments are judged on
     /// them while conntrack's entry lives); absent as `windows` is, before closed copies.
     closed: Option<HashMap<D, WindowKey, ClosedWindow>>,
+    /// The copies a binary before IPv6 keyed by IPv4 addresses, while their pins are left
+    /// (until this binary's programs are swapped in: [`upgrade`]); read only to hand their
+    /// connections back.
+    legacy: Option<HashMap<D, LegacyWindowKey, TcpWindow>>,
+    legacy_closed: Option<HashMap<D, LegacyWindowKey, ClosedWindow>>,
 }
 
 impl<'a> EgressMaps<&'a mut MapData> {
@@ -299,6 +331,8 @@ impl<'a> EgressMaps<&'a mut MapData> {
             closed: Some(HashMap::try_from(
                 closed.ok_or_else(|| missing(names::CLOSED_WINDOWS))?,
             )?),
+            legacy: None,
+            legacy_closed: None,
         })
     }
 }
@@ -330,6 +364,12 @@ impl EgressMaps<MapData> {
         let closed = open(names::CLOSED_WINDOWS)?
             .map(|w| HashMap::try_from(Map::LruHashMap(w)))
             .transpose()?;
+        let legacy = open(names::LEGACY_WINDOWS)?
+            .map(|w| HashMap::try_from(Map::HashMap(w)))
+            .transpose()?;
+        let legacy_closed = open(names::LEGACY_CLOSED_WINDOWS)?
+            .map(|w| HashMap::try_from(Map::LruHashMap(w)))
+            .transpose()?;
         Ok(Some(Self {
             veths: PerCpuHashMap::try_from(Map::PerCpuHashMap(veths))?,
             addrs: HashMap::try_from(Map::HashMap(addrs))?,
@@ -337,6 +377,8 @@ impl EgressMaps<MapData> {
             owners: HashMap::try_from(Map::HashMap(owners))?,
             windows,
             closed,
+            legacy,
+            legacy_closed,
         }))
     }
 }
@@ -419,14 +461,17 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
     /// live on (TIME_WAIT) with windows as stale as a live one's, and would take a late
     /// segment for INVALID once no copy judges it.
     fn carried(&self, addr: Option<Ipv4Addr>) -> Result<Vec<WindowKey>> {
-        let wanted = addr.map(|a| u32::from_ne_bytes(a.octets()));
+        let wanted = addr.map(|a| v4_mapped(a.octets()));
         // A tuple reused after a close has both copies; handed back once. A set, not a scan of
         // what was kept: tens of thousands of copies are handed back at once.
         let mut seen = std::collections::HashSet::new();
         let mut keys = Vec::new();
         let live = self.windows.iter().flat_map(|w| w.keys());
         let closed = self.closed.iter().flat_map(|w| w.keys());
-        for key in live.chain(closed) {
+        let legacy = (self.legacy.iter().flat_map(|w| w.keys()))
+            .chain(self.legacy_closed.iter().flat_map(|w| w.keys()))
+            .map(|key| key.map(WindowKey::from));
+        for key in live.chain(closed).chain(legacy) {
             let key = key?;
             if wanted.is_none_or(|a| a == key.container) && seen.insert(key) {
                 keys.push(key);
@@ -435,7 +480,8 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
         Ok(keys)
     }
 
-    /// Forgets the window copies `keys`, live and closed.
+    /// Forgets the window copies `keys`, live and closed, also where a binary before IPv6 kept
+    /// them.
     fn forget_windows(&mut self, keys: &[WindowKey]) -> Result<()> {
         for key in keys {
             if let Some(windows) = &mut self.windows {
@@ -443,6 +489,15 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
             }
             if let Some(closed) = &mut self.closed {
                 ignore_absent(closed.remove(key))?;
+            }
+            let Some(legacy) = legacy_key(key) else {
+                continue;
+            };
+            if let Some(windows) = &mut self.legacy {
+                ignore_absent(windows.remove(&legacy))?;
+            }
+            if let Some(closed) = &mut self.legacy_closed {
+                ignore_absent(closed.remove(&legacy))?;
             }
         }
         Ok(())
@@ -458,6 +513,20 @@ impl<D: std::borrow::Borrow<MapData> + std::borrow::BorrowMut<MapData>> EgressMa
         ignore_absent(self.owners.remove(&record.veth_ifindex))?;
         ignore_absent(self.veths.remove(&record.veth_ifindex))
     }
+}
+
+/// `key` as a binary before IPv6 keyed it; `None` for an IPv6 connection, which it never had.
+fn legacy_key(key: &WindowKey) -> Option<LegacyWindowKey> {
+    let word = |a: &[u8; 16]| {
+        (a[..12] == v4_mapped([0; 4])[..12])
+            .then(|| u32::from_ne_bytes([a[12], a[13], a[14], a[15]]))
+    };
+    Some(LegacyWindowKey {
+        container: word(&key.container)?,
+        server: word(&key.server)?,
+        container_port: key.container_port,
+        server_port: key.server_port,
+    })
 }
 
 impl Datapath {
@@ -681,7 +750,7 @@ mod tests {
     /// test's own; skipped without root or the kfuncs.
     #[test]
     fn the_egress_programs_pass_the_verifier() {
-        with_the_object_loaded("verify", |mut ebpf| {
+        with_the_object_loaded("verify", |mut ebpf, _| {
             for name in [names::OUT_PROGRAM, names::BACK_PROGRAM] {
                 let program: &mut aya::programs::SchedClassifier = ebpf
                     .program_mut(name)
@@ -700,7 +769,7 @@ mod tests {
     /// Runs `check` on the egress object loaded with its maps pinned in a directory of the
     /// test's own (`/sys/fs/bpf/dxdp-egress-{name}-PID`, removed after); skipped without root
     /// or conntrack's kfuncs.
-    fn with_the_object_loaded(name: &str, check: impl FnOnce(Ebpf) -> Result<()>) {
+    fn with_the_object_loaded(name: &str, check: impl FnOnce(Ebpf, &pins::Pins) -> Result<()>) {
         if !nix::unistd::Uid::effective().is_root() || resolved().is_err() {
             eprintln!("skipping: needs root and conntrack's kfuncs in vmlinux BTF");
             return;
@@ -711,7 +780,7 @@ mod tests {
         ));
         let pins = pins::Pins::new(&root);
         std::fs::create_dir_all(pins.maps()).unwrap();
-        let checked = load(&pins).and_then(check);
+        let checked = load(&pins).and_then(|ebpf| check(ebpf, &pins));
         let _ = std::fs::remove_dir_all(&root);
         checked.unwrap();
     }
@@ -720,11 +789,11 @@ mod tests {
     /// the container asked for; forgetting them empties both maps (real pinned maps).
     #[test]
     fn closed_copies_are_handed_back_with_the_live_ones() {
-        with_the_object_loaded("closed", |mut ebpf| {
+        with_the_object_loaded("closed", |mut ebpf, _| {
             let mut maps = EgressMaps::of(&mut ebpf)?;
             let key = |container: [u8; 4], port: u16| WindowKey {
-                container: u32::from_ne_bytes(container),
-                server: u32::from_ne_bytes([192, 0, 2, 9]),
+                container: v4_mapped(container),
+                server: v4_mapped([192, 0, 2, 9]),
                 container_port: port.to_be(),
                 server_port: 80u16.to_be(),
             };
@@ -748,6 +817,69 @@ mod tests {
             assert_eq!(maps.carried(None)?.len(), 4);
             maps.forget_windows(&carried)?;
             assert_eq!(maps.carried(None)?, vec![other]);
+            Ok(())
+        });
+    }
+
+    /// Copies a binary before IPv6 kept under 12-byte IPv4 keys, in maps pinned under the
+    /// names it gave them, are handed back as v4-mapped keys (a tuple with a live copy too,
+    /// once), are all [`upgrade`] hands back before the swap, and are forgotten from those maps
+    /// too (real pinned maps).
+    #[test]
+    fn copies_a_binary_before_ipv6_kept_are_handed_back_and_forgotten() {
+        with_the_object_loaded("legacy", |mut ebpf, pins| {
+            for (name, kind, value) in [
+                (names::LEGACY_WINDOWS, "hash", size_of::<TcpWindow>()),
+                (
+                    names::LEGACY_CLOSED_WINDOWS,
+                    "lru_hash",
+                    size_of::<ClosedWindow>(),
+                ),
+            ] {
+                let path = pins.maps().join(name);
+                let made = std::process::Command::new("bpftool")
+                    .args(["map", "create"])
+                    .arg(&path)
+                    .args(["type", kind, "key", "12", "value", &value.to_string()])
+                    .args(["entries", "16", "name", "dxdp_legacy"])
+                    .status()?;
+                anyhow::ensure!(made.success(), "bpftool cannot make {name}");
+            }
+            let legacy = |container: [u8; 4], port: u16| LegacyWindowKey {
+                container: u32::from_ne_bytes(container),
+                server: u32::from_ne_bytes([192, 0, 2, 9]),
+                container_port: port.to_be(),
+                server_port: 80u16.to_be(),
+            };
+            let (old, old_closed, other) = (
+                legacy([10, 0, 0, 2], 1000),
+                legacy([10, 0, 0, 2], 1001),
+                legacy([10, 0, 0, 3], 1000),
+            );
+            // The same tuple as `old`, carried again by this binary's programs since.
+            EgressMaps::of(&mut ebpf)?
+                .windows
+                .context("no window copies")?
+                .insert(WindowKey::from(old), TcpWindow::default(), 0)?;
+            let mut maps = EgressMaps::pinned(&pins.maps())?.context("no pinned maps")?;
+            let windows = maps.legacy.as_mut().context("the legacy copies unread")?;
+            for k in [old, other] {
+                windows.insert(k, TcpWindow::default(), 0)?;
+            }
+            let closed = maps
+                .legacy_closed
+                .as_mut()
+                .context("the legacy closed unread")?;
+            closed.insert(old_closed, ClosedWindow::default(), 0)?;
+            let mut carried = maps.carried(Some(Ipv4Addr::new(10, 0, 0, 2)))?;
+            carried.sort_by_key(|k| u16::from_be(k.container_port));
+            assert_eq!(carried, [old, old_closed].map(WindowKey::from));
+            assert_eq!(carried[0].container, v4_mapped([10, 0, 0, 2]));
+            let mut before_swap = legacy_carried(pins)?;
+            before_swap.sort_by_key(|k| (k.container, u16::from_be(k.container_port)));
+            assert_eq!(before_swap, [old, old_closed, other].map(WindowKey::from));
+            maps.forget_windows(&carried)?;
+            assert_eq!(maps.carried(None)?, [WindowKey::from(other)]);
             Ok(())
         });
     }

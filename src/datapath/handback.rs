@@ -12,7 +12,7 @@
 //! of flags and mask), so this sends, per connection, an `IPCTNL_MSG_CT_NEW` without
 //! `NLM_F_CREATE` (an update of an existing entry only) that sets `BE_LIBERAL` and clears
 //! `MAXACK_SET` in both directions.
-use std::{io, net::Ipv4Addr};
+use std::{io, net::Ipv6Addr};
 
 use dxdp_common::tcp_window::{FLAG_BE_LIBERAL, FLAG_MAXACK_SET, WindowKey};
 
@@ -31,6 +31,8 @@ const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
 const CTA_IP_V4_SRC: u16 = 1;
 const CTA_IP_V4_DST: u16 = 2;
+const CTA_IP_V6_SRC: u16 = 3;
+const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
@@ -68,12 +70,24 @@ pub(super) fn request(key: &WindowKey, seq: u32) -> Vec<u8> {
 /// nf_ct_tcp_flags`) in both directions if given.
 fn message(key: &WindowKey, seq: u32, kind: u16, flags: Option<[u8; 2]>) -> Vec<u8> {
     let mut msg = vec![0u8; NLMSG_HDRLEN];
-    // nfgenmsg: family AF_INET (the tuple's), version NFNETLINK_V0, res_id 0.
-    msg.extend_from_slice(&[libc::AF_INET as u8, 0, 0, 0]);
+    // ctnetlink takes the tuple's family from nfgenmsg's: IPv4 where the key's addresses are
+    // v4-mapped, with 4-byte attributes; IPv6 otherwise.
+    let v4 = |a: &[u8; 16]| Ipv6Addr::from(*a).to_ipv4_mapped().map(|v4| v4.octets());
+    let (family, src, dst): (_, Vec<u8>, Vec<u8>) = match (v4(&key.container), v4(&key.server)) {
+        (Some(c), Some(s)) => (libc::AF_INET, c.to_vec(), s.to_vec()),
+        _ => (libc::AF_INET6, key.container.to_vec(), key.server.to_vec()),
+    };
+    let (src_kind, dst_kind) = if family == libc::AF_INET {
+        (CTA_IP_V4_SRC, CTA_IP_V4_DST)
+    } else {
+        (CTA_IP_V6_SRC, CTA_IP_V6_DST)
+    };
+    // nfgenmsg: the family, version NFNETLINK_V0, res_id 0.
+    msg.extend_from_slice(&[family as u8, 0, 0, 0]);
     nested(&mut msg, CTA_TUPLE_ORIG, |t| {
         nested(t, CTA_TUPLE_IP, |ip| {
-            attr(ip, CTA_IP_V4_SRC, &key.container.to_ne_bytes());
-            attr(ip, CTA_IP_V4_DST, &key.server.to_ne_bytes());
+            attr(ip, src_kind, &src);
+            attr(ip, dst_kind, &dst);
         });
         nested(t, CTA_TUPLE_PROTO, |p| {
             attr(p, CTA_PROTO_NUM, &[IPPROTO_TCP]);
@@ -136,11 +150,12 @@ pub(super) fn hand_back(keys: &[WindowKey]) -> io::Result<usize> {
             // Gone meanwhile (closed, expired, flushed): nothing to hand back.
             code if -code == libc::ENOENT => {}
             code => {
+                let addr = |a: [u8; 16]| Ipv6Addr::from(a).to_canonical();
                 return Err(io::Error::other(format!(
-                    "conntrack refused to hand back {}:{} -> {}:{}: {}",
-                    Ipv4Addr::from(key.container.to_ne_bytes()),
+                    "conntrack refused to hand back {} port {} -> {} port {}: {}",
+                    addr(key.container),
                     u16::from_be(key.container_port),
-                    Ipv4Addr::from(key.server.to_ne_bytes()),
+                    addr(key.server),
                     u16::from_be(key.server_port),
                     io::Error::from_raw_os_error(-code)
                 )));
@@ -154,13 +169,15 @@ pub(super) fn hand_back(keys: &[WindowKey]) -> io::Result<usize> {
 mod tests {
     use std::os::fd::OwnedFd;
 
+    use dxdp_common::tcp_window::v4_mapped;
+
     use super::*;
 
     #[test]
     fn the_hand_back_message_is_a_ctnetlink_update_of_the_tcp_flags() {
         let key = WindowKey {
-            container: u32::from_ne_bytes([10, 0, 0, 2]),
-            server: u32::from_ne_bytes([192, 0, 2, 7]),
+            container: v4_mapped([10, 0, 0, 2]),
+            server: v4_mapped([192, 0, 2, 7]),
             container_port: 40000u16.to_be(),
             server_port: 80u16.to_be(),
         };
@@ -201,6 +218,28 @@ mod tests {
         assert_eq!(&msg[20..], expected);
     }
 
+    /// An IPv6 connection's: family `AF_INET6` and the 16-byte address attributes.
+    #[test]
+    fn an_ipv6_connections_hand_back_names_its_tuple_by_ipv6_attributes() {
+        let container: Ipv6Addr = "fd00:9::2".parse().unwrap();
+        let server: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let key = WindowKey {
+            container: container.octets(),
+            server: server.octets(),
+            container_port: 40000u16.to_be(),
+            server_port: 80u16.to_be(),
+        };
+        let msg = request(&key, 1);
+        assert_eq!(msg[16], 10, "AF_INET6");
+        let mut tuple_ip = vec![44, 0, 1, 0x80, 20, 0, 3, 0];
+        tuple_ip.extend_from_slice(&container.octets());
+        tuple_ip.extend_from_slice(&[20, 0, 4, 0]);
+        tuple_ip.extend_from_slice(&server.octets());
+        // CTA_TUPLE_ORIG's header, then CTA_TUPLE_IP { CTA_IP_V6_SRC, CTA_IP_V6_DST }.
+        assert_eq!(&msg[20..22], &(4u16 + 44 + 28).to_ne_bytes());
+        assert_eq!(&msg[24..24 + tuple_ip.len()], &tuple_ip[..]);
+    }
+
     /// `CTA_PROTOINFO_TCP_FLAGS_ORIGINAL` and `_REPLY` of `key`'s entry, by `IPCTNL_MSG_CT_GET`.
     fn tcp_flags(socket: &OwnedFd, key: &WindowKey) -> [u8; 2] {
         let mut reply = [0u8; 4096];
@@ -239,9 +278,9 @@ mod tests {
         ]
     }
 
-    /// On the running kernel, in a network namespace of the test's own: an ESTABLISHED entry
-    /// made with `conntrack -I` is marked liberal both ways by the hand-back, an absent one is
-    /// skipped. Skipped without root or the conntrack tool.
+    /// On the running kernel, in a network namespace of the test's own: ESTABLISHED entries
+    /// made with `conntrack -I`, one IPv4 and one IPv6, are marked liberal both ways by the
+    /// hand-back, an absent one is skipped. Skipped without root or the conntrack tool.
     #[test]
     fn conntrack_takes_the_hand_back() {
         let tool = |args: &[&str]| {
@@ -255,63 +294,81 @@ mod tests {
         }
         let ns = format!("dxdp-handback-{}", std::process::id());
         tool(&["ip", "netns", "add", &ns]).unwrap();
-        let made = tool(&[
-            "ip",
-            "netns",
-            "exec",
-            &ns,
-            "conntrack",
-            "-I",
-            "-p",
-            "tcp",
-            "-s",
-            "10.9.0.2",
-            "-d",
-            "10.9.0.3",
-            "--sport",
-            "40000",
-            "--dport",
-            "80",
-            "--state",
-            "ESTABLISHED",
-            "-t",
-            "60",
-            "-u",
-            "SEEN_REPLY",
-        ])
-        .unwrap();
-        let key = WindowKey {
-            container: u32::from_ne_bytes([10, 9, 0, 2]),
-            server: u32::from_ne_bytes([10, 9, 0, 3]),
+        let insert = |src: &str, dst: &str| {
+            tool(&[
+                "ip",
+                "netns",
+                "exec",
+                &ns,
+                "conntrack",
+                "-I",
+                "-p",
+                "tcp",
+                "-s",
+                src,
+                "-d",
+                dst,
+                "--sport",
+                "40000",
+                "--dport",
+                "80",
+                "--state",
+                "ESTABLISHED",
+                "-t",
+                "60",
+                "-u",
+                "SEEN_REPLY",
+            ])
+            .unwrap()
+        };
+        let made = [
+            insert("10.9.0.2", "10.9.0.3"),
+            insert("fd00:9::2", "fd00:9::3"),
+        ];
+        let key = |container: [u8; 16], server: [u8; 16]| WindowKey {
+            container,
+            server,
             container_port: 40000u16.to_be(),
             server_port: 80u16.to_be(),
         };
+        let v6 = |s: &str| s.parse::<Ipv6Addr>().unwrap().octets();
+        let keys = [
+            key(v4_mapped([10, 9, 0, 2]), v4_mapped([10, 9, 0, 3])),
+            key(v6("fd00:9::2"), v6("fd00:9::3")),
+        ];
         let absent = WindowKey {
             server_port: 81u16.to_be(),
-            ..key
+            ..keys[0]
         };
         let path = format!("/run/netns/{ns}");
         let outcome = std::thread::spawn(move || {
             let file = std::fs::File::open(path).unwrap();
             nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
             let socket = nfnetlink::open().unwrap();
-            // Entries made by ctnetlink start liberal: strict first, as conntrack makes them.
-            let strict = message(&key, 1, IPCTNL_MSG_CT_NEW, Some([0, FLAG_BE_LIBERAL]));
-            let mut reply = [0u8; 1024];
-            let got = nfnetlink::exchange(&socket, &strict, &mut reply).unwrap();
-            assert_eq!(ack_code(&reply[..got]).unwrap(), 0);
-            let before = tcp_flags(&socket, &key);
-            let marked = hand_back(&[key, absent]).unwrap();
-            (before, marked, tcp_flags(&socket, &key))
+            for key in &keys {
+                // Entries made by ctnetlink start liberal: strict first, as conntrack makes
+                // them.
+                let strict = message(key, 1, IPCTNL_MSG_CT_NEW, Some([0, FLAG_BE_LIBERAL]));
+                let mut reply = [0u8; 1024];
+                let got = nfnetlink::exchange(&socket, &strict, &mut reply).unwrap();
+                assert_eq!(ack_code(&reply[..got]).unwrap(), 0);
+            }
+            let before = keys.map(|k| tcp_flags(&socket, &k));
+            let marked = hand_back(&[keys[0], keys[1], absent]).unwrap();
+            (before, marked, keys.map(|k| tcp_flags(&socket, &k)))
         })
         .join();
         tool(&["ip", "netns", "del", &ns]).unwrap();
-        assert!(made.status.success(), "{made:?}");
+        for made in &made {
+            assert!(made.status.success(), "{made:?}");
+        }
         let (before, marked, after) = outcome.unwrap();
-        assert_eq!(marked, 1, "the absent entry is skipped");
-        assert_eq!(before.map(|f| f & FLAG_BE_LIBERAL), [0, 0]);
-        assert_eq!(after.map(|f| f & FLAG_BE_LIBERAL), [FLAG_BE_LIBERAL; 2]);
-        assert_eq!(after.map(|f| f & FLAG_MAXACK_SET), [0, 0]);
+        assert_eq!(marked, 2, "the absent entry is skipped");
+        for (before, after) in before.iter().zip(&after) {
+            assert_eq!(before.map(|f| f & FLAG_BE_LIBERAL), [0, 0]);
+            assert_eq!(after.map(|f| f & FLAG_BE_LIBERAL), [FLAG_BE_LIBERAL; 2]);
+            assert_eq!(after.map(|f| f & FLAG_MAXACK_SET), [0, 0]);
+        }
     }
 
     #[test]

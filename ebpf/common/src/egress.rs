@@ -15,11 +15,18 @@ pub mod names {
     /// Who enabled each veth ([`super::EgressOwner`]).
     pub const OWNERS: &str = "DXDP_EGRESS_OWNERS";
     /// The fast path's copy of each carried TCP connection's windows
-    /// ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::TcpWindow`]).
-    pub const WINDOWS: &str = "DXDP_EGRESS_WINDOWS";
+    /// ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::TcpWindow`]). Named anew
+    /// when the key grew to 16-byte addresses: a binary must never take a pinned map of the
+    /// old key for one of the new.
+    pub const WINDOWS: &str = "DXDP_EGRESS_TCP_WINDOWS";
     /// Closed connections' copies, kept for their late segments while conntrack's entries
     /// live ([`crate::tcp_window::WindowKey`] to [`crate::tcp_window::ClosedWindow`]).
-    pub const CLOSED_WINDOWS: &str = "DXDP_EGRESS_CLOSED_WINDOWS";
+    pub const CLOSED_WINDOWS: &str = "DXDP_EGRESS_TCP_CLOSED_WINDOWS";
+    /// The two maps as binaries before IPv6 pinned them
+    /// ([`crate::tcp_window::LegacyWindowKey`]): their connections are handed back to
+    /// conntrack before this binary's programs are swapped in, and the pins removed.
+    pub const LEGACY_WINDOWS: &str = "DXDP_EGRESS_WINDOWS";
+    pub const LEGACY_CLOSED_WINDOWS: &str = "DXDP_EGRESS_CLOSED_WINDOWS";
     /// Conntrack's timeouts and TCP switches as its sysctls are now ([`super::Sysctls`], one
     /// entry): written at `egress on` and on each of the watch's passes, so that programs
     /// loaded before a sysctl changed refresh entries to what conntrack itself would give

@@ -105,22 +105,54 @@ pub struct ClosedWindow {
     pub ct_ends: [u32; 2],
 }
 
-/// `DXDP_EGRESS_WINDOWS`' key: a connection's original tuple, in network order as the
-/// container's packets hold it.
+/// The window copies' key: a connection's original tuple, in network order as the
+/// container's packets hold it; addresses of 16 bytes, IPv4 v4-mapped (`::ffff:a.b.c.d`), so
+/// that one map and one judgement serve both families.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WindowKey {
+    pub container: [u8; 16],
+    pub server: [u8; 16],
+    pub container_port: u16,
+    pub server_port: u16,
+}
+
+/// The key of the copies' maps before IPv6 (`names::LEGACY_WINDOWS`): IPv4 addresses only.
+/// Read only to hand those copies' connections back after an upgrade.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LegacyWindowKey {
     pub container: u32,
     pub server: u32,
     pub container_port: u16,
     pub server_port: u16,
 }
 
+impl From<LegacyWindowKey> for WindowKey {
+    fn from(k: LegacyWindowKey) -> Self {
+        Self {
+            container: v4_mapped(k.container.to_ne_bytes()),
+            server: v4_mapped(k.server.to_ne_bytes()),
+            container_port: k.container_port,
+            server_port: k.server_port,
+        }
+    }
+}
+
+/// `::ffff:a.b.c.d`, for an IPv4 address as a packet holds it.
+#[inline(always)]
+pub const fn v4_mapped(addr: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, addr[0], addr[1], addr[2], addr[3],
+    ]
+}
+
 const _: () = {
     assert!(core::mem::size_of::<TcpSide>() == 20);
     assert!(core::mem::size_of::<TcpWindow>() == 48);
     assert!(core::mem::size_of::<ClosedWindow>() == 56);
-    assert!(core::mem::size_of::<WindowKey>() == 12);
+    assert!(core::mem::size_of::<WindowKey>() == 36);
+    assert!(core::mem::size_of::<LegacyWindowKey>() == 12);
 };
 
 /// What a TCP segment needs for the window check, in host order.
@@ -639,6 +671,7 @@ mod tests;
 mod pod {
     // SAFETY: repr(C), Copy, no implicit padding (sizes asserted above).
     unsafe impl aya::Pod for super::WindowKey {}
+    unsafe impl aya::Pod for super::LegacyWindowKey {}
     unsafe impl aya::Pod for super::TcpWindow {}
     unsafe impl aya::Pod for super::ClosedWindow {}
 }

@@ -102,14 +102,14 @@ static LIVE: DevMapHash = DevMapHash::pinned(DEFAULT_MAX_EGRESS, 0);
 /// The fast path's copy of each carried TCP connection's windows (`dxdp_common::tcp_window`),
 /// by original tuple: taken from its conntrack entry when first carried, moved on by each
 /// carried segment as conntrack would have. When full, a new connection is not taken over.
-#[map(name = "DXDP_EGRESS_WINDOWS")]
+#[map(name = "DXDP_EGRESS_TCP_WINDOWS")]
 static WINDOWS: HashMap<WindowKey, TcpWindow> = HashMap::pinned(DEFAULT_MAX_WINDOWS, 0);
 
 /// The copies of connections the fast path saw close (both FINs acknowledged, or an RST), moved
-/// here from `DXDP_EGRESS_WINDOWS`: conntrack's entry lives on (TIME_WAIT), and so may a late
+/// here from `DXDP_EGRESS_TCP_WINDOWS`: conntrack's entry lives on (TIME_WAIT), and so may a late
 /// segment, which is judged on the closed copy (`ClosedWindow`). Least recently used pushed
 /// out, so that closed connections never take a live one's room.
-#[map(name = "DXDP_EGRESS_CLOSED_WINDOWS")]
+#[map(name = "DXDP_EGRESS_TCP_CLOSED_WINDOWS")]
 static CLOSED_WINDOWS: LruHashMap<WindowKey, ClosedWindow> =
     LruHashMap::pinned(DEFAULT_MAX_CLOSED_WINDOWS, 0);
 
@@ -437,7 +437,7 @@ unsafe fn judge(
 /// connection is first carried): `None` where the copy cannot be had (the map is full, the
 /// kernel's offsets unknown, or conntrack would learn the sender's side from this packet), so
 /// the segment goes to conntrack. An RST it accepts that closes the connection, or the ACK of
-/// the second FIN, closes the copy: it moves to `DXDP_EGRESS_CLOSED_WINDOWS`, where the
+/// the second FIN, closes the copy: it moves to `DXDP_EGRESS_TCP_CLOSED_WINDOWS`, where the
 /// connection's late segments find it. With the judgement, whether the copy was a closed one.
 ///
 /// # Safety
@@ -463,15 +463,15 @@ unsafe fn window_allows(
     let mut segment = Segment::new(seq, ack, win, header[9], (packet.l4_len - doff) as u32);
     let key = if dir == DIR_ORIGINAL {
         WindowKey {
-            container: u32::from_ne_bytes(packet.src),
-            server: u32::from_ne_bytes(packet.dst),
+            container: v4_mapped(&packet.src),
+            server: v4_mapped(&packet.dst),
             container_port: packet.sport.to_be(),
             server_port: packet.dport.to_be(),
         }
     } else {
         WindowKey {
-            container: u32::from_ne_bytes(carried.addr),
-            server: u32::from_ne_bytes(packet.src),
+            container: v4_mapped(&carried.addr),
+            server: v4_mapped(&packet.src),
             container_port: carried.port.to_be(),
             server_port: packet.sport.to_be(),
         }
@@ -608,8 +608,8 @@ unsafe fn picked_up_since(ct: *mut NfConn, copy: &TcpWindow) -> Option<bool> {
     Some((0..2).any(|s| liberal(flags[s]) && !liberal(copy.seen[s].flags)))
 }
 
-/// Moves the copy `shared` of `ct`'s connection, just closed, from `DXDP_EGRESS_WINDOWS` to
-/// `DXDP_EGRESS_CLOSED_WINDOWS`; where the entry's own ends cannot be read (or the LRU map
+/// Moves the copy `shared` of `ct`'s connection, just closed, from `DXDP_EGRESS_TCP_WINDOWS` to
+/// `DXDP_EGRESS_TCP_CLOSED_WINDOWS`; where the entry's own ends cannot be read (or the LRU map
 /// cannot take it), it is only dropped, and late segments meet conntrack's windows.
 ///
 /// # Safety
