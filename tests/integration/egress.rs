@@ -633,6 +633,86 @@ fn connections_survive_egress_on_and_off_in_the_middle() {
     );
 }
 
+/// An upgrade from a binary whose window copies were keyed by IPv4 addresses (before 877a56b,
+/// under the maps' old names): with an upload and a download its programs carry, this binary's
+/// `egress on` hands their connections back to conntrack, swaps its own programs in and
+/// removes the old pins, and its programs carry both transfers on to their end, whole. Run by
+/// hand with `DXDP_OLD_BIN` set to such a build (112656c's, say): CI has no older build.
+#[test]
+#[ignore = "needs DXDP_OLD_BIN, a build that keyed the window copies by IPv4 addresses"]
+fn an_upgrade_from_ipv4_keyed_copies_carries_transfers_on_whole() {
+    let old = std::env::var("DXDP_OLD_BIN").expect("DXDP_OLD_BIN: an older dxdp build");
+    if !require_docker() {
+        return;
+    }
+    let mut world = World::shared();
+    let out = Outside::new(&world);
+    let net = world.network("egr-upg", &[]);
+    let c = world.run("egr-upg", &["--network", &net], &["iperf3", "-s"]);
+    let pid = world.pid(&c);
+    let server = out.client_addr.clone();
+    let pins = world.dxdp.pin_dir.display().to_string();
+    run(&[
+        &old,
+        "--pin-dir",
+        &pins,
+        "egress",
+        "on",
+        &c,
+        "--nic",
+        &out.nic,
+    ])
+    .assert_success();
+    let legacy = world.dxdp.pin_dir.join("maps/DXDP_EGRESS_WINDOWS");
+    assert!(
+        legacy.exists(),
+        "the older build pinned no IPv4-keyed copies"
+    );
+    let (upload, download) = (
+        Payload::sized("upg-up", 160),
+        Payload::sized("upg-down", 160),
+    );
+    let up_server = receive_outside(&out, &upload, 7130);
+    let down_server = serve_outside(&out, &download, 7131);
+    std::thread::sleep(Duration::from_millis(300));
+    let up_client = send_from_container(pid, &server, &upload, 7130);
+    let down_client = receive_in_container(pid, &server, &download, 7131);
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = counters(&world, &c).expect("egress enabled");
+    let upgrade = world.dxdp.run(&["egress", "on", &c, "--nic", &out.nic]);
+    eprintln!("{upgrade}");
+    upgrade.assert_success();
+    assert!(
+        upgrade
+            .stdout
+            .contains("replaced the pinned dxdp_egress program"),
+        "{upgrade}"
+    );
+    assert!(!legacy.exists(), "the IPv4-keyed copies' pin is left");
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = counters(&world, &c).expect("egress enabled");
+    eprintln!("carried before the upgrade {before:?}, after it {after:?}");
+    finish(up_client, up_server);
+    finish(down_client, down_server);
+    assert!(
+        before.0 > 20 << 20 && before.1 > 20 << 20,
+        "the older programs should have carried both: {before:?}"
+    );
+    assert!(
+        after.0 > before.0 + (20 << 20) && after.1 > before.1 + (20 << 20),
+        "this binary's programs should carry both on: {before:?} -> {after:?}"
+    );
+    assert!(
+        upload.arrived_whole(),
+        "the upload lost bytes across the upgrade"
+    );
+    assert!(
+        download.arrived_whole(),
+        "the download lost bytes across the upgrade"
+    );
+    world.dxdp.run(&["egress", "off", &c]).assert_success();
+}
+
 /// A steady stream (1000 bytes every 5 ms for at most 60 s) from the container to
 /// `server`:`port`, and the outside end writing what arrives to `out`, flushed at each read, so
 /// that the file's size says what arrived so far.
